@@ -1,0 +1,3 @@
+from gapscope.cli import main
+
+main()
