@@ -1,0 +1,180 @@
+"""`gapscope analyze`: from an nsys SQLite export to an AnalysisResult.
+
+Data flows one way: trace frames (gapscope.trace) -> launch links and range membership
+(gapscope.ranges) -> timeline metrics (gapscope.metrics) -> AnalysisResult (gapscope.result).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from gapscope.errors import GapscopeError
+from gapscope.metrics import STATS_FIELDS, ActivityArrays, GapList, level_stats, rollup_stats
+from gapscope.ranges import RangeTable, link_launches, range_members, range_table
+from gapscope.result import AnalysisResult, clean_rows
+from gapscope.trace import ActivityKind, TraceFrames, load_trace
+
+
+@dataclass
+class Analysis:
+    """Everything computed on the way to the result, for transforms that need the raw arrays
+    (gap attribution, plots): the frames, launch links, range membership and gap lists."""
+
+    frames: TraceFrames
+    acts: ActivityArrays
+    launch: np.ndarray
+    ranges: RangeTable
+    member_range: np.ndarray
+    member_act: np.ndarray
+    range_gaps: GapList
+    device_ids: np.ndarray
+    device_gaps: GapList
+    stream_keys: pd.DataFrame
+    stream_gaps: GapList
+    result: AnalysisResult
+
+
+def activity_arrays(frames: TraceFrames, count_memops: bool) -> ActivityArrays:
+    """The activity columns as arrays, with kernels (and graph executions) always busy and
+    memcpy/memset busy only when ``count_memops`` is set."""
+    a = frames.activities
+    kind = a["kind"].to_numpy()
+    is_kernel = (kind == ActivityKind.KERNEL) | (kind == ActivityKind.GRAPH)
+    is_memop = (kind == ActivityKind.MEMCPY) | (kind == ActivityKind.MEMSET)
+    return ActivityArrays(
+        start=a["start"].to_numpy(),
+        end=np.maximum(a["end"].to_numpy(), a["start"].to_numpy()),
+        device=a["device"].to_numpy(),
+        is_kernel=is_kernel,
+        is_memop=is_memop,
+        busy=is_kernel | (is_memop & count_memops),
+    )
+
+
+def _rows(keys: pd.DataFrame, stats: pd.DataFrame) -> list[dict]:
+    return clean_rows(
+        pd.concat([keys.reset_index(drop=True), stats[list(STATS_FIELDS)]], axis=1).to_dict("records")
+    )
+
+
+def _graph_trace_mode(frames: TraceFrames) -> str:
+    kind = frames.activities["kind"].to_numpy()
+    graph_level = bool((kind == ActivityKind.GRAPH).any())
+    node_level = bool((frames.activities["graph_node"].to_numpy()[kind == ActivityKind.KERNEL] > 0).any())
+    if graph_level and node_level:
+        return "mixed"
+    return "graph" if graph_level else "node" if node_level else "none"
+
+
+def _warnings(frames: TraceFrames, launch: np.ndarray, ranges: RangeTable, mode: str) -> list[str]:
+    out = []
+    major = (frames.meta.export_schema or "").split(".")[0]
+    if major and major.isdigit() and int(major) not in (2, 3):
+        out.append(f"export schema {frames.meta.export_schema} is newer than those gapscope was checked on (2.x, 3.x)")
+    if mode in ("graph", "mixed"):
+        out.append(
+            "CUDA graphs were traced at graph level: each graph launch is one opaque busy "
+            "interval, so gaps inside graphs are invisible; record with "
+            "`nsys profile --cuda-graph-trace=node` to see them"
+        )
+    if len(frames.nvtx) == 0:
+        out.append("no NVTX ranges in this trace: per-range figures are empty; devices and streams cover the whole trace")
+    elif len(ranges.frame) == 0:
+        out.append("the trace has NVTX events but no closed NVTX ranges")
+    if len(frames.api) == 0:
+        out.append("no CUDA API calls in this trace (record with -t cuda): GPU work cannot be tied to NVTX ranges")
+    else:
+        unlinked = int((launch < 0).sum())
+        if unlinked:
+            out.append(f"{unlinked} GPU activities have no launching API call in the trace and belong to no range")
+    return out
+
+
+def run_analysis(
+    frames: TraceFrames, *, ranges: Sequence[str] = (), count_memops: bool = False
+) -> Analysis:
+    """Compute every metric of docs/metrics.md on loaded frames."""
+    acts = activity_arrays(frames, count_memops)
+    launch = link_launches(frames)
+    table = range_table(frames, ranges)
+    member_range, member_act = range_members(frames, launch, table)
+    n_ranges = len(table.frame)
+
+    # Ranges: one pair per (range, device).
+    pair_codes, pair_uniques = pd.factorize(
+        pd.MultiIndex.from_arrays([member_range, acts.device[member_act]]), sort=True
+    )
+    pair_row = np.asarray(pair_uniques.get_level_values(0), dtype=np.int64) if len(pair_uniques) else np.zeros(0, np.int64)
+    range_stats, range_gaps = level_stats(acts, member_act, pair_codes.astype(np.int64), pair_row, n_ranges)
+
+    # Devices and streams: the whole trace.
+    every = np.arange(acts.start.size, dtype=np.int64)
+    dev_codes, device_ids = pd.factorize(acts.device, sort=True)
+    n_dev = len(device_ids)
+    device_stats, device_gaps = level_stats(acts, every, dev_codes.astype(np.int64), np.arange(n_dev), n_dev)
+
+    a = frames.activities
+    skeys = pd.DataFrame({"pid": (a["proc"].to_numpy() & 0xFFFFFF), "device": acts.device, "stream": a["stream"].to_numpy()})
+    s_codes, s_uniques = pd.factorize(pd.MultiIndex.from_frame(skeys), sort=True)
+    stream_keys = s_uniques.to_frame(index=False)
+    stream_keys.columns = ["pid", "device", "stream"]
+    n_str = len(stream_keys)
+    stream_stats, stream_gaps = level_stats(acts, every, s_codes.astype(np.int64), np.arange(n_str), n_str)
+
+    # Range names.
+    rf = table.frame
+    name_codes, name_uniques = pd.factorize(rf["name"].to_numpy(), sort=False)
+    name_stats = rollup_stats(
+        range_stats, name_codes.astype(np.int64), len(name_uniques), range_gaps, acts,
+        member_act, member_range,
+    )
+
+    mode = _graph_trace_mode(frames)
+    range_keys = rf[["name", "domain", "pid", "thread", "start_ns", "end_ns", "depth"]].copy()
+    range_keys.insert(0, "id", np.arange(n_ranges))
+    by_name = _rows(
+        pd.DataFrame({"name": np.asarray(name_uniques, dtype=object),
+                      "count": np.bincount(name_codes, minlength=len(name_uniques))}),
+        name_stats,
+    )
+    result = AnalysisResult(
+        trace={
+            "path": frames.meta.path,
+            "name": Path(frames.meta.path).name,
+            "nsys_version": frames.meta.nsys_version,
+            "export_schema": frames.meta.export_schema,
+            "graph_trace": mode,
+            "gpus": {str(k): v for k, v in sorted(frames.meta.gpu_names.items())},
+        },
+        options={"count_memops": count_memops, "range_filter": list(ranges)},
+        warnings=_warnings(frames, launch, table, mode),
+        ranges=_rows(range_keys, range_stats),
+        by_name=by_name,
+        devices=_rows(pd.DataFrame({"device": np.asarray(device_ids)}), device_stats),
+        streams=_rows(stream_keys, stream_stats),
+    )
+    if ranges and not (range_stats["kernels"].to_numpy() > 0).any():
+        raise GapscopeError(
+            f"the ranges matching {', '.join(repr(r) for r in ranges)} launched no GPU work"
+        )
+    return Analysis(
+        frames=frames, acts=acts, launch=launch, ranges=table, member_range=member_range,
+        member_act=member_act, range_gaps=range_gaps, device_ids=np.asarray(device_ids),
+        device_gaps=device_gaps, stream_keys=stream_keys, stream_gaps=stream_gaps, result=result,
+    )
+
+
+def analyze(
+    path: str | Path, *, ranges: Sequence[str] = (), count_memops: bool = False
+) -> AnalysisResult:
+    """Analyze one nsys SQLite export: gap fraction per NVTX range, range name, device and stream."""
+    frames = load_trace(path)
+    try:
+        return run_analysis(frames, ranges=ranges, count_memops=count_memops).result
+    finally:
+        frames.strings.close()

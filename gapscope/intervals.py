@@ -1,0 +1,160 @@
+"""Vectorized interval arithmetic over many groups at once: busy union, gaps, quantiles.
+
+Every function takes flat numpy arrays plus a group label per element and works on all groups
+in one pass (sorts, cumulative maxima, reduceat), so the cost does not depend on the number of
+groups and there is no Python loop per interval.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class GroupTimelines:
+    """The busy/gap structure of each group's intervals.
+
+    Per group (indexed 0..n_groups-1): ``first_start``/``last_end`` bound the span,
+    ``gap_ns`` is the idle time inside the span (span minus the union of the intervals) and
+    ``gap_count`` the number of idle stretches. ``gaps_*`` list every individual gap: its group,
+    length, the time it starts (the end of the busy block before it) and the index (into the
+    caller's arrays) of the interval that ends it.
+    """
+
+    n_groups: int
+    count: np.ndarray
+    first_start: np.ndarray
+    last_end: np.ndarray
+    gap_ns: np.ndarray
+    gap_count: np.ndarray
+    gaps_group: np.ndarray
+    gaps_len: np.ndarray
+    gaps_start: np.ndarray
+    gaps_next: np.ndarray
+
+    @property
+    def span_ns(self) -> np.ndarray:
+        """First start to last end per group (0 for a group with no interval)."""
+        return np.where(self.count > 0, self.last_end - self.first_start, 0)
+
+    @property
+    def busy_ns(self) -> np.ndarray:
+        """Union length of the group's intervals: span minus gaps."""
+        return self.span_ns - self.gap_ns
+
+
+def _grouped_running_max(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """Running maximum of ``values`` restarting at each group; ``groups`` must be sorted."""
+    if values.size == 0:
+        return values.copy()
+    lo = values.min()
+    width = int(values.max() - lo) + 1
+    n_groups = int(groups[-1]) + 1 if groups.size else 0
+    if width * max(n_groups, 1) < 2**62:
+        # Lift each group above every earlier one so that one global accumulate restarts per group.
+        lifted = (values - lo) + groups.astype(np.int64) * width
+        return np.maximum.accumulate(lifted) - groups.astype(np.int64) * width + lo
+    import pandas as pd  # pragma: no cover - only for spans too wide to lift
+
+    return pd.Series(values).groupby(groups).cummax().to_numpy()  # pragma: no cover
+
+
+def group_timelines(
+    groups: np.ndarray, start: np.ndarray, end: np.ndarray, n_groups: int
+) -> GroupTimelines:
+    """Busy union and gaps of the intervals ``[start, end)`` in each group.
+
+    ``groups`` holds a label in ``0..n_groups-1`` per interval; the arrays need not be sorted.
+    Overlapping intervals (several streams) count once; a gap is a stretch inside a group's span
+    covered by none of its intervals.
+    """
+    groups = np.asarray(groups, dtype=np.int64)
+    start = np.asarray(start, dtype=np.int64)
+    end = np.maximum(np.asarray(end, dtype=np.int64), start)
+    order = np.lexsort((start, groups))
+    g, s, e = groups[order], start[order], end[order]
+
+    count = np.bincount(g, minlength=n_groups).astype(np.int64)
+    first_start = np.zeros(n_groups, dtype=np.int64)
+    last_end = np.zeros(n_groups, dtype=np.int64)
+    gap_ns = np.zeros(n_groups, dtype=np.int64)
+    gap_count = np.zeros(n_groups, dtype=np.int64)
+    empty = np.zeros(0, dtype=np.int64)
+    if g.size == 0:
+        return GroupTimelines(n_groups, count, first_start, last_end, gap_ns, gap_count,
+                              empty, empty, empty, empty)
+
+    running_end = _grouped_running_max(e, g)
+    new_group = np.empty(g.size, dtype=bool)
+    new_group[0] = True
+    np.not_equal(g[1:], g[:-1], out=new_group[1:])
+    prev_end = np.empty_like(running_end)
+    prev_end[0] = 0
+    prev_end[1:] = running_end[:-1]
+    gap = np.where(new_group, 0, s - prev_end)
+    is_gap = gap > 0
+
+    heads = np.flatnonzero(new_group)
+    present = g[heads]
+    first_start[present] = s[heads]
+    tails = np.append(heads[1:], g.size) - 1
+    last_end[present] = running_end[tails]
+    gap_pos = np.where(is_gap, gap, 0)
+    gap_ns[present] = np.add.reduceat(gap_pos, heads)
+    gap_count[present] = np.add.reduceat(is_gap.astype(np.int64), heads)
+
+    idx = np.flatnonzero(is_gap)
+    return GroupTimelines(
+        n_groups=n_groups,
+        count=count,
+        first_start=first_start,
+        last_end=last_end,
+        gap_ns=gap_ns,
+        gap_count=gap_count,
+        gaps_group=g[idx],
+        gaps_len=gap[idx],
+        gaps_start=prev_end[idx],
+        gaps_next=order[idx],
+    )
+
+
+def grouped_quantiles(
+    groups: np.ndarray, values: np.ndarray, n_groups: int, qs: tuple[float, ...]
+) -> np.ndarray:
+    """Quantiles ``qs`` (0..1, linear interpolation as numpy's default) of ``values`` per group.
+
+    Returns an array of shape ``(n_groups, len(qs))``; NaN where a group has no values.
+    """
+    out = np.full((n_groups, len(qs)), np.nan)
+    if values.size == 0:
+        return out
+    groups = np.asarray(groups, dtype=np.int64)
+    order = np.lexsort((values, groups))
+    g = groups[order]
+    v = np.asarray(values, dtype=np.float64)[order]
+    count = np.bincount(g, minlength=n_groups)
+    offset = np.concatenate(([0], np.cumsum(count)[:-1]))
+    present = np.flatnonzero(count)
+    n = count[present]
+    base = offset[present]
+    for j, q in enumerate(qs):
+        pos = q * (n - 1)
+        lo = np.floor(pos).astype(np.int64)
+        hi = np.minimum(lo + 1, n - 1)
+        frac = pos - lo
+        out[present, j] = v[base + lo] + (v[base + hi] - v[base + lo]) * frac
+    return out
+
+
+def expand_slices(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For slices ``[lo[i], hi[i])`` return (owner i, position) for every covered position."""
+    lengths = np.maximum(hi - lo, 0)
+    total = int(lengths.sum())
+    owner = np.repeat(np.arange(lo.size, dtype=np.int64), lengths)
+    if total == 0:
+        return owner, np.zeros(0, dtype=np.int64)
+    starts = np.cumsum(lengths) - lengths
+    pos = np.arange(total, dtype=np.int64) - np.repeat(starts - lo, lengths)
+    return owner, pos

@@ -1,0 +1,1 @@
+"""Renderers: each turns a result object into one output format, written to a given file."""

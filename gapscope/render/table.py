@@ -1,0 +1,116 @@
+"""Terminal tables for an AnalysisResult (rich): ranges first, then devices and streams."""
+
+from __future__ import annotations
+
+from typing import Any, TextIO
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from gapscope.result import AnalysisResult
+
+#: Gap fraction above which a timeline is called launch-bound, and below which gaps are
+#: called amortized (docs/metrics.md, "Reading the gap fraction").
+LAUNCH_BOUND = 0.20
+AMORTIZED = 0.05
+
+
+def fmt_ns(ns: float | int | None) -> str:
+    """A duration in the unit that keeps 3-4 significant digits."""
+    if ns is None:
+        return "-"
+    ns = float(ns)
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+        if abs(ns) >= scale:
+            return f"{ns / scale:.3g} {unit}" if abs(ns) < 100 * scale else f"{ns / scale:.0f} {unit}"
+    return f"{ns:.0f} ns"
+
+
+def fmt_frac(f: float | None) -> Text:
+    """A gap fraction as a percentage, coloured by the seed's criterion."""
+    if f is None:
+        return Text("-")
+    style = "bold red" if f >= LAUNCH_BOUND else "yellow" if f >= AMORTIZED else "green"
+    return Text(f"{100 * f:.1f}%", style=style)
+
+
+def verdict(f: float | None) -> str:
+    """The seed's reading of a gap fraction."""
+    if f is None:
+        return "no GPU work"
+    if f >= LAUNCH_BOUND:
+        return "launch-bound: CUDA Graphs likely pay"
+    if f >= AMORTIZED:
+        return "some launch gaps"
+    return "gaps amortized"
+
+
+def _stats_table(title: str, keys: list[str], rows: list[dict[str, Any]], with_verdict: bool) -> Table:
+    t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", title_style="bold")
+    for k in keys:
+        t.add_column(k, overflow="fold", max_width=48 if k == "name" else None)
+    for col in ("kernels", "span", "busy", "gap", "gap %", "gaps", "p50", "p99", "max gap", "kernel p50"):
+        t.add_column(col, justify="right")
+    if with_verdict:
+        t.add_column("reading")
+    for r in rows:
+        cells: list[Any] = [str(r.get(k, "")) for k in keys]
+        cells += [
+            str(r["kernels"]),
+            fmt_ns(r["gpu_span_ns"]),
+            fmt_ns(r["busy_ns"]),
+            fmt_ns(r["gap_ns"]),
+            fmt_frac(r["gap_fraction"]),
+            str(r["gap_count"]),
+            fmt_ns(r["gap_p50_ns"]),
+            fmt_ns(r["gap_p99_ns"]),
+            fmt_ns(r["gap_max_ns"]) if r["gap_count"] else "-",
+            fmt_ns(r["kernel_median_ns"]),
+        ]
+        if with_verdict:
+            cells.append(verdict(r["gap_fraction"]))
+        t.add_row(*cells)
+    return t
+
+
+def render_table(result: AnalysisResult, file: TextIO, *, limit: int = 20, width: int | None = None) -> None:
+    """Write the human report: header, warnings, range names, range instances (the first
+    ``limit``), devices, streams."""
+    console = Console(file=file, width=width or 160, highlight=False, soft_wrap=False)
+    tr = result.trace
+    gpus = ", ".join(sorted(set(tr.get("gpus", {}).values()))) or "?"
+    console.print(
+        f"[bold]gapscope[/bold] {tr.get('name')}  nsys {tr.get('nsys_version') or '?'}  "
+        f"export schema {tr.get('export_schema') or '?'}  graphs traced: {tr.get('graph_trace')}  GPU: {gpus}"
+    )
+    for w in result.warnings:
+        console.print(f"[yellow]warning:[/yellow] {w}")
+    with_work = [r for r in result.by_name if r["kernels"] > 0]
+    if result.by_name:
+        console.print(
+            _stats_table(
+                f"NVTX ranges by name ({len(with_work)} of {len(result.by_name)} launched GPU work)",
+                ["name", "count"],
+                with_work or result.by_name,
+                with_verdict=True,
+            )
+        )
+    if result.ranges and limit > 0:
+        shown = [r for r in result.ranges if r["kernels"] > 0][:limit]
+        total = sum(1 for r in result.ranges if r["kernels"] > 0)
+        more = f", first {len(shown)}; --limit N or --format json for more" if total > len(shown) else ""
+        if shown:
+            console.print(_stats_table(f"Range instances ({total} with GPU work{more})",
+                                       ["id", "name", "thread"], shown, with_verdict=False))
+    console.print(_stats_table("Devices (whole trace)", ["device"], result.devices, with_verdict=True))
+    console.print(_stats_table("Streams (whole trace)", ["pid", "device", "stream"], result.streams, with_verdict=False))
+    for key, renderer in EXTRA_RENDERERS.items():
+        if key in result.extras:
+            renderer(result, console)
+
+
+#: Renderers of optional result sections, keyed by the section's JSON name; sections add
+#: themselves here (gap attribution, launch statistics, payoff, longest gaps).
+EXTRA_RENDERERS: dict[str, Any] = {}

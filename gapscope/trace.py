@@ -1,0 +1,387 @@
+"""Reading an Nsight Systems SQLite export into typed frames.
+
+The file is opened read-only (SQLite URI ``mode=ro``), checked to be an nsys export, and only
+the columns the analysis needs are selected. Bulk tables go through ADBC's SQLite driver into
+Arrow (several times faster than ``pandas.read_sql``); the standard ``sqlite3`` module is the
+fallback when ADBC is not installed. Optional tables that are absent (nsys exports lazily: an
+empty table is usually missing) give empty frames.
+"""
+
+from __future__ import annotations
+
+import enum
+import sqlite3
+import urllib.parse
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from gapscope.errors import GapscopeError
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
+MEMCPY_TABLE = "CUPTI_ACTIVITY_KIND_MEMCPY"
+MEMSET_TABLE = "CUPTI_ACTIVITY_KIND_MEMSET"
+GRAPH_TABLE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
+RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
+SYNC_TABLE = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
+NVTX_TABLE = "NVTX_EVENTS"
+
+# NVTX_EVENTS.eventType values (ENUM_NSYS_EVENT_TYPE).
+NVTX_PUSH_POP = 59
+NVTX_START_END = 60
+NVTX_DOMAIN_CREATE = 75
+# CUPTI_ACTIVITY_KIND_RUNTIME.eventClass of rows that repeat a call for its backtrace.
+EVENT_CLASS_BACKTRACE = 67
+
+#: Export schema major versions this reader was checked against.
+KNOWN_SCHEMA_MAJORS = (2, 3)
+
+
+class ActivityKind(enum.IntEnum):
+    """What a row of the GPU activity frame is."""
+
+    KERNEL = 0
+    MEMCPY = 1
+    MEMSET = 2
+    GRAPH = 3  # one whole graph launch, as nsys records it with --cuda-graph-trace=graph
+
+
+@dataclass(frozen=True)
+class TraceMeta:
+    """Facts about the export itself."""
+
+    path: str
+    nsys_version: str | None
+    export_schema: str | None
+    tables: frozenset[str]
+    gpu_names: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass
+class TraceFrames:
+    """The typed frames an analysis needs, all times in integer nanoseconds.
+
+    ``activities``: one row per kernel, memcpy, memset or graph-level execution with columns
+    start, end, device, stream, proc, corr, kind (ActivityKind), name_id, graph_node (-1 if none).
+    ``api``: CUDA runtime and driver calls: start, end, proc, tid (globalTid), corr, name_id.
+    ``nvtx``: NVTX push/pop and start/end ranges: start, end, tid, event_type, name, domain.
+    ``syncs``: CUPTI synchronization records: start, end, device, stream, proc, corr, sync_type.
+    ``proc`` is the export's globalPid/globalTid with the thread bits dropped (``>> 24``): the
+    key that makes correlation ids unique across processes.
+    """
+
+    meta: TraceMeta
+    activities: pd.DataFrame
+    api: pd.DataFrame
+    nvtx: pd.DataFrame
+    syncs: pd.DataFrame
+    strings: "StringTable"
+
+
+class StringTable:
+    """Lazy lookup of StringIds values: fetches only the ids asked for."""
+
+    def __init__(self, conn: sqlite3.Connection | None, present: bool) -> None:
+        self._conn = conn
+        self._present = present
+        self._cache: dict[int, str] = {}
+
+    def lookup(self, ids: Iterable[int]) -> dict[int, str]:
+        """Map each id to its string ('[unknown]' where the export has none)."""
+        wanted = {int(i) for i in ids} - self._cache.keys()
+        if wanted and self._present and self._conn is not None:
+            todo = sorted(wanted)
+            for chunk in range(0, len(todo), 900):
+                part = todo[chunk : chunk + 900]
+                marks = ",".join("?" * len(part))
+                rows = _sql(self._conn, f"SELECT id, value FROM StringIds WHERE id IN ({marks})", part)
+                self._cache.update({int(i): str(v) for i, v in rows})
+        for i in wanted:
+            self._cache.setdefault(i, "[unknown]")
+        return {int(i): self._cache[int(i)] for i in ids}
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def _uri(path: Path) -> str:
+    return "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro"
+
+
+def _sql(conn: sqlite3.Connection, query: str, params: Iterable = ()) -> list[tuple]:
+    try:
+        return conn.execute(query, tuple(params)).fetchall()
+    except sqlite3.DatabaseError as exc:
+        raise GapscopeError(f"cannot read the export ({exc}): the file is truncated or corrupt") from None
+
+
+def check_file(path: str | Path) -> Path:
+    """Fail with one clear line unless ``path`` is an existing SQLite file."""
+    p = Path(path)
+    if not p.exists():
+        raise GapscopeError(f"{p}: no such file")
+    if p.is_dir():
+        raise GapscopeError(f"{p}: is a directory, not an nsys SQLite export")
+    try:
+        with p.open("rb") as fh:
+            head = fh.read(100)
+    except OSError as exc:
+        raise GapscopeError(f"{p}: cannot read ({exc.strerror})") from None
+    if p.suffix == ".nsys-rep" or p.suffix == ".qdrep":
+        raise GapscopeError(
+            f"{p}: is an Nsight Systems report, not its SQLite export; "
+            f"run `nsys export --type sqlite {p}` first"
+        )
+    if not head.startswith(SQLITE_MAGIC):
+        raise GapscopeError(f"{p}: not a SQLite file (expected an nsys SQLite export)")
+    if len(head) < 100:
+        raise GapscopeError(f"{p}: truncated SQLite file ({len(head)} bytes)")
+    page_size = int.from_bytes(head[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(head[28:32], "big")
+    size = p.stat().st_size
+    if pages and page_size and size < pages * page_size:
+        raise GapscopeError(
+            f"{p}: truncated export: {size} bytes on disk, the SQLite header promises "
+            f"{pages * page_size}"
+        )
+    return p
+
+
+def _open(path: Path) -> sqlite3.Connection:
+    try:
+        conn = sqlite3.connect(_uri(path), uri=True, check_same_thread=False)
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.DatabaseError as exc:
+        raise GapscopeError(f"{path}: cannot open as SQLite ({exc})") from None
+    return conn
+
+
+def _tables(conn: sqlite3.Connection) -> frozenset[str]:
+    return frozenset(r[0] for r in _sql(conn, "SELECT name FROM sqlite_master WHERE type='table'"))
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
+    return {r[1] for r in _sql(conn, f"PRAGMA table_info({table})")}
+
+
+def _read_meta(conn: sqlite3.Connection, path: Path, tables: frozenset[str]) -> TraceMeta:
+    meta_table = next((t for t in ("META_DATA_EXPORT", "EXPORT_META_DATA") if t in tables), None)
+    if meta_table is None:
+        raise GapscopeError(
+            f"{path}: a SQLite file but not an nsys export (no META_DATA_EXPORT table); "
+            "make one with `nsys export --type sqlite REPORT.nsys-rep`"
+        )
+    meta = dict(_sql(conn, f"SELECT name, value FROM {meta_table}"))
+    gpu_names: dict[int, str] = {}
+    if "TARGET_INFO_GPU" in tables and {"id", "name"} <= _columns(conn, "TARGET_INFO_GPU"):
+        gpu_names = {int(i): str(n) for i, n in _sql(conn, "SELECT id, name FROM TARGET_INFO_GPU")}
+    return TraceMeta(
+        path=str(path),
+        nsys_version=meta.get("EXPORT_PRODUCT_VERSION"),
+        export_schema=meta.get("EXPORT_SCHEMA_VERSION"),
+        tables=tables,
+        gpu_names=gpu_names,
+    )
+
+
+class _Reader:
+    """Runs bulk SELECTs into numpy arrays, through ADBC when available."""
+
+    def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+        self._adbc = None
+        try:
+            import adbc_driver_sqlite.dbapi as adbc
+
+            self._adbc = adbc.connect(_uri(path))
+        except ImportError:
+            self._adbc = None
+        except Exception:  # an ADBC that cannot open the file: the stdlib path still may
+            self._adbc = None
+
+    def frame(self, query: str, names: list[str]) -> pd.DataFrame:
+        """Run ``query`` (its columns in the order of ``names``) into a DataFrame.
+
+        Integer columns come back as int64 with NULL as -1; text columns as object.
+        """
+        try:
+            if self._adbc is not None:
+                return self._frame_adbc(query, names)
+            return self._frame_sqlite(query, names)
+        except GapscopeError:
+            raise
+        except Exception as exc:
+            raise GapscopeError(
+                f"cannot read the export ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}): "
+                "the file is truncated, corrupt, or of an unknown schema"
+            ) from None
+
+    def _frame_adbc(self, query: str, names: list[str]) -> pd.DataFrame:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        cur = self._adbc.cursor()
+        try:
+            cur.execute(query)
+            table = cur.fetch_arrow_table()
+        finally:
+            cur.close()
+        out = {}
+        for name, col in zip(names, table.columns):
+            if pa.types.is_integer(col.type) or pa.types.is_null(col.type) or pa.types.is_floating(col.type):
+                if pa.types.is_null(col.type):
+                    out[name] = np.full(len(col), -1, dtype=np.int64)
+                else:
+                    out[name] = pc.fill_null(col, -1).to_numpy().astype(np.int64, copy=False)
+            else:
+                out[name] = col.to_pandas().to_numpy(dtype=object)
+        return pd.DataFrame(out, copy=False)
+
+    def _frame_sqlite(self, query: str, names: list[str]) -> pd.DataFrame:
+        rows = _sql(self._conn, query)
+        df = pd.DataFrame.from_records(rows, columns=names)
+        for name in names:
+            col = df[name]
+            if col.dtype != object or all(v is None or isinstance(v, int) for v in col.head(1000)):
+                df[name] = col.fillna(-1).astype(np.int64)
+        return df
+
+    def close(self) -> None:
+        if self._adbc is not None:
+            self._adbc.close()
+            self._adbc = None
+
+
+def _col(cols: set[str], name: str, fallback: str = "NULL") -> str:
+    return name if name in cols else fallback
+
+
+def _activity_query(conn: sqlite3.Connection, table: str, kind: ActivityKind) -> str:
+    cols = _columns(conn, table)
+    missing = {"start", "end", "deviceId", "streamId"} - cols
+    if missing:
+        raise GapscopeError(
+            f"unknown export schema: {table} lacks column(s) {', '.join(sorted(missing))}"
+        )
+    name = "NULL"
+    if kind is ActivityKind.KERNEL:
+        name = _col(cols, "shortName", _col(cols, "demangledName"))
+    elif kind is ActivityKind.GRAPH:
+        name = _col(cols, "graphId")
+    return (
+        f"SELECT start, end, deviceId, streamId, {_col(cols, 'globalPid')}, "
+        f"{_col(cols, 'correlationId')}, {int(kind)}, {name}, {_col(cols, 'graphNodeId')} "
+        f"FROM {table}"
+    )
+
+
+ACTIVITY_COLUMNS = ["start", "end", "device", "stream", "proc", "corr", "kind", "name_id", "graph_node"]
+
+
+def load_trace(path: str | Path) -> TraceFrames:
+    """Open an nsys SQLite export read-only and load the frames an analysis needs.
+
+    Raises GapscopeError (exit 2) for anything that is not a readable nsys export with CUDA
+    activity in it.
+    """
+    p = check_file(path)
+    conn = _open(p)
+    try:
+        tables = _tables(conn)
+        if not tables:
+            raise GapscopeError(f"{p}: an empty SQLite database, not an nsys export")
+        meta = _read_meta(conn, p, tables)
+        if not ({KERNEL_TABLE, GRAPH_TABLE} & tables):
+            raise GapscopeError(
+                f"{p}: no CUDA kernels in this export (no {KERNEL_TABLE} table); record with "
+                "`nsys profile -t cuda,nvtx` and make sure the program launches GPU work"
+            )
+        reader = _Reader(p, conn)
+        try:
+            frames = _load_frames(conn, reader, meta)
+        finally:
+            reader.close()
+    except BaseException:
+        conn.close()
+        raise
+    if not (frames.activities["kind"].isin([ActivityKind.KERNEL, ActivityKind.GRAPH])).any():
+        conn.close()
+        raise GapscopeError(f"{p}: the export holds no kernel executions: nothing to analyze")
+    return frames
+
+
+def _load_frames(conn: sqlite3.Connection, reader: _Reader, meta: TraceMeta) -> TraceFrames:
+    tables = meta.tables
+    parts = []
+    for table, kind in (
+        (KERNEL_TABLE, ActivityKind.KERNEL),
+        (GRAPH_TABLE, ActivityKind.GRAPH),
+        (MEMCPY_TABLE, ActivityKind.MEMCPY),
+        (MEMSET_TABLE, ActivityKind.MEMSET),
+    ):
+        if table in tables:
+            parts.append(reader.frame(_activity_query(conn, table, kind), ACTIVITY_COLUMNS))
+    activities = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+    activities["proc"] = activities["proc"].to_numpy() >> 24
+    activities["kind"] = activities["kind"].astype(np.int8)
+
+    api_cols = ["start", "end", "tid", "corr", "name_id"]
+    if RUNTIME_TABLE in tables:
+        cols = _columns(conn, RUNTIME_TABLE)
+        where = f"WHERE eventClass != {EVENT_CLASS_BACKTRACE}" if "eventClass" in cols else ""
+        api = reader.frame(
+            f"SELECT start, end, globalTid, correlationId, nameId FROM {RUNTIME_TABLE} {where}",
+            api_cols,
+        )
+    else:
+        api = pd.DataFrame({c: np.zeros(0, dtype=np.int64) for c in api_cols})
+    api["proc"] = api["tid"].to_numpy() >> 24
+
+    nvtx_cols = ["start", "end", "tid", "event_type", "domain_id", "name"]
+    if NVTX_TABLE in tables:
+        cols = _columns(conn, NVTX_TABLE)
+        text = "n.text" if "text" in cols else "NULL"
+        if "textId" in cols and "StringIds" in tables:
+            text = f"COALESCE({text}, s.value)"
+            join = "LEFT JOIN StringIds s ON s.id = n.textId"
+        else:
+            join = ""
+        domain = "n.domainId" if "domainId" in cols else "0"
+        nvtx = reader.frame(
+            f"SELECT n.start, COALESCE(n.end, -1), n.globalTid, n.eventType, {domain}, {text} "
+            f"FROM {NVTX_TABLE} n {join} "
+            f"WHERE n.eventType IN ({NVTX_PUSH_POP}, {NVTX_START_END}, {NVTX_DOMAIN_CREATE})",
+            nvtx_cols,
+        )
+    else:
+        nvtx = pd.DataFrame({c: np.zeros(0, dtype=np.int64) for c in nvtx_cols[:-1]})
+        nvtx["name"] = np.zeros(0, dtype=object)
+
+    sync_cols = ["start", "end", "device", "stream", "proc", "corr", "sync_type"]
+    if SYNC_TABLE in tables:
+        cols = _columns(conn, SYNC_TABLE)
+        syncs = reader.frame(
+            f"SELECT start, end, deviceId, streamId, {_col(cols, 'globalPid')}, "
+            f"{_col(cols, 'correlationId')}, {_col(cols, 'syncType')} FROM {SYNC_TABLE}",
+            sync_cols,
+        )
+        syncs["proc"] = syncs["proc"].to_numpy() >> 24
+    else:
+        syncs = pd.DataFrame({c: np.zeros(0, dtype=np.int64) for c in sync_cols})
+
+    return TraceFrames(
+        meta=meta,
+        activities=activities,
+        api=api,
+        nvtx=nvtx,
+        syncs=syncs,
+        strings=StringTable(conn, "StringIds" in tables),
+    )
