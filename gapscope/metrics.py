@@ -39,6 +39,26 @@ STATS_FIELDS = (
 
 QUANTILES = (0.5, 0.9, 0.99, 1.0)
 
+#: The seed's criterion as numbers (docs/metrics.md, "Reading the gap fraction"): above
+#: LAUNCH_BOUND the gaps matter, below AMORTIZED they are amortized; gaps whose median is longer
+#: than LAUNCH_SCALE_NS are host-side stalls, not launch overhead.
+LAUNCH_BOUND = 0.20
+AMORTIZED = 0.05
+LAUNCH_SCALE_NS = 100_000
+
+
+def reading(gap_fraction: float | None, gap_p50_ns: float | None) -> str:
+    """One phrase that reads a timeline's gap fraction the way the seed does."""
+    if gap_fraction is None:
+        return "no GPU work"
+    if gap_fraction < AMORTIZED:
+        return "gaps amortized"
+    if gap_p50_ns is not None and gap_p50_ns > LAUNCH_SCALE_NS:
+        return "idle on long host stalls"
+    if gap_fraction >= LAUNCH_BOUND:
+        return "launch-bound: graphs pay"
+    return "some launch gaps"
+
 
 @dataclass(frozen=True)
 class ActivityArrays:

@@ -9,12 +9,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from gapscope.metrics import AMORTIZED, LAUNCH_BOUND, reading
 from gapscope.result import AnalysisResult
 
-#: Gap fraction above which a timeline is called launch-bound, and below which gaps are
-#: called amortized (docs/metrics.md, "Reading the gap fraction").
-LAUNCH_BOUND = 0.20
-AMORTIZED = 0.05
 
 
 def fmt_ns(ns: float | int | None) -> str:
@@ -34,17 +31,6 @@ def fmt_frac(f: float | None) -> Text:
         return Text("-")
     style = "bold red" if f >= LAUNCH_BOUND else "yellow" if f >= AMORTIZED else "green"
     return Text(f"{100 * f:.1f}%", style=style)
-
-
-def verdict(f: float | None) -> str:
-    """The seed's reading of a gap fraction."""
-    if f is None:
-        return "no GPU work"
-    if f >= LAUNCH_BOUND:
-        return "launch-bound: CUDA Graphs likely pay"
-    if f >= AMORTIZED:
-        return "some launch gaps"
-    return "gaps amortized"
 
 
 def _stats_table(title: str, keys: list[str], rows: list[dict[str, Any]], with_verdict: bool) -> Table:
@@ -70,7 +56,7 @@ def _stats_table(title: str, keys: list[str], rows: list[dict[str, Any]], with_v
             fmt_ns(r["kernel_median_ns"]),
         ]
         if with_verdict:
-            cells.append(verdict(r["gap_fraction"]))
+            cells.append(reading(r["gap_fraction"], r["gap_p50_ns"]))
         t.add_row(*cells)
     return t
 
