@@ -1,0 +1,130 @@
+"""`gapscope analyze` from the command line: formats, bad input, read-only access."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from synthetic import Synthetic
+
+ROOT = Path(__file__).resolve().parents[1]
+CLOVERLEAF = ROOT.parent / "shared" / "thirdparty-traces" / "perlmutter-cloverleaf-cuda.sqlite"
+
+
+def gapscope(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "gapscope", *args], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=120)
+
+
+def small_trace(tmp_path: Path) -> Path:
+    t = Synthetic()
+    t.range(0, 10_000, "decode_step")
+    t.launch(100, 1_000, 2_000, 1).launch(200, 3_000, 4_000, 2)
+    return t.write(tmp_path / "synthetic.sqlite")
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, needle: str) -> None:
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("gapscope: error: ") and needle in lines[0], lines[0]
+
+
+def test_table_json_csv(tmp_path):
+    path = small_trace(tmp_path)
+    table = gapscope("analyze", str(path))
+    assert table.returncode == 0, table.stderr
+    assert "decode_step" in table.stdout and "33.3%" in table.stdout
+    js = gapscope("analyze", str(path), "--format", "json")
+    data = json.loads(js.stdout)
+    assert data["schema"] == "gapscope.analysis/1"
+    (r,) = data["ranges"]
+    assert (r["name"], r["kernels"], r["gpu_span_ns"], r["busy_ns"], r["gap_ns"], r["gap_fraction"]) == (
+        "decode_step", 2, 3_000, 2_000, 1_000, 1_000 / 3_000)
+    for key in ("trace", "nsys_version", "warnings", "by_name", "devices", "streams"):
+        assert key in data
+    rows = list(csv.DictReader(io.StringIO(gapscope("analyze", str(path), "-f", "csv").stdout)))
+    assert [row["level"] for row in rows] == ["range", "name", "device", "stream"]
+    assert rows[0]["gap_ns"] == "1000"
+
+
+def test_saved_json_rerenders_the_same(tmp_path):
+    path = small_trace(tmp_path)
+    out = tmp_path / "result.json"
+    assert gapscope("analyze", str(path), "-f", "json", "-o", str(out)).returncode == 0
+    direct = gapscope("analyze", str(path), "-f", "csv").stdout
+    again = gapscope("analyze", str(out), "-f", "csv").stdout
+    assert direct == again
+
+
+def test_real_trace_report(tmp_path):
+    proc = gapscope("analyze", str(CLOVERLEAF))
+    assert proc.returncode == 0, proc.stderr
+    assert "1312" in proc.stdout and "14.0%" in proc.stdout
+
+
+def test_bad_inputs_one_line_exit_2(tmp_path):
+    assert_one_line_error(gapscope("analyze", str(tmp_path / "missing.sqlite")), "no such file")
+    assert_one_line_error(gapscope("analyze", str(tmp_path)), "is a directory")
+    text = tmp_path / "notes.sqlite"
+    text.write_text("hello")
+    assert_one_line_error(gapscope("analyze", str(text)), "not a SQLite file")
+
+    plain = tmp_path / "plain.sqlite"
+    conn = sqlite3.connect(plain)
+    conn.execute("CREATE TABLE t (x)")
+    conn.commit()
+    conn.close()
+    assert_one_line_error(gapscope("analyze", str(plain)), "not an nsys export")
+
+    t = Synthetic()
+    t.range(0, 10, "r")
+    t.call(0, 5, 1)
+    nokern = t.write(tmp_path / "nokernels.sqlite")
+    assert_one_line_error(gapscope("analyze", str(nokern)), "no CUDA kernels")
+
+    trunc = tmp_path / "truncated.sqlite"
+    data = CLOVERLEAF.read_bytes()
+    trunc.write_bytes(data[: len(data) // 2])
+    assert_one_line_error(gapscope("analyze", str(trunc)), "truncated")
+
+    assert_one_line_error(gapscope("analyze", str(small_trace(tmp_path)), "--range", "nope*"),
+                          "no NVTX range matches 'nope*'")
+    assert_one_line_error(gapscope("analyze", str(CLOVERLEAF), "--range", "x"), "has no NVTX ranges")
+    rep = tmp_path / "x.nsys-rep"
+    rep.write_bytes(b"\0" * 200)
+    assert_one_line_error(gapscope("analyze", str(rep)), "nsys export --type sqlite")
+
+
+def test_trace_is_never_written(tmp_path):
+    copy = tmp_path / "cloverleaf.sqlite"
+    shutil.copy(CLOVERLEAF, copy)
+    copy.chmod(0o444)
+    before = (hashlib.sha256(copy.read_bytes()).hexdigest(), copy.stat().st_mtime_ns)
+    assert gapscope("analyze", str(copy), "-f", "json").returncode == 0
+    after = (hashlib.sha256(copy.read_bytes()).hexdigest(), copy.stat().st_mtime_ns)
+    assert before == after
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cloverleaf.sqlite"]  # no journal, no -wal
+
+
+def test_output_folder_must_exist(tmp_path):
+    proc = gapscope("analyze", str(small_trace(tmp_path)), "-o", str(tmp_path / "no" / "out.txt"))
+    assert_one_line_error(proc, "no such folder")
+
+
+@pytest.mark.parametrize("bad", ["--format=xml"])
+def test_usage_errors_exit_2(tmp_path, bad):
+    proc = gapscope("analyze", str(small_trace(tmp_path)), bad)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
