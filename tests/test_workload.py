@@ -1,0 +1,203 @@
+"""CPU-side tests of the workload: calibration math, launch paths and timing on a fake CuPy."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from gapscope.errors import GapscopeError
+from gapscope.workload import range_name
+from gapscope.workload import kernels as K
+from gapscope.workload import paths as P
+import fakecupy  # tests/ is on sys.path under pytest's default rootdir import mode
+
+
+@pytest.fixture()
+def fake_cupy(monkeypatch: pytest.MonkeyPatch):
+    cp = fakecupy.install(monkeypatch)
+    monkeypatch.setattr(P, "_NVTX", None)
+    return cp
+
+
+# ---------------------------------------------------------------- pure math
+
+
+def test_fit_line_exact() -> None:
+    assert K.fit_line([0, 1000], [1.5, 3.5]) == (1.5, 0.002)
+    # three points on t = 2 + 0.5 w, least squares returns the line itself
+    assert K.fit_line([2, 4, 6], [3.0, 4.0, 5.0]) == (2.0, 0.5)
+
+
+def test_fit_line_rejects_degenerate_input() -> None:
+    with pytest.raises(ValueError):
+        K.fit_line([5], [1.0])
+    with pytest.raises(ValueError):
+        K.fit_line([5, 5], [1.0, 2.0])
+
+
+def test_solve_work_rounds_and_clamps() -> None:
+    assert K.solve_work(1.5, 0.002, 3.5) == 1000
+    assert K.solve_work(1.5, 0.002, 2.0005) == 250  # 250.25 rounds down
+    assert K.solve_work(1.5, 0.002, 1.0) == 0  # below the floor: no work at all
+    with pytest.raises(ValueError):
+        K.solve_work(1.0, 0.0, 2.0)
+
+
+def test_split_elements_stays_within_capacity() -> None:
+    assert K.split_elements(1000, capacity=4096) == (1000, 1)
+    assert K.split_elements(4097, capacity=4096) == (2049, 2)
+    assert K.split_elements(12288, capacity=4096) == (4096, 3)
+    assert K.split_elements(0, capacity=4096) == (1, 1)
+
+
+def test_blocker_outlasts_the_queue() -> None:
+    # 200 launches at 20 us each plus 2000 us margin = 6000 us; at 0.002 us/iter -> 3,000,000
+    assert K.blocker_work(0.002, 200) == 3_000_000
+
+
+def test_range_names() -> None:
+    assert range_name("eager", None) == "eager"
+    assert range_name("graph", 2.0) == "graph/k=2us"
+    assert range_name("multistream", 0.5) == "multistream/k=0.5us"
+
+
+def test_steps_and_path_checks() -> None:
+    assert P.steps_for(300, 4) == 75
+    assert P.steps_for(301, 4) == 76
+    assert P.check_paths(["graph", "eager"]) == ["graph", "eager"]
+    with pytest.raises(GapscopeError, match="unknown path"):
+        P.check_paths(["eager", "cudagraph"])
+    with pytest.raises(GapscopeError, match="--streams"):
+        P.steps_for(10, 0)
+
+
+def test_plan_round_trip() -> None:
+    plan = K.KernelPlan("spin", 2.0, 1000, 132, 128, measured_us=2.01, intercept_us=1.0,
+                        slope_us=0.001)
+    calib = K.Calibration(0, "NVIDIA H200", 132, 1.1, 5.5, [plan])
+    again = K.Calibration.from_dict(json.loads(json.dumps(calib.to_dict())))
+    assert again == calib
+
+
+# ---------------------------------------------------------------- missing CuPy / GPU
+
+
+def test_missing_cupy_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "cupy", None)
+    with pytest.raises(GapscopeError, match="CuPy is not installed") as info:
+        K.require_cupy()
+    assert info.value.exit_code == 2
+
+
+def test_no_gpu_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    fakecupy.install(monkeypatch, devices=0)
+    with pytest.raises(GapscopeError, match="no CUDA GPU"):
+        K.require_cupy()
+
+
+def test_workload_cli_without_cupy_exits_2(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    from gapscope.workload.__main__ import main
+
+    monkeypatch.setitem(sys.modules, "cupy", None)
+    assert main(["--kernel-us", "2", "--no-trace"]) == 2
+    assert "CuPy is not installed" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- paths on the fake
+
+
+def _launches(stream: int | None = None) -> list[tuple]:
+    return [e for e in fakecupy.LOG if e[0] == "launch" and (stream is None or e[1] == stream)]
+
+
+def test_calibration_on_fake_device_is_exact(fake_cupy) -> None:
+    calib = K.calibrate([2.0, 50.0], "spin")
+    # fake spin kernel: t = 1 + 0.001 * iters (us), so 2 us -> 1000 iters, 50 us -> 49000
+    assert [p.work for p in calib.plans] == [1000, 49000]
+    assert [p.measured_us for p in calib.plans] == [pytest.approx(2.0), pytest.approx(50.0)]
+    assert calib.floor_us == pytest.approx(1.0)
+    assert calib.gpu == "Fake GPU" and calib.sm_count == 4
+    assert calib.plans[0].grid == 4 and calib.plans[0].block == K.SPIN_BLOCK
+
+
+def test_eager_path_launches_n_on_one_stream(fake_cupy) -> None:
+    ks = K.KernelSet()
+    wl = P.Workload(ks, K.KernelPlan("spin", 2.0, 1000, 4, 128), n_kernels=10, n_streams=3)
+    fakecupy.LOG.clear()
+    wl.eager()
+    assert len(_launches()) == 10
+    assert len(_launches(wl.stream.ptr)) == 10
+
+
+def test_multistream_path_forks_and_joins_each_step(fake_cupy) -> None:
+    ks = K.KernelSet()
+    wl = P.Workload(ks, K.KernelPlan("spin", 2.0, 1000, 4, 128), n_kernels=10, n_streams=3)
+    fakecupy.LOG.clear()
+    wl.multistream()
+    assert wl.steps == 4
+    per_stream = [len(_launches(s.ptr)) for s in wl.streams]
+    assert per_stream == [4, 3, 3]  # 10 kernels, 3 per step, the last step only 1 wide
+    records = [e for e in fakecupy.LOG if e[0] == "record"]
+    waits = [e for e in fakecupy.LOG if e[0] == "wait"]
+    # each step: 1 fork record + 2 join records; 2 waits on the fork + 2 joins waited by stream 0
+    assert len(records) == 4 * 3 and len(waits) == 4 * 4
+    assert sum(1 for e in waits if e[1] == wl.stream.ptr) == 4 * 2
+
+
+def test_graph_path_captures_once_and_replays(fake_cupy) -> None:
+    ks = K.KernelSet()
+    wl = P.Workload(ks, K.KernelPlan("spin", 2.0, 1000, 4, 128), n_kernels=7, n_streams=2)
+    fakecupy.LOG.clear()
+    wl.graph()
+    wl.graph()
+    assert _launches() == []  # no eager launch: everything went into the graph
+    assert [e for e in fakecupy.LOG if e[0] == "graph_launch"] == [
+        ("graph_launch", wl.stream.ptr, 7), ("graph_launch", wl.stream.ptr, 7)]
+
+
+def test_run_traced_names_ranges_and_keeps_warm_up_outside(fake_cupy) -> None:
+    ks = K.KernelSet()
+    plans = [K.KernelPlan("spin", 2.0, 1000, 4, 128), K.KernelPlan("spin", 50.0, 49000, 4, 128)]
+    wls = [(p.target_us, P.Workload(ks, p, 5, 2)) for p in plans]
+    fakecupy.LOG.clear()
+    names = P.run_traced(wls, ["eager", "graph"], repeat=2)
+    assert names == ["eager/k=2us", "graph/k=2us", "eager/k=50us", "graph/k=50us"] * 2
+    pushes = [e[1] for e in fakecupy.LOG if e[0] == "push"]
+    assert pushes == names
+    first_push = next(i for i, e in enumerate(fakecupy.LOG) if e[0] == "push")
+    warm = fakecupy.LOG[:first_push]
+    assert sum(1 for e in warm if e[0] == "launch") == 10  # one eager run of 5 kernels each
+    assert sum(1 for e in warm if e[0] == "graph_launch") == 2
+
+
+def test_untraced_timing_per_kernel(fake_cupy) -> None:
+    from gapscope.workload.timing import time_paths
+
+    ks = K.KernelSet()
+    wl = P.Workload(ks, K.KernelPlan("spin", 2.0, 1000, 4, 128), n_kernels=8, n_streams=2)
+    timings = time_paths([(None, wl)], ["eager", "graph"], repeat=3)
+    assert [(t.path, t.kernel_us) for t in timings] == [("eager", None), ("graph", None)]
+    for t in timings:  # fake kernel of 1000 iters = 2.0 us, no gaps on the fake GPU
+        assert t.per_kernel_us == [pytest.approx(2.0)] * 3
+        assert t.median_us == pytest.approx(2.0) and t.spread_us == pytest.approx(0.0)
+
+
+def test_workload_main_writes_plan_summary_and_timing(fake_cupy, tmp_path) -> None:
+    from gapscope.workload.__main__ import main
+
+    rc = main(["--kernel-us", "2,50", "--kernels", "6", "--streams", "2", "--paths",
+               "eager,multistream", "--save-plan", str(tmp_path / "plan.json"),
+               "--timing", str(tmp_path / "timing.json"), "--summary", str(tmp_path / "s.json"),
+               "--quiet"])
+    assert rc == 0
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert [p["work"] for p in plan["plans"]] == [1000, 49000]
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["ranges"] == ["eager/k=2us", "multistream/k=2us",
+                                 "eager/k=50us", "multistream/k=50us"]
+    timing = json.loads((tmp_path / "timing.json").read_text())
+    # the fake GPU overlaps streams fully: 2 streams halve the time per kernel, and the stop
+    # event on stream 0 still waits for the side stream's last kernel through the join
+    assert [round(t["median_us"], 6) for t in timing] == [2.0, 1.0, 50.0, 25.0]
