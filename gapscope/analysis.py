@@ -105,24 +105,30 @@ def run_analysis(
     member_range, member_act = range_members(frames, launch, table)
     n_ranges = len(table.frame)
 
-    # Ranges: one pair per (range, device).
-    pair_codes, pair_uniques = pd.factorize(
-        pd.MultiIndex.from_arrays([member_range, acts.device[member_act]]), sort=True
-    )
-    pair_row = np.asarray(pair_uniques.get_level_values(0), dtype=np.int64) if len(pair_uniques) else np.zeros(0, np.int64)
-    range_stats, range_gaps = level_stats(acts, member_act, pair_codes.astype(np.int64), pair_row, n_ranges)
-
-    # Devices and streams: the whole trace.
+    # Devices: the whole trace.
     every = np.arange(acts.start.size, dtype=np.int64)
     dev_codes, device_ids = pd.factorize(acts.device, sort=True)
+    dev_codes = dev_codes.astype(np.int64)
     n_dev = len(device_ids)
-    device_stats, device_gaps = level_stats(acts, every, dev_codes.astype(np.int64), np.arange(n_dev), n_dev)
+    device_stats, device_gaps = level_stats(acts, every, dev_codes, np.arange(n_dev), n_dev)
 
+    # Ranges: one pair per (range, device), numbered range * n_dev + device code.
+    pair_row = np.repeat(np.arange(n_ranges, dtype=np.int64), n_dev)
+    range_stats, range_gaps = level_stats(
+        acts, member_act, member_range * n_dev + dev_codes[member_act], pair_row, n_ranges
+    )
+
+    # Streams: (process, device, stream), packed into one integer key.
     a = frames.activities
-    skeys = pd.DataFrame({"pid": (a["proc"].to_numpy() & 0xFFFFFF), "device": acts.device, "stream": a["stream"].to_numpy()})
-    s_codes, s_uniques = pd.factorize(pd.MultiIndex.from_frame(skeys), sort=True)
-    stream_keys = s_uniques.to_frame(index=False)
-    stream_keys.columns = ["pid", "device", "stream"]
+    pid = a["proc"].to_numpy() & 0xFFFFFF
+    stream = a["stream"].to_numpy() & 0xFFFFFFFF
+    s_codes, s_keys = pd.factorize((pid << 40) | (dev_codes << 32) | stream, sort=True)
+    s_keys = np.asarray(s_keys, dtype=np.int64)
+    stream_keys = pd.DataFrame({
+        "pid": s_keys >> 40,
+        "device": np.asarray(device_ids)[(s_keys >> 32) & 0xFF],
+        "stream": s_keys & 0xFFFFFFFF,
+    })
     n_str = len(stream_keys)
     stream_stats, stream_gaps = level_stats(acts, every, s_codes.astype(np.int64), np.arange(n_str), n_str)
 

@@ -36,10 +36,8 @@ def link_launches(frames: TraceFrames) -> np.ndarray:
     n = len(acts)
     if n == 0 or len(api) == 0:
         return np.full(n, -1, dtype=np.int64)
-    procs, inverse = np.unique(
-        np.concatenate([acts["proc"].to_numpy(), api["proc"].to_numpy()]), return_inverse=True
-    )
-    p_act, p_api = inverse[:n].astype(np.int64), inverse[n:].astype(np.int64)
+    codes, _ = pd.factorize(np.concatenate([acts["proc"].to_numpy(), api["proc"].to_numpy()]))
+    p_act, p_api = codes[:n].astype(np.int64), codes[n:].astype(np.int64)
     mask = (1 << _CORR_BITS) - 1
     corr_act = acts["corr"].to_numpy()
     corr_api = api["corr"].to_numpy()

@@ -10,9 +10,12 @@ empty table is usually missing) give empty frames.
 from __future__ import annotations
 
 import enum
+import os
 import sqlite3
+import threading
 import urllib.parse
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -192,79 +195,135 @@ def _read_meta(conn: sqlite3.Connection, path: Path, tables: frozenset[str]) -> 
     )
 
 
+@dataclass(frozen=True)
+class Read:
+    """One bulk SELECT: ``SELECT {select} FROM {source} [WHERE {where}]`` into columns ``names``.
+
+    ``rowid`` names the rowid of the table being split (``n.rowid`` when it has an alias).
+    """
+
+    table: str
+    select: str
+    names: tuple[str, ...]
+    source: str = ""
+    where: str = ""
+    rowid: str = "rowid"
+
+    def sql(self, lo: int | None = None, hi: int | None = None) -> str:
+        conds = [c for c in (self.where,) if c]
+        if lo is not None:
+            conds.append(f"{self.rowid} > {lo} AND {self.rowid} <= {hi}")
+        where = f" WHERE {' AND '.join(f'({c})' for c in conds)}" if conds else ""
+        return f"SELECT {self.select} FROM {self.source or self.table}{where}"
+
+
+#: Rows per parallel chunk of a bulk read.
+CHUNK_ROWS = 400_000
+
+
 class _Reader:
-    """Runs bulk SELECTs into numpy arrays, through ADBC when available."""
+    """Runs bulk SELECTs into DataFrames: through ADBC into Arrow when it is installed, split
+    into rowid chunks read on a small thread pool (SQLite decoding is the bottleneck and ADBC
+    releases the GIL); through the stdlib sqlite3 module otherwise."""
 
     def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
+        self._path = path
         self._conn = conn
-        self._adbc = None
         try:
-            import adbc_driver_sqlite.dbapi as adbc
+            import adbc_driver_sqlite.dbapi  # noqa: F401
 
-            self._adbc = adbc.connect(_uri(path))
+            self._adbc = True
         except ImportError:
-            self._adbc = None
-        except Exception:  # an ADBC that cannot open the file: the stdlib path still may
-            self._adbc = None
+            self._adbc = False
+        self._local = threading.local()
+        self._opened: list = []
+        self._lock = threading.Lock()
 
-    def frame(self, query: str, names: list[str]) -> pd.DataFrame:
-        """Run ``query`` (its columns in the order of ``names``) into a DataFrame.
-
-        Integer columns come back as int64 with NULL as -1; text columns as object.
-        """
+    def frames(self, reads: dict[str, Read]) -> dict[str, pd.DataFrame]:
+        """Run every read; integer columns come back as int64 with NULL as -1, text as object."""
         try:
-            if self._adbc is not None:
-                return self._frame_adbc(query, names)
-            return self._frame_sqlite(query, names)
+            if not self._adbc:
+                return {key: self._frame_sqlite(r) for key, r in reads.items()}
+            tasks = []
+            for key, r in reads.items():
+                top = _sql(self._conn, f"SELECT max(rowid) FROM {r.table}")[0][0] or 0
+                if top <= CHUNK_ROWS:
+                    tasks.append((key, r.sql()))
+                else:
+                    for lo in range(0, top, CHUNK_ROWS):
+                        tasks.append((key, r.sql(lo, min(lo + CHUNK_ROWS, top))))
+            workers = max(1, min(4, os.cpu_count() or 1, len(tasks)))
+            with ThreadPoolExecutor(workers) as pool:
+                tables = list(pool.map(lambda t: self._fetch(t[1]), tasks))
+            import pyarrow as pa
+
+            out = {}
+            for key, r in reads.items():
+                parts = [tb for (k, _), tb in zip(tasks, tables) if k == key]
+                out[key] = _to_frame(pa.concat_tables(parts, promote_options="permissive"), r.names)
+            return out
         except GapscopeError:
             raise
         except Exception as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise GapscopeError(
-                f"cannot read the export ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}): "
-                "the file is truncated, corrupt, or of an unknown schema"
+                f"cannot read the export ({first}): the file is truncated, corrupt, or of an unknown schema"
             ) from None
 
-    def _frame_adbc(self, query: str, names: list[str]) -> pd.DataFrame:
-        import pyarrow as pa
-        import pyarrow.compute as pc
+    def _fetch(self, query: str):
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            import adbc_driver_sqlite.dbapi as adbc
 
-        cur = self._adbc.cursor()
+            conn = self._local.conn = adbc.connect(_uri(self._path))
+            cur = conn.cursor()
+            cur.execute("PRAGMA mmap_size = 4294967296")  # read pages in place, no copies
+            cur.fetchall()
+            cur.close()
+            with self._lock:
+                self._opened.append(conn)
+        cur = conn.cursor()
         try:
             cur.execute(query)
-            table = cur.fetch_arrow_table()
+            return cur.fetch_arrow_table()
         finally:
             cur.close()
-        out = {}
-        for name, col in zip(names, table.columns):
-            if pa.types.is_integer(col.type) or pa.types.is_null(col.type) or pa.types.is_floating(col.type):
-                if pa.types.is_null(col.type):
-                    out[name] = np.full(len(col), -1, dtype=np.int64)
-                else:
-                    out[name] = pc.fill_null(col, -1).to_numpy().astype(np.int64, copy=False)
-            else:
-                out[name] = col.to_pandas().to_numpy(dtype=object)
-        return pd.DataFrame(out, copy=False)
 
-    def _frame_sqlite(self, query: str, names: list[str]) -> pd.DataFrame:
-        rows = _sql(self._conn, query)
-        df = pd.DataFrame.from_records(rows, columns=names)
-        for name in names:
+    def _frame_sqlite(self, r: Read) -> pd.DataFrame:
+        rows = _sql(self._conn, r.sql())
+        df = pd.DataFrame.from_records(rows, columns=list(r.names))
+        for name in r.names:
             col = df[name]
             if col.dtype != object or all(v is None or isinstance(v, int) for v in col.head(1000)):
                 df[name] = col.fillna(-1).astype(np.int64)
         return df
 
     def close(self) -> None:
-        if self._adbc is not None:
-            self._adbc.close()
-            self._adbc = None
+        for conn in self._opened:
+            conn.close()
+        self._opened.clear()
+
+
+def _to_frame(table, names: tuple[str, ...]) -> pd.DataFrame:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    out = {}
+    for name, col in zip(names, table.columns):
+        if pa.types.is_null(col.type):
+            out[name] = np.full(len(col), -1, dtype=np.int64)
+        elif pa.types.is_integer(col.type) or pa.types.is_floating(col.type):
+            out[name] = pc.fill_null(col, -1).to_numpy().astype(np.int64, copy=False)
+        else:
+            out[name] = col.to_pandas().to_numpy(dtype=object)
+    return pd.DataFrame(out, copy=False)
 
 
 def _col(cols: set[str], name: str, fallback: str = "NULL") -> str:
     return name if name in cols else fallback
 
 
-def _activity_query(conn: sqlite3.Connection, table: str, kind: ActivityKind) -> str:
+def _activity_read(conn: sqlite3.Connection, table: str, kind: ActivityKind) -> Read:
     cols = _columns(conn, table)
     missing = {"start", "end", "deviceId", "streamId"} - cols
     if missing:
@@ -276,18 +335,28 @@ def _activity_query(conn: sqlite3.Connection, table: str, kind: ActivityKind) ->
         name = _col(cols, "shortName", _col(cols, "demangledName"))
     elif kind is ActivityKind.GRAPH:
         name = _col(cols, "graphId")
-    return (
-        f"SELECT start, end, deviceId, streamId, {_col(cols, 'globalPid')}, "
-        f"{_col(cols, 'correlationId')}, {int(kind)}, {name}, {_col(cols, 'graphNodeId')} "
-        f"FROM {table}"
-    )
+    exprs = ["start", "end", "deviceId", "streamId", _col(cols, "globalPid"),
+             _col(cols, "correlationId"), name, _col(cols, "graphNodeId")]
+    return Read(table, _aliased(exprs, ACTIVITY_COLUMNS), ACTIVITY_COLUMNS)
 
 
-ACTIVITY_COLUMNS = ["start", "end", "device", "stream", "proc", "corr", "kind", "name_id", "graph_node"]
+def _aliased(exprs: list[str], names: tuple[str, ...]) -> str:
+    return ", ".join(f"{e} AS {n}" for e, n in zip(exprs, names))
 
 
-def load_trace(path: str | Path) -> TraceFrames:
-    """Open an nsys SQLite export read-only and load the frames an analysis needs.
+ACTIVITY_COLUMNS = ("start", "end", "device", "stream", "proc", "corr", "name_id", "graph_node")
+API_COLUMNS = ("start", "end", "tid", "corr", "name_id")
+NVTX_COLUMNS = ("start", "end", "tid", "event_type", "domain_id", "name")
+SYNC_COLUMNS = ("start", "end", "device", "stream", "proc", "corr", "sync_type")
+
+
+def _empty(names: tuple[str, ...]) -> pd.DataFrame:
+    return pd.DataFrame({c: np.zeros(0, dtype=object if c == "name" else np.int64) for c in names})
+
+
+def load_trace(path: str | Path, *, syncs: bool = False) -> TraceFrames:
+    """Open an nsys SQLite export read-only and load the frames an analysis needs
+    (``syncs``: also the CUPTI synchronization records, for gap attribution).
 
     Raises GapscopeError (exit 2) for anything that is not a readable nsys export with CUDA
     activity in it.
@@ -306,82 +375,71 @@ def load_trace(path: str | Path) -> TraceFrames:
             )
         reader = _Reader(p, conn)
         try:
-            frames = _load_frames(conn, reader, meta)
+            frames = _load_frames(conn, reader, meta, syncs)
         finally:
             reader.close()
+        if not (frames.activities["kind"].isin([ActivityKind.KERNEL, ActivityKind.GRAPH])).any():
+            raise GapscopeError(f"{p}: the export holds no kernel executions: nothing to analyze")
     except BaseException:
         conn.close()
         raise
-    if not (frames.activities["kind"].isin([ActivityKind.KERNEL, ActivityKind.GRAPH])).any():
-        conn.close()
-        raise GapscopeError(f"{p}: the export holds no kernel executions: nothing to analyze")
     return frames
 
 
-def _load_frames(conn: sqlite3.Connection, reader: _Reader, meta: TraceMeta) -> TraceFrames:
+def _load_frames(conn: sqlite3.Connection, reader: _Reader, meta: TraceMeta, with_syncs: bool) -> TraceFrames:
     tables = meta.tables
-    parts = []
-    for table, kind in (
-        (KERNEL_TABLE, ActivityKind.KERNEL),
-        (GRAPH_TABLE, ActivityKind.GRAPH),
-        (MEMCPY_TABLE, ActivityKind.MEMCPY),
-        (MEMSET_TABLE, ActivityKind.MEMSET),
-    ):
+    reads: dict[str, Read] = {}
+    kinds = {KERNEL_TABLE: ActivityKind.KERNEL, GRAPH_TABLE: ActivityKind.GRAPH,
+             MEMCPY_TABLE: ActivityKind.MEMCPY, MEMSET_TABLE: ActivityKind.MEMSET}
+    for table, kind in kinds.items():
         if table in tables:
-            parts.append(reader.frame(_activity_query(conn, table, kind), ACTIVITY_COLUMNS))
-    activities = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
-    activities["proc"] = activities["proc"].to_numpy() >> 24
-    activities["kind"] = activities["kind"].astype(np.int8)
-
-    api_cols = ["start", "end", "tid", "corr", "name_id"]
+            reads[table] = _activity_read(conn, table, kind)
     if RUNTIME_TABLE in tables:
         cols = _columns(conn, RUNTIME_TABLE)
-        where = f"WHERE eventClass != {EVENT_CLASS_BACKTRACE}" if "eventClass" in cols else ""
-        api = reader.frame(
-            f"SELECT start, end, globalTid, correlationId, nameId FROM {RUNTIME_TABLE} {where}",
-            api_cols,
+        reads["api"] = Read(
+            RUNTIME_TABLE, "start, end, globalTid, correlationId, nameId", API_COLUMNS,
+            where=f"eventClass != {EVENT_CLASS_BACKTRACE}" if "eventClass" in cols else "",
         )
-    else:
-        api = pd.DataFrame({c: np.zeros(0, dtype=np.int64) for c in api_cols})
-    api["proc"] = api["tid"].to_numpy() >> 24
-
-    nvtx_cols = ["start", "end", "tid", "event_type", "domain_id", "name"]
     if NVTX_TABLE in tables:
         cols = _columns(conn, NVTX_TABLE)
         text = "n.text" if "text" in cols else "NULL"
+        join = ""
         if "textId" in cols and "StringIds" in tables:
             text = f"COALESCE({text}, s.value)"
-            join = "LEFT JOIN StringIds s ON s.id = n.textId"
-        else:
-            join = ""
+            join = " LEFT JOIN StringIds s ON s.id = n.textId"
         domain = "n.domainId" if "domainId" in cols else "0"
-        nvtx = reader.frame(
-            f"SELECT n.start, COALESCE(n.end, -1), n.globalTid, n.eventType, {domain}, {text} "
-            f"FROM {NVTX_TABLE} n {join} "
-            f"WHERE n.eventType IN ({NVTX_PUSH_POP}, {NVTX_START_END}, {NVTX_DOMAIN_CREATE})",
-            nvtx_cols,
+        reads["nvtx"] = Read(
+            NVTX_TABLE,
+            f"n.start, COALESCE(n.end, -1), n.globalTid, n.eventType, {domain}, {text}",
+            NVTX_COLUMNS,
+            source=f"{NVTX_TABLE} n{join}",
+            where=f"n.eventType IN ({NVTX_PUSH_POP}, {NVTX_START_END}, {NVTX_DOMAIN_CREATE})",
+            rowid="n.rowid",
         )
-    else:
-        nvtx = pd.DataFrame({c: np.zeros(0, dtype=np.int64) for c in nvtx_cols[:-1]})
-        nvtx["name"] = np.zeros(0, dtype=object)
-
-    sync_cols = ["start", "end", "device", "stream", "proc", "corr", "sync_type"]
-    if SYNC_TABLE in tables:
+    if with_syncs and SYNC_TABLE in tables:
         cols = _columns(conn, SYNC_TABLE)
-        syncs = reader.frame(
-            f"SELECT start, end, deviceId, streamId, {_col(cols, 'globalPid')}, "
-            f"{_col(cols, 'correlationId')}, {_col(cols, 'syncType')} FROM {SYNC_TABLE}",
-            sync_cols,
-        )
-        syncs["proc"] = syncs["proc"].to_numpy() >> 24
-    else:
-        syncs = pd.DataFrame({c: np.zeros(0, dtype=np.int64) for c in sync_cols})
+        exprs = ["start", "end", "deviceId", "streamId", _col(cols, "globalPid"),
+                 _col(cols, "correlationId"), _col(cols, "syncType")]
+        reads["syncs"] = Read(SYNC_TABLE, _aliased(exprs, SYNC_COLUMNS), SYNC_COLUMNS)
+    got = reader.frames(reads)
 
+    parts = []
+    for table, kind in kinds.items():
+        if table in got:
+            df = got[table]
+            df["kind"] = np.full(len(df), int(kind), dtype=np.int8)
+            parts.append(df)
+    activities = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+    activities["proc"] = activities["proc"].to_numpy() >> 24
+    api = got.get("api", _empty(API_COLUMNS))
+    api["proc"] = api["tid"].to_numpy() >> 24
+    syncs = got.get("syncs", _empty(SYNC_COLUMNS))
+    syncs["proc"] = syncs["proc"].to_numpy() >> 24
     return TraceFrames(
         meta=meta,
         activities=activities,
         api=api,
-        nvtx=nvtx,
+        nvtx=got.get("nvtx", _empty(NVTX_COLUMNS)),
         syncs=syncs,
         strings=StringTable(conn, "StringIds" in tables),
     )

@@ -1,0 +1,88 @@
+"""Benchmark: whole analysis of a large export against a bare SELECT of the same columns.
+
+Builds (once, cached in --workdir) a SYNTHETIC export of at least --kernels kernels by tiling a
+real trace (benchmarks/tile_trace.py), then times, each in a fresh process so peak memory is
+the step's own:
+
+* ``select``: ADBC SELECT of the kernel, runtime and NVTX columns gapscope reads, into Arrow;
+* ``analyze``: gapscope.analysis.analyze (load, link, ranges, metrics, result);
+* ``analyze+attribution``: the same with gap attribution, launch statistics and payoff.
+
+    python benchmarks/bench_analyze.py [--source traces/cupy_paths_node.sqlite] [--kernels 1000000]
+
+Target (issue 2): analyze within 2 s and 1.5 GB on a 2-core machine at 1,000,000 kernels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+CHILD = r"""
+import json, resource, sys, time
+path, step = sys.argv[1], sys.argv[2]
+t = time.perf_counter()
+if step == "select":
+    import adbc_driver_sqlite.dbapi as adbc
+    conn = adbc.connect(f"file:{path}?mode=ro")
+    rows = 0
+    for q in ("SELECT start, end, deviceId, streamId, globalPid, correlationId, shortName, graphNodeId FROM CUPTI_ACTIVITY_KIND_KERNEL",
+              "SELECT start, end, globalTid, correlationId, nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME",
+              "SELECT start, end, globalTid, eventType, domainId, textId FROM NVTX_EVENTS"):
+        cur = conn.cursor(); cur.execute(q); rows += cur.fetch_arrow_table().num_rows; cur.close()
+    conn.close()
+    out = {"rows": rows}
+else:
+    from gapscope.analysis import analyze
+    r = analyze(path, attribution=(step == "analyze+attribution"))
+    out = {"rows": sum(d["kernels"] for d in r.devices), "ranges": len(r.ranges)}
+out["seconds"] = time.perf_counter() - t
+out["peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps(out))
+"""
+
+
+def run_step(path: Path, step: str) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", CHILD, str(path), step], capture_output=True,
+                          text=True, env=env)
+    if proc.returncode != 0:
+        raise SystemExit(f"{step} failed:\n{proc.stderr}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--source", type=Path, default=ROOT / "traces" / "cupy_paths_node.sqlite")
+    ap.add_argument("--kernels", type=int, default=1_000_000)
+    ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "gapscope-bench")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per step; the best is shown")
+    args = ap.parse_args()
+
+    from tile_trace import tile
+
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    big = args.workdir / f"{args.source.stem}-x{args.kernels}.synthetic.sqlite"
+    if not big.exists():
+        print(f"tiling {args.source} to {args.kernels:,} kernels -> {big} ...", flush=True)
+        tile(args.source, big, args.kernels)
+    print(f"trace: {big} ({big.stat().st_size / 1e6:.0f} MB, SYNTHETIC tiling of {args.source.name}); "
+          f"{os.cpu_count()} CPUs; best of {args.repeat}")
+    print(f"{'step':<22}{'rows':>12}{'seconds':>10}{'peak MB':>10}")
+    for step in ("select", "analyze", "analyze+attribution"):
+        runs = [run_step(big, step) for _ in range(args.repeat)]
+        best = min(runs, key=lambda r: r["seconds"])
+        print(f"{step:<22}{best['rows']:>12,}{best['seconds']:>10.2f}{max(r['peak_mb'] for r in runs):>10.0f}")
+
+
+if __name__ == "__main__":
+    main()
