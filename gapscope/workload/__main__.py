@@ -14,18 +14,7 @@ from pathlib import Path
 from typing import Sequence
 
 from gapscope.errors import GapscopeError
-from gapscope.workload import KERNEL_KINDS, PATHS
-
-
-def parse_us_list(text: str) -> list[float]:
-    """'2,10,50' -> [2.0, 10.0, 50.0]; every value must be a positive number."""
-    try:
-        values = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise GapscopeError(f"--kernel-us wants numbers separated by commas, got {text!r}") from None
-    if not values or any(v <= 0 for v in values):
-        raise GapscopeError(f"--kernel-us wants positive microseconds, got {text!r}")
-    return values
+from gapscope.workload import KERNEL_KINDS, PATHS, parse_us_list
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from gapscope.workload.paths import Workload
 
@@ -56,11 +56,13 @@ def time_path(wl: Workload, path: str, repeat: int = 3) -> list[float]:
 
 
 def time_paths(workloads: Sequence[tuple[float | None, Workload]], paths: Sequence[str],
-               repeat: int = 3) -> list[PathTiming]:
+               repeat: int = 3, progress: Callable[[str], None] | None = None) -> list[PathTiming]:
     """Time every path of every workload untraced; warm-up first."""
     results = []
     for us, wl in workloads:
         wl.warm_up(paths)
         for path in paths:
+            if progress:
+                progress(f"{path} k={us}")
             results.append(PathTiming(path, us, wl.n_kernels, time_path(wl, path, repeat)))
     return results

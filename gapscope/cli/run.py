@@ -1,0 +1,76 @@
+"""`gapscope run`: parse options, call gapscope.runner.run, render the sweep table."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from gapscope.cli import cli
+from gapscope.workload import KERNEL_KINDS, PATHS, parse_us_list
+
+
+@cli.command("run")
+@click.option("--kernel-us", default="10", show_default=True, metavar="US[,US...]",
+              help="Target kernel time(s) in microseconds; several make a sweep, "
+                   "e.g. 2,10,50,200,1000.")
+@click.option("--kernels", "-n", default=1000, show_default=True, help="Kernels per path (N).")
+@click.option("--streams", "-s", default=4, show_default=True,
+              help="Streams of the multistream path (S).")
+@click.option("--paths", default=",".join(PATHS), show_default=True,
+              help="Paths to run, comma-separated.")
+@click.option("--repeat", "-r", default=1, show_default=True,
+              help="Runs of each path under its range (median and spread in the table).")
+@click.option("--device", default=0, show_default=True, help="CUDA device index.")
+@click.option("--kind", type=click.Choice(KERNEL_KINDS), default="spin", show_default=True,
+              help="Micro-kernel: compute-bound spin, memory-bound stream, or empty.")
+@click.option("--nsys", metavar="PATH", help="The nsys to use (else $GAPSCOPE_NSYS, PATH, "
+                                              "the usual install places).")
+@click.option("--graph-trace", type=click.Choice(["node", "graph"]), default="node",
+              show_default=True, help="nsys --cuda-graph-trace mode.")
+@click.option("--output-dir", "-o", default="gapscope-run", show_default=True, metavar="DIR",
+              help="Folder for the .nsys-rep, .sqlite, result JSON, command and environment.")
+@click.option("--format", "-f", "fmt", type=click.Choice(["table", "json", "markdown"]),
+              default="table", show_default=True, help="How to print the result.")
+@click.option("--report", is_flag=True, help="Also print gapscope analyze's tables for the export.")
+@click.option("--dry-run", is_flag=True, help="Print the nsys command and stop (no GPU needed).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress display.")
+def run_command(kernel_us: str, kernels: int, streams: int, paths: str, repeat: int, device: int,
+                kind: str, nsys: str | None, graph_trace: str, output_dir: str, fmt: str,
+                report: bool, dry_run: bool, quiet: bool) -> None:
+    """Record CuPy micro-kernels down eager, multi-stream and graph paths under nsys, then
+    report the gap fraction of each path beside its untraced time per kernel.
+    """
+    from gapscope.runner import RunOptions, run
+
+    opts = RunOptions(
+        out_dir=Path(output_dir), kernel_us=parse_us_list(kernel_us), kernels=kernels,
+        streams=streams, paths=[p.strip() for p in paths.split(",") if p.strip()],
+        repeat=repeat, device=device, kind=kind, nsys=nsys, graph_trace=graph_trace,
+        dry_run=dry_run)
+    result = run(opts, progress=not quiet and not dry_run)
+    out = sys.stdout
+    if dry_run:
+        for w in result.warnings:
+            click.echo(f"warning: {w}", err=True)
+        click.echo(result.command_line)
+        return
+    if fmt == "json":
+        json.dump(result.to_dict(), out, indent=2)
+        out.write("\n")
+        return
+    if fmt == "markdown":
+        from gapscope.render.sweep import render_sweep_markdown
+
+        out.write(render_sweep_markdown(result))
+        return
+    if report:
+        from gapscope.render.table import render_table
+        from gapscope.result import load_result
+
+        render_table(load_result(result.files["analysis"]), out)
+    from gapscope.render.sweep import render_sweep
+
+    render_sweep(result, out)

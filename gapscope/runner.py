@@ -1,0 +1,313 @@
+"""`gapscope run` as a library: calibrate, time untraced, capture under nsys, analyze, tabulate.
+
+Everything lands in one output folder:
+
+    plan.json          the calibration (kernel work per target time, launch floors)
+    timing.json        the paths timed without the profiler (CUDA events)
+    gapscope_run.nsys-rep, gapscope_run.sqlite   what nsys wrote
+    nsys.log           nsys's own output, and the workload's
+    command.txt        the exact nsys command line
+    environment.json   GPU, driver, CUDA, CuPy, nsys and Python versions
+    analysis.json      `gapscope analyze`'s result for the export
+    run.json           the RunResult: options, the above, and the sweep table rows
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from gapscope.errors import GapscopeError
+from gapscope.workload import KERNEL_KINDS, PATHS, range_name
+
+RUN_SCHEMA = "gapscope-run/1"
+OUTPUT_BASE = "gapscope_run"
+
+
+@dataclass
+class RunOptions:
+    """What `gapscope run` was asked to do."""
+
+    out_dir: Path
+    kernel_us: list[float] = field(default_factory=lambda: [10.0])
+    kernels: int = 1000
+    streams: int = 4
+    paths: list[str] = field(default_factory=lambda: list(PATHS))
+    repeat: int = 1
+    device: int = 0
+    kind: str = "spin"
+    nsys: str | None = None
+    graph_trace: str = "node"
+    dry_run: bool = False
+
+    def validate(self) -> None:
+        """Raise GapscopeError for any option a run cannot start with."""
+        from gapscope.workload.paths import check_paths
+
+        check_paths(self.paths)
+        if not self.kernel_us or any(k <= 0 for k in self.kernel_us):
+            raise GapscopeError("--kernel-us wants positive microseconds")
+        for name, value in (("--kernels", self.kernels), ("--streams", self.streams),
+                            ("--repeat", self.repeat)):
+            if value < 1:
+                raise GapscopeError(f"{name} must be at least 1, got {value}")
+        if self.kind not in KERNEL_KINDS:
+            raise GapscopeError(f"--kind must be one of {', '.join(KERNEL_KINDS)}")
+        if self.out_dir.exists() and not self.out_dir.is_dir():
+            raise GapscopeError(f"{self.out_dir}: exists and is not a folder")
+
+    @property
+    def sweep(self) -> bool:
+        return len(self.kernel_us) > 1
+
+    def workload_args(self) -> list[str]:
+        """Arguments of `python -m gapscope.workload` under nsys (the plan is made beforehand)."""
+        d = self.out_dir
+        return ["--plan", str(d / "plan.json"), "--kernels", str(self.kernels),
+                "--streams", str(self.streams), "--paths", ",".join(self.paths),
+                "--repeat", str(self.repeat), "--device", str(self.device),
+                "--summary", str(d / "workload.json")]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["out_dir"] = str(self.out_dir)
+        return d
+
+
+@dataclass
+class SweepRow:
+    """One path at one kernel time: the trace's gaps beside the untraced timing.
+
+    gap_fraction = gap / GPU span of the path's range (median over its repeats);
+    speedup_vs_eager = eager's median span / this path's median span at the same kernel time.
+    """
+
+    kernel_us: float
+    path: str
+    ranges: int
+    kernels: int | None
+    gap_fraction: float | None
+    gap_fraction_min: float | None
+    gap_fraction_max: float | None
+    span_us: float | None
+    traced_per_kernel_us: float | None
+    kernel_median_us: float | None
+    untraced_per_kernel_us: float | None
+    untraced_spread_us: float | None
+    speedup_vs_eager: float | None
+
+
+def _median(values: Sequence[float]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def sweep_rows(ranges: Sequence[dict[str, Any]], timings: Sequence[dict[str, Any]],
+               paths: Sequence[str], kernel_us: Sequence[float]) -> list[SweepRow]:
+    """The seed's table from analysis range instances and untraced timings.
+
+    Range names are `<path>` for one kernel time and `<path>/k=<us>us` in a sweep; each name's
+    instances (one per repeat) are reduced by the median, with min/max of the gap fraction.
+    """
+    sweep = len(kernel_us) > 1
+    by_name: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in ranges:
+        by_name[r["name"]].append(r)
+    timed = {(t["path"], t["kernel_us"]): t for t in timings}
+    rows: list[SweepRow] = []
+    for us in kernel_us:
+        key = float(us) if sweep else None
+        spans: dict[str, float | None] = {}
+        for path in paths:
+            inst = by_name.get(range_name(path, key), [])
+            gf = [r["gap_fraction"] for r in inst if r.get("gap_fraction") is not None]
+            span_ns = _median([r["gpu_span_ns"] for r in inst if r.get("kernels")])
+            kernels = _median([r["kernels"] for r in inst])
+            kmed = _median([r.get("kernel_median_ns") for r in inst])
+            t = timed.get((path, key))
+            spans[path] = span_ns
+            rows.append(SweepRow(
+                kernel_us=float(us), path=path, ranges=len(inst),
+                kernels=int(kernels) if kernels is not None else None,
+                gap_fraction=_median(gf), gap_fraction_min=min(gf) if gf else None,
+                gap_fraction_max=max(gf) if gf else None,
+                span_us=span_ns / 1000.0 if span_ns is not None else None,
+                traced_per_kernel_us=(span_ns / 1000.0 / kernels) if span_ns and kernels else None,
+                kernel_median_us=kmed / 1000.0 if kmed is not None else None,
+                untraced_per_kernel_us=t["median_us"] if t else None,
+                untraced_spread_us=t["spread_us"] if t else None,
+                speedup_vs_eager=None,
+            ))
+        eager = spans.get("eager")
+        for row in rows[-len(paths):]:
+            span = spans.get(row.path)
+            if eager and span:
+                row.speedup_vs_eager = eager / span
+    return rows
+
+
+@dataclass
+class RunResult:
+    """Everything one `gapscope run` produced; `to_dict()` is what run.json holds."""
+
+    options: RunOptions
+    command: list[str]
+    environment: dict[str, Any] = field(default_factory=dict)
+    calibration: dict[str, Any] | None = None
+    timing: list[dict[str, Any]] = field(default_factory=list)
+    rows: list[SweepRow] = field(default_factory=list)
+    files: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def command_line(self) -> str:
+        from gapscope.capture import shell_line
+
+        return shell_line(self.command)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": RUN_SCHEMA,
+            "options": self.options.to_dict(),
+            "nsys_command": self.command,
+            "nsys_command_line": self.command_line,
+            "environment": self.environment,
+            "calibration": self.calibration,
+            "timing": self.timing,
+            "rows": [asdict(r) for r in self.rows],
+            "files": self.files,
+            "warnings": self.warnings,
+        }
+
+
+class _Progress:
+    """A rich progress display on stderr for calibration, timing, capture, export, analysis."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self._progress: Any = None
+
+    def __enter__(self) -> "_Progress":
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import (BarColumn, Progress, SpinnerColumn, TaskProgressColumn,
+                                       TextColumn, TimeElapsedColumn)
+
+            self._progress = Progress(SpinnerColumn(), TextColumn("{task.description:<28}"),
+                                      BarColumn(), TaskProgressColumn(), TimeElapsedColumn(),
+                                      TextColumn("{task.fields[note]}"),
+                                      console=Console(stderr=True))
+            self._progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._progress is not None:
+            self._progress.__exit__(*exc)
+
+    @contextmanager
+    def task(self, description: str, total: float | None) -> Iterator[Any]:
+        """A task whose handle has step(note) and set(pct, note); completed on exit."""
+        prog = self._progress
+
+        class Handle:
+            def step(self, note: str = "") -> None:
+                if prog is not None:
+                    prog.update(tid, advance=1, note=note)
+
+            def set(self, pct: float, note: str = "") -> None:
+                if prog is not None:
+                    prog.update(tid, completed=pct, note=note)
+
+        tid = prog.add_task(description, total=total, note="") if prog is not None else None
+        yield Handle()
+        if prog is not None:
+            task = prog.tasks[tid]
+            prog.update(tid, completed=task.total if task.total is not None else 1, total=task.total or 1)
+
+
+def _write_json(path: Path, data: Any) -> None:
+    path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def run(opts: RunOptions, progress: bool = True) -> RunResult:
+    """Calibrate, time untraced, capture under nsys, analyze; write the output folder.
+
+    With `opts.dry_run` only the nsys command is built (nsys need not exist; no GPU is used).
+    """
+    from gapscope import capture
+
+    opts.validate()
+    out = opts.out_dir
+    base = out / OUTPUT_BASE
+    warnings: list[str] = []
+    try:
+        nsys = capture.find_nsys(opts.nsys)
+    except GapscopeError:
+        if not opts.dry_run:
+            raise
+        nsys = Path("nsys")
+        warnings.append("nsys not found; the command shows plain 'nsys'")
+    command = capture.build_command(nsys, base, opts.workload_args(), opts.graph_trace)
+    result = RunResult(options=opts, command=command, warnings=warnings)
+    if opts.dry_run:
+        return result
+
+    from gapscope.workload.kernels import KernelSet, calibrate
+    from gapscope.workload.paths import Workload
+    from gapscope.workload.timing import time_paths
+
+    ks = KernelSet(opts.device)  # raises a GapscopeError without CuPy or a GPU
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "command.txt").write_text(result.command_line + "\n")
+    result.environment = capture.environment(nsys, opts.device)
+    _write_json(out / "environment.json", result.environment)
+
+    with _Progress(progress) as prog:
+        with prog.task("calibrate kernels", 2 + len(opts.kernel_us)) as t:
+            calib = calibrate(opts.kernel_us, opts.kind, opts.device, t.step, ks)
+        result.calibration = calib.to_dict()
+        _write_json(out / "plan.json", result.calibration)
+
+        sweep = opts.sweep
+        workloads = [(p.target_us if sweep else None, Workload(ks, p, opts.kernels, opts.streams))
+                     for p in calib.plans]
+        with prog.task("time untraced", len(workloads) * len(opts.paths)) as t:
+            timings = time_paths(workloads, opts.paths, max(3, opts.repeat), t.step)
+        result.timing = [tm.to_dict() for tm in timings]
+        _write_json(out / "timing.json", result.timing)
+        del workloads
+
+        with prog.task("capture (nsys)", None) as t_cap, \
+                prog.task("write .nsys-rep", 100) as t_rep, \
+                prog.task("export .sqlite", 100) as t_exp:
+            def on_phase(phase: str, pct: int | None) -> None:
+                if phase == "report":
+                    t_cap.set(1, "done")
+                    t_rep.set(pct or 0)
+                elif phase == "export":
+                    t_rep.set(100)
+                    t_exp.set(pct or 0)
+
+            files = capture.run_capture(command, base, out / "nsys.log", capture.workload_env(),
+                                        on_phase)
+
+        with prog.task("analyze export", 1):
+            from gapscope.analysis import analyze
+
+            analysis = analyze(files.sqlite).to_dict()
+        _write_json(out / "analysis.json", analysis)
+
+    result.rows = sweep_rows(analysis["ranges"], result.timing, opts.paths, opts.kernel_us)
+    result.warnings += list(analysis.get("warnings", []))
+    result.files = {k: str(v) for k, v in {
+        "report": files.report, "sqlite": files.sqlite, "nsys_log": files.log,
+        "analysis": out / "analysis.json", "plan": out / "plan.json",
+        "timing": out / "timing.json", "command": out / "command.txt",
+        "environment": out / "environment.json", "run": out / "run.json"}.items()}
+    _write_json(out / "run.json", result.to_dict())
+    return result
