@@ -13,8 +13,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from gapscope.attribution import Attributor, as_dicts, category_sums, longest_gaps
 from gapscope.errors import GapscopeError
+from gapscope.launches import launch_stats
 from gapscope.metrics import STATS_FIELDS, ActivityArrays, GapList, level_stats, rollup_stats
+from gapscope.payoff import ceiling, measured_pairs
 from gapscope.ranges import RangeTable, link_launches, range_members, range_table
 from gapscope.result import AnalysisResult, clean_rows
 from gapscope.trace import ActivityKind, TraceFrames, load_trace
@@ -96,9 +99,11 @@ def _warnings(frames: TraceFrames, launch: np.ndarray, ranges: RangeTable, mode:
 
 
 def run_analysis(
-    frames: TraceFrames, *, ranges: Sequence[str] = (), count_memops: bool = False
+    frames: TraceFrames, *, ranges: Sequence[str] = (), count_memops: bool = False,
+    attribution: bool = True, top: int = 10,
 ) -> Analysis:
-    """Compute every metric of docs/metrics.md on loaded frames."""
+    """Compute every metric of docs/metrics.md on loaded frames (``attribution``: also the
+    gap categories, launch statistics, graph payoff and the ``top`` longest gaps)."""
     acts = activity_arrays(frames, count_memops)
     launch = link_launches(frames)
     table = range_table(frames, ranges)
@@ -164,6 +169,9 @@ def run_analysis(
         devices=_rows(pd.DataFrame({"device": np.asarray(device_ids)}), device_stats),
         streams=_rows(stream_keys, stream_stats),
     )
+    if attribution:
+        _attribute(result, frames, acts, launch, range_gaps, device_gaps, stream_gaps,
+                   name_codes.astype(np.int64), len(name_uniques), top)
     if ranges and not (range_stats["kernels"].to_numpy() > 0).any():
         raise GapscopeError(
             f"the ranges matching {', '.join(repr(r) for r in ranges)} launched no GPU work"
@@ -175,12 +183,47 @@ def run_analysis(
     )
 
 
+def _attribute(
+    result: AnalysisResult, frames: TraceFrames, acts: ActivityArrays, launch: np.ndarray,
+    range_gaps: GapList, device_gaps: GapList, stream_gaps: GapList, name_codes: np.ndarray,
+    n_names: int, top: int,
+) -> None:
+    """Add gap categories, the graph payoff ceiling, launch statistics and the longest gaps."""
+    attributor = Attributor(frames, launch, acts.busy)
+    range_cats = attributor.classify(range_gaps)
+    device_cats = attributor.classify(device_gaps)
+    levels = (
+        (result.ranges, range_gaps.row, range_gaps, range_cats),
+        (result.by_name, name_codes[range_gaps.row] if name_codes.size else range_gaps.row, range_gaps, range_cats),
+        (result.devices, device_gaps.row, device_gaps, device_cats),
+        (result.streams, stream_gaps.row, stream_gaps, attributor.classify(stream_gaps)),
+    )
+    for rows, row_of_gap, gaps, cats in levels:
+        sums = as_dicts(category_sums(row_of_gap, gaps.length, cats, len(rows)))
+        for row, by_cat in zip(rows, sums):
+            row["gap_by_category_ns"] = by_cat
+    for row in (*result.ranges, *result.by_name, *result.devices):
+        span, speedup = ceiling(row["gpu_span_ns"], row["gap_by_category_ns"])
+        row["graph_ceiling_span_ns"] = span
+        row["graph_ceiling_speedup"] = speedup
+    result.extras["launch"] = launch_stats(
+        launch, acts.start, attributor.api_start, attributor.api_end, attributor.names
+    )
+    result.extras["payoff"] = measured_pairs(result.by_name)
+    result.extras["top_gaps"] = longest_gaps(
+        frames, device_gaps, device_cats, launch, attributor.names, acts.busy, top
+    )
+
+
 def analyze(
-    path: str | Path, *, ranges: Sequence[str] = (), count_memops: bool = False
+    path: str | Path, *, ranges: Sequence[str] = (), count_memops: bool = False,
+    attribution: bool = True, top: int = 10,
 ) -> AnalysisResult:
-    """Analyze one nsys SQLite export: gap fraction per NVTX range, range name, device and stream."""
-    frames = load_trace(path)
+    """Analyze one nsys SQLite export: gap fraction per NVTX range, range name, device and
+    stream, and (``attribution``) why the GPU sat idle."""
+    frames = load_trace(path, syncs=attribution)
     try:
-        return run_analysis(frames, ranges=ranges, count_memops=count_memops).result
+        return run_analysis(frames, ranges=ranges, count_memops=count_memops,
+                            attribution=attribution, top=top).result
     finally:
         frames.strings.close()

@@ -96,7 +96,8 @@ class StringTable:
 
     def lookup(self, ids: Iterable[int]) -> dict[int, str]:
         """Map each id to its string ('[unknown]' where the export has none)."""
-        wanted = {int(i) for i in ids} - self._cache.keys()
+        ids = [int(i) for i in ids]
+        wanted = set(ids) - self._cache.keys()
         if wanted and self._present and self._conn is not None:
             todo = sorted(wanted)
             for chunk in range(0, len(todo), 900):
@@ -106,7 +107,7 @@ class StringTable:
                 self._cache.update({int(i): str(v) for i, v in rows})
         for i in wanted:
             self._cache.setdefault(i, "[unknown]")
-        return {int(i): self._cache[int(i)] for i in ids}
+        return {i: self._cache[i] for i in ids}
 
     def close(self) -> None:
         if self._conn is not None:

@@ -30,7 +30,8 @@ def output_file(path: str | None) -> Iterator[TextIO]:
         yield fh
 
 
-def load_or_analyze(path: str, ranges: tuple[str, ...] = (), count_memops: bool = False):
+def load_or_analyze(path: str, ranges: tuple[str, ...] = (), count_memops: bool = False,
+                    attribution: bool = True, top: int = 10):
     """An AnalysisResult from a trace (.sqlite) or a saved result (.json)."""
     from gapscope.analysis import analyze
     from gapscope.result import load_result
@@ -39,7 +40,7 @@ def load_or_analyze(path: str, ranges: tuple[str, ...] = (), count_memops: bool 
         if ranges:
             raise GapscopeError("--range applies to traces, not to a saved result JSON")
         return load_result(path)
-    return analyze(path, ranges=ranges, count_memops=count_memops)
+    return analyze(path, ranges=ranges, count_memops=count_memops, attribution=attribution, top=top)
 
 
 @cli.command("analyze")
@@ -52,14 +53,17 @@ def load_or_analyze(path: str, ranges: tuple[str, ...] = (), count_memops: bool 
 @click.option("--count-memops", is_flag=True, help="Count memcpy/memset time as busy GPU time.")
 @click.option("--limit", default=20, show_default=True, metavar="N",
               help="Range instances shown in the table (0: none).")
+@click.option("--top", default=10, show_default=True, metavar="N", help="Longest gaps listed.")
+@click.option("--attribution/--no-attribution", default=True, show_default=True,
+              help="Classify every gap (launch, sync, dependency, memop, pipeline).")
 def analyze_command(trace: str, ranges: tuple[str, ...], fmt: str, output: str | None,
-                    count_memops: bool, limit: int) -> None:
+                    count_memops: bool, limit: int, top: int, attribution: bool) -> None:
     """Share of GPU time lost to gaps between kernels, per NVTX range, device and stream.
 
     TRACE is an nsys SQLite export (`nsys export --type sqlite`, or `nsys profile
     --export sqlite`) or a result JSON saved by `gapscope analyze --format json`.
     """
-    result = load_or_analyze(trace, ranges, count_memops)
+    result = load_or_analyze(trace, ranges, count_memops, attribution, top)
     with output_file(output) as fh:
         if fmt == "json":
             from gapscope.render.json import render_json

@@ -92,11 +92,64 @@ def render_table(result: AnalysisResult, file: TextIO, *, limit: int = 20, width
                                        ["id", "name", "thread"], shown, with_verdict=False))
     console.print(_stats_table("Devices (whole trace)", ["device"], result.devices, with_verdict=True))
     console.print(_stats_table("Streams (whole trace)", ["pid", "device", "stream"], result.streams, with_verdict=False))
-    for key, renderer in EXTRA_RENDERERS.items():
-        if key in result.extras:
-            renderer(result, console)
+    if any("gap_by_category_ns" in r for r in result.devices):
+        _attribution(console, result)
 
 
-#: Renderers of optional result sections, keyed by the section's JSON name; sections add
-#: themselves here (gap attribution, launch statistics, payoff, longest gaps).
-EXTRA_RENDERERS: dict[str, Any] = {}
+def _share(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.0f}%" if whole else "-"
+
+
+def _attribution(console: Console, result: AnalysisResult) -> None:
+    """Why the GPU sat idle, the launch statistics, the graph payoff and the longest gaps."""
+    from gapscope.attribution import CATEGORY_LABELS
+
+    t = Table(title="Why the GPU sat idle (share of gap time)", box=box.SIMPLE_HEAD,
+              title_justify="left", title_style="bold")
+    t.add_column("timeline", overflow="fold", max_width=48)
+    t.add_column("gap", justify="right")
+    for label in CATEGORY_LABELS:
+        t.add_column(label, justify="right")
+    t.add_column("graph ceiling", justify="right")
+    rows = [(f"range {r['name']} (x{r['count']})", r) for r in result.by_name if r["kernels"] > 0]
+    rows += [(f"device {r['device']}", r) for r in result.devices]
+    for label, r in rows:
+        cats = r["gap_by_category_ns"]
+        speedup = r.get("graph_ceiling_speedup")
+        t.add_row(label, fmt_ns(r["gap_ns"]), *(_share(cats[c], r["gap_ns"]) for c in CATEGORY_LABELS),
+                  f"{speedup:.2f}x" if speedup else "-")
+    console.print(t)
+
+    launch = result.extras.get("launch") or []
+    if launch:
+        t = Table(title="Launch calls", box=box.SIMPLE_HEAD, title_justify="left", title_style="bold")
+        for col in ("api", "calls", "host p50", "host p90", "launch->start p50", "p90", "calls/s"):
+            t.add_column(col, justify="left" if col == "api" else "right")
+        for r in launch:
+            t.add_row(r["api"], str(r["calls"]), fmt_ns(r["host_median_ns"]), fmt_ns(r["host_p90_ns"]),
+                      fmt_ns(r["latency_median_ns"]), fmt_ns(r["latency_p90_ns"]), f"{r['per_second']:,.0f}")
+        console.print(t)
+
+    pairs = result.extras.get("payoff") or []
+    if pairs:
+        t = Table(title="CUDA Graph payoff: measured against the ceiling", box=box.SIMPLE_HEAD,
+                  title_justify="left", title_style="bold")
+        for col in ("eager range", "graph range", "eager span", "graph span", "measured", "ceiling"):
+            t.add_column(col, justify="left" if "range" in col else "right")
+        for p in pairs:
+            t.add_row(p["eager"], p["graph"], fmt_ns(p["eager_span_ns"]), fmt_ns(p["graph_span_ns"]),
+                      f"{p['measured_speedup']:.2f}x",
+                      f"{p['ceiling_speedup']:.2f}x" if p["ceiling_speedup"] else "-")
+        console.print(t)
+
+    top = result.extras.get("top_gaps") or []
+    if top:
+        t = Table(title=f"Longest gaps ({len(top)})", box=box.SIMPLE_HEAD, title_justify="left",
+                  title_style="bold")
+        for col in ("gap", "category", "device", "stream", "at", "before", "after", "launched by"):
+            t.add_column(col, overflow="fold", max_width=36,
+                         justify="right" if col in ("gap", "device", "stream", "at") else "left")
+        for g in top:
+            t.add_row(fmt_ns(g["gap_ns"]), g["category"], str(g["device"]), str(g["stream"]),
+                      fmt_ns(g["start_ns"]), g["before"] or "-", g["after"], g["launched_by"] or "-")
+        console.print(t)

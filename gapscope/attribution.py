@@ -1,0 +1,287 @@
+"""Why the GPU sat idle: one category per gap, decided from the kernel that ends the gap and
+the API call that launched it (docs/metrics.md, "Gap attribution", holds the exact rules).
+
+Rules, first match wins, for a gap [g0, g1) ended by activity K, launched by call L:
+
+1. ``memop``: memcpy/memset (not counted as busy) on the gap's device cover at least half of it.
+2. ``unknown``: K has no launching call in the trace.
+3. ``sync``: L had not returned at g0 (L.end > g0) and L's thread was inside a synchronizing
+   call at g0 (stream/device/event synchronize, a synchronous copy).
+4. ``launch``: L had not returned at g0: the GPU waited for the CPU to issue the work.
+5. ``dependency``: K was queued, but its stream was told to wait on an event (stream-wait
+   SYNCHRONIZATION record on K's stream issued after the stream's previous launch), or the
+   previous operation on K's stream is a copy that ended inside the gap.
+6. ``pipeline``: queued with nothing to wait for: the device's own turnaround.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+
+import numpy as np
+import pandas as pd
+
+from gapscope.metrics import GapList
+from gapscope.trace import TraceFrames
+
+
+class IdleCategory(enum.IntEnum):
+    """Why a gap happened; values index ``gap_by_category_ns``."""
+
+    LAUNCH = 0
+    SYNC = 1
+    DEPENDENCY = 2
+    MEMOP = 3
+    PIPELINE = 4
+    UNKNOWN = 5
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+CATEGORY_LABELS = tuple(c.label for c in IdleCategory)
+
+_SUFFIX = re.compile(r"_v\d+$")
+
+#: Synchronizing API calls (names without the _vNNNN suffix): the calling thread blocks until
+#: GPU work is done.
+SYNC_CALLS = frozenset({
+    "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaThreadSynchronize",
+    "cudaMemcpy", "cudaMemcpy2D", "cudaMemcpy3D", "cudaMemcpyToSymbol", "cudaMemcpyFromSymbol",
+    "cudaMemcpyPeer", "cudaMemset", "cudaMemset2D", "cudaMemset3D",
+    "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize",
+    "cuMemcpy", "cuMemcpyDtoH", "cuMemcpyHtoD", "cuMemcpyDtoD", "cuMemcpyPeer", "cuMemcpy2D", "cuMemcpy3D",
+})
+#: CUPTI synchronization type of cudaStreamWaitEvent records.
+SYNC_TYPE_STREAM_WAIT_EVENT = 2
+
+
+def base_name(name: str) -> str:
+    """An API name without nsys's ``_vNNNN`` version suffix."""
+    return _SUFFIX.sub("", name)
+
+
+def api_names(frames: TraceFrames) -> np.ndarray:
+    """The suffix-stripped name of every API call, as an object array."""
+    ids = frames.api["name_id"].to_numpy()
+    codes, uniques = pd.factorize(ids)
+    names = frames.strings.lookup(int(u) for u in uniques)
+    table = np.array([base_name(names[int(u)]) for u in uniques] or [""], dtype=object)
+    return table[codes] if len(codes) else np.zeros(0, dtype=object)
+
+
+def _keyed(groups: np.ndarray, times: np.ndarray, width: int, lo: int) -> np.ndarray:
+    return groups.astype(np.int64) * width + (times - lo)
+
+
+def _previous(sorted_keys: np.ndarray, query: np.ndarray, side: str = "right") -> np.ndarray:
+    """Index of the last sorted key <= query (side='right') or < query (side='left'); -1 if none."""
+    return np.searchsorted(sorted_keys, query, side=side) - 1
+
+
+class Attributor:
+    """Classifies gaps of any level against one trace; build once, call ``classify`` per level."""
+
+    def __init__(self, frames: TraceFrames, launch: np.ndarray, busy: np.ndarray) -> None:
+        self.frames = frames
+        self.launch = launch
+        acts, api = frames.activities, frames.api
+        self.names = api_names(frames)
+        self.api_start = api["start"].to_numpy()
+        self.api_end = api["end"].to_numpy()
+        self.api_tid = api["tid"].to_numpy()
+        self.act_start = acts["start"].to_numpy()
+        self.act_end = acts["end"].to_numpy()
+        self.act_device = acts["device"].to_numpy()
+        self.act_stream = acts["stream"].to_numpy()
+        kind = acts["kind"].to_numpy()
+        self.is_memop = (kind == 1) | (kind == 2)
+        self.busy = busy
+        times = [self.act_start, self.act_end, self.api_start, self.api_end, frames.syncs["start"].to_numpy()]
+        self.lo = int(min(t.min() for t in times if t.size))
+        self.width = int(max(t.max() for t in times if t.size)) - self.lo + 2
+        self._index_memops()
+        self._index_syncs()
+        self._index_streams()
+
+    # -- indexes built once -------------------------------------------------------------
+    def _index_memops(self) -> None:
+        """Per device, the union of non-busy memop intervals as sorted blocks with the
+        cumulative covered time before each block (to measure coverage of any window)."""
+        m = self.is_memop & ~self.busy
+        dev_codes, self.devices = pd.factorize(self.act_device, sort=True)
+        self.dev_codes = dev_codes.astype(np.int64)
+        if not m.any():
+            self.mem_keys = None
+            return
+        d = self.dev_codes[m]
+        s = _keyed(d, self.act_start[m], self.width, self.lo)
+        e = _keyed(d, self.act_end[m], self.width, self.lo)
+        order = np.argsort(s, kind="stable")
+        s, e = s[order], e[order]
+        run = np.maximum.accumulate(e)
+        new = np.r_[True, s[1:] > run[:-1]]
+        heads = np.flatnonzero(new)
+        bs = s[heads]
+        be = np.maximum.reduceat(e, heads)
+        self.mem_keys = (bs, be, np.r_[0, np.cumsum(be - bs)[:-1]])
+
+    def _covered_before(self, t: np.ndarray) -> np.ndarray:
+        bs, be, before = self.mem_keys
+        i = _previous(bs, t)
+        inside = np.where(i >= 0, np.minimum(t, be[np.maximum(i, 0)]) - bs[np.maximum(i, 0)], 0)
+        return np.where(i >= 0, before[np.maximum(i, 0)] + inside, 0)
+
+    def _index_syncs(self) -> None:
+        is_sync = np.isin(self.names, list(SYNC_CALLS)) if self.names.size else np.zeros(0, bool)
+        self.sync_idx = np.flatnonzero(is_sync)
+        tid_codes, self.tids = pd.factorize(self.api_tid, sort=True)
+        self.tid_codes = tid_codes.astype(np.int64)
+        keys = _keyed(self.tid_codes[self.sync_idx], self.api_start[self.sync_idx], self.width, self.lo)
+        order = np.argsort(keys, kind="stable")
+        self.sync_keys = keys[order]
+        self.sync_end = self.api_end[self.sync_idx][order]
+
+    def _stream_key(self, proc: np.ndarray, dev_code: np.ndarray, stream: np.ndarray) -> np.ndarray:
+        return ((proc & 0xFFFFFF) << 36) | (dev_code.astype(np.int64) << 32) | (stream & 0xFFFFFFFF)
+
+    def _index_streams(self) -> None:
+        """Per stream: each activity's predecessor by GPU start, and the stream-wait-event calls
+        issued on it (to see whether a wait came between two launches)."""
+        a = self.frames.activities
+        raw = self._stream_key(a["proc"].to_numpy(), self.dev_codes, self.act_stream)
+        codes, uniques = pd.factorize(raw)
+        self.stream_codes = codes.astype(np.int64)
+        order = np.lexsort((self.act_start, self.stream_codes))
+        prev = np.full(order.size, -1, dtype=np.int64)
+        same = self.stream_codes[order][1:] == self.stream_codes[order][:-1]
+        prev[order[1:]] = np.where(same, order[:-1], -1)
+        self.prev_on_stream = prev
+
+        self.wait_keys = None
+        syncs = self.frames.syncs
+        waits = syncs[syncs["sync_type"] == SYNC_TYPE_STREAM_WAIT_EVENT]
+        if len(waits) == 0 or self.api_start.size == 0:
+            return
+        # A wait is issued when its API call starts; find the call through (process, correlationId).
+        api = self.frames.api
+        calls = pd.Series(np.arange(len(api)), index=pd.MultiIndex.from_arrays([api["proc"], api["corr"]]))
+        calls = calls[~calls.index.duplicated()]
+        call = calls.reindex(pd.MultiIndex.from_arrays([waits["proc"], waits["corr"]])).to_numpy()
+        wdev = pd.Index(self.devices).get_indexer(waits["device"].to_numpy())
+        wcode = pd.Index(uniques).get_indexer(
+            self._stream_key(waits["proc"].to_numpy(), np.maximum(wdev, 0), waits["stream"].to_numpy()))
+        ok = ~np.isnan(call) & (wdev >= 0) & (wcode >= 0)
+        t = self.api_start[call[ok].astype(np.int64)]
+        self.wait_keys = np.sort(_keyed(wcode[ok], t, self.width, self.lo))
+
+    # -- classification -------------------------------------------------------------------
+    def classify(self, gaps: GapList) -> np.ndarray:
+        """One IdleCategory per gap."""
+        n = gaps.length.size
+        cat = np.full(n, IdleCategory.PIPELINE, dtype=np.int8)
+        if n == 0:
+            return cat
+        g0 = gaps.start
+        g1 = gaps.start + gaps.length
+        k = gaps.next_act
+        call = self.launch[k]
+        linked = call >= 0
+        c = np.maximum(call, 0)
+
+        # dependency: a stream wait issued between the previous launch on K's stream and L,
+        # or the previous operation on K's stream is a copy that ended inside the gap.
+        prev = self.prev_on_stream[k]
+        has_prev = prev >= 0
+        p = np.maximum(prev, 0)
+        dep = has_prev & self.is_memop[p] & (self.act_end[p] > g0)
+        if self.wait_keys is not None:
+            sc = self.stream_codes[k]
+            prev_call = np.where(has_prev, self.launch[p], -1)
+            t_prev = np.where(prev_call >= 0, self.api_start[np.maximum(prev_call, 0)], self.lo)
+            hi = np.searchsorted(self.wait_keys, _keyed(sc, self.api_start[c], self.width, self.lo), "right")
+            lo = np.searchsorted(self.wait_keys, _keyed(sc, t_prev, self.width, self.lo), "right")
+            dep |= linked & (hi > lo)
+        cat[dep] = IdleCategory.DEPENDENCY
+
+        launch_bound = linked & (self.api_end[c] > g0)
+        cat[launch_bound] = IdleCategory.LAUNCH
+        if self.sync_keys.size:
+            q = _keyed(self.tid_codes[c], g0, self.width, self.lo)
+            i = _previous(self.sync_keys, q)
+            same_thread = (i >= 0) & ((self.sync_keys[np.maximum(i, 0)] // self.width) == self.tid_codes[c])
+            blocked = same_thread & (self.sync_end[np.maximum(i, 0)] > g0)
+            cat[launch_bound & blocked] = IdleCategory.SYNC
+        cat[~linked] = IdleCategory.UNKNOWN
+
+        if self.mem_keys is not None:
+            d = self.dev_codes[k]
+            covered = self._covered_before(_keyed(d, g1, self.width, self.lo)) - \
+                self._covered_before(_keyed(d, g0, self.width, self.lo))
+            cat[2 * covered >= gaps.length] = IdleCategory.MEMOP
+        return cat
+
+
+def category_sums(rows: np.ndarray, lengths: np.ndarray, cats: np.ndarray, n_rows: int) -> np.ndarray:
+    """Gap time per (row, category): shape (n_rows, len(IdleCategory)); rows sum to gap_ns."""
+    out = np.zeros(n_rows * len(IdleCategory), dtype=np.int64)
+    np.add.at(out, rows.astype(np.int64) * len(IdleCategory) + cats.astype(np.int64), lengths)
+    return out.reshape(n_rows, len(IdleCategory))
+
+
+def as_dicts(sums: np.ndarray) -> list[dict[str, int]]:
+    """Rows of ``category_sums`` as {category label: ns} dicts."""
+    return [dict(zip(CATEGORY_LABELS, map(int, row))) for row in sums]
+
+
+def activity_label(frames: TraceFrames, idx: np.ndarray) -> list[str]:
+    """A readable name for each activity index: the kernel's name, ``graph <id>``, ``memcpy``."""
+    a = frames.activities
+    kind = a["kind"].to_numpy()[idx]
+    name_id = a["name_id"].to_numpy()[idx]
+    kernel_names = frames.strings.lookup(int(i) for i in name_id[kind == 0])
+    out = []
+    for k, n in zip(kind.tolist(), name_id.tolist()):
+        out.append(kernel_names.get(n, "?") if k == 0 else f"graph {n}" if k == 3 else
+                   ("memcpy" if k == 1 else "memset"))
+    return out
+
+
+def longest_gaps(
+    frames: TraceFrames, gaps: GapList, cats: np.ndarray, launch: np.ndarray, names: np.ndarray,
+    busy: np.ndarray, top: int,
+) -> list[dict]:
+    """The ``top`` longest gaps of a level with their category and their surroundings: the
+    activity that ended just before (its end is the gap's start), the one after, and the call
+    that launched the one after."""
+    if top <= 0 or gaps.length.size == 0:
+        return []
+    pick = np.argsort(-gaps.length, kind="stable")[:top]
+    a = frames.activities
+    ends = a["end"].to_numpy()
+    dev = a["device"].to_numpy()
+    cand = np.flatnonzero(busy & np.isin(ends, gaps.start[pick]))
+    before = pd.DataFrame({"device": dev[cand], "end": ends[cand], "idx": cand}).drop_duplicates(["device", "end"])
+    want = pd.DataFrame({"device": gaps.device[pick], "end": gaps.start[pick]})
+    prev = want.merge(before, on=["device", "end"], how="left")["idx"].to_numpy()
+    nxt = gaps.next_act[pick]
+    after_names = activity_label(frames, nxt)
+    has_prev = ~np.isnan(prev)
+    prev_names = dict(zip(np.flatnonzero(has_prev).tolist(),
+                          activity_label(frames, prev[has_prev].astype(np.int64))))
+    call = launch[nxt]
+    rows = []
+    for j, i in enumerate(pick.tolist()):
+        rows.append({
+            "start_ns": int(gaps.start[i]),
+            "gap_ns": int(gaps.length[i]),
+            "category": IdleCategory(int(cats[i])).label,
+            "device": int(gaps.device[i]),
+            "stream": int(a["stream"].to_numpy()[nxt[j]]),
+            "before": prev_names.get(j),
+            "after": after_names[j],
+            "launched_by": str(names[call[j]]) if call[j] >= 0 else None,
+        })
+    return rows

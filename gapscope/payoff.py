@@ -1,0 +1,42 @@
+"""The CUDA Graph payoff: what removing launch and sync gaps could give, and, where a trace
+holds an eager and a graph version of the same work, what graphs did give.
+
+* ceiling span = GPU span - launch gaps - sync gaps: the span if the CPU had never made the
+  GPU wait (a ceiling on what CUDA Graphs can win);
+* ceiling speedup = GPU span / ceiling span;
+* measured speedup = mean span of the eager range / mean span of its graph twin, for range
+  names that differ only by ``eager`` -> ``graph`` (``eager/k=2us`` and ``graph/k=2us``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def ceiling(span_ns: int, by_category: dict[str, int]) -> tuple[int, float | None]:
+    """(ceiling span, ceiling speedup) of a timeline from its gap categories."""
+    span = span_ns - by_category.get("launch", 0) - by_category.get("sync", 0)
+    return span, (span_ns / span if span > 0 else None)
+
+
+def measured_pairs(by_name: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Eager/graph twins among the range names, with the ceiling beside the measured speedup."""
+    rows = {r["name"]: r for r in by_name if r["kernels"] > 0}
+    out = []
+    for name, eager in rows.items():
+        if "eager" not in name:
+            continue
+        twin = rows.get(name.replace("eager", "graph"))
+        if twin is None or twin["gpu_span_ns"] == 0:
+            continue
+        eager_mean = eager["gpu_span_ns"] / eager["count"]
+        graph_mean = twin["gpu_span_ns"] / twin["count"]
+        out.append({
+            "eager": name,
+            "graph": twin["name"],
+            "eager_span_ns": eager_mean,
+            "graph_span_ns": graph_mean,
+            "measured_speedup": eager_mean / graph_mean,
+            "ceiling_speedup": eager.get("graph_ceiling_speedup"),
+        })
+    return out
