@@ -47,17 +47,32 @@ AMORTIZED = 0.05
 LAUNCH_SCALE_NS = 100_000
 
 
-def reading(gap_fraction: float | None, gap_p50_ns: float | None) -> str:
-    """One phrase that reads a timeline's gap fraction the way the seed does."""
-    if gap_fraction is None:
+#: What the dominant gap category says about a timeline that is not amortized.
+CATEGORY_READINGS = {
+    "sync": "host syncs idle the GPU",
+    "dependency": "waits on other streams",
+    "memop": "idle behind copies",
+    "pipeline": "device turnaround",
+    "unknown": "gaps not attributable",
+}
+
+
+def reading(row: dict) -> str:
+    """One phrase that reads a timeline row's gap fraction the way the seed does, using its gap
+    categories when the row has them."""
+    f = row.get("gap_fraction")
+    if f is None:
         return "no GPU work"
-    if gap_fraction < AMORTIZED:
+    if f < AMORTIZED:
         return "gaps amortized"
-    if gap_p50_ns is not None and gap_p50_ns > LAUNCH_SCALE_NS:
+    cats = row.get("gap_by_category_ns")
+    if cats and row.get("gap_ns"):
+        top = max(cats, key=cats.get)
+        if top != "launch":
+            return CATEGORY_READINGS[top]
+    elif row.get("gap_p50_ns") is not None and row["gap_p50_ns"] > LAUNCH_SCALE_NS:
         return "idle on long host stalls"
-    if gap_fraction >= LAUNCH_BOUND:
-        return "launch-bound: graphs pay"
-    return "some launch gaps"
+    return "launch-bound: graphs pay" if f >= LAUNCH_BOUND else "some launch gaps"
 
 
 @dataclass(frozen=True)

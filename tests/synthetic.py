@@ -54,6 +54,7 @@ class Synthetic:
         return self
 
     def write(self, path: Path) -> Path:
+        path.unlink(missing_ok=True)
         conn = sqlite3.connect(path)
         c = conn.cursor()
         c.execute("CREATE TABLE META_DATA_EXPORT (name TEXT, value TEXT)")

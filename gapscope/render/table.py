@@ -56,7 +56,7 @@ def _stats_table(title: str, keys: list[str], rows: list[dict[str, Any]], with_v
             fmt_ns(r["kernel_median_ns"]),
         ]
         if with_verdict:
-            cells.append(reading(r["gap_fraction"], r["gap_p50_ns"]))
+            cells.append(reading(r))
         t.add_row(*cells)
     return t
 

@@ -1,0 +1,113 @@
+"""Gap attribution rules, one synthetic export per category (hand-computed), plus the
+third-party CloverLeaf export, which synchronizes the device after every kernel."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from gapscope.analysis import analyze
+from gapscope.attribution import IdleCategory, base_name, category_sums
+from synthetic import Synthetic
+
+CLOVERLEAF = Path(__file__).resolve().parents[2] / "shared" / "thirdparty-traces" / "perlmutter-cloverleaf-cuda.sqlite"
+
+
+def device_categories(t: Synthetic, tmp_path: Path, **kw) -> dict[str, int]:
+    r = analyze(t.write(tmp_path / "synthetic.sqlite"), **kw)
+    row = r.devices[0]
+    assert sum(row["gap_by_category_ns"].values()) == row["gap_ns"]
+    return {k: v for k, v in row["gap_by_category_ns"].items() if v}
+
+
+def test_launch_gap_gpu_waits_for_the_cpu(tmp_path):
+    # Kernel 1 ends at 1000; kernel 2's launch call runs 1500-2500, kernel starts at 3000.
+    t = Synthetic().launch(0, 500, 1_000, 1)
+    t.call(1_500, 2_500, 2).kernel(3_000, 4_000, 2)
+    assert device_categories(t, tmp_path) == {"launch": 2_000}
+
+
+def test_launch_call_still_running_when_gpu_goes_idle_is_launch(tmp_path):
+    # The call started (900) before the GPU went idle (1000) but returned after (1800).
+    t = Synthetic().launch(0, 500, 1_000, 1)
+    t.call(900, 1_800, 2).kernel(2_000, 3_000, 2)
+    assert device_categories(t, tmp_path) == {"launch": 1_000}
+
+
+def test_sync_gap_thread_blocked_in_synchronize(tmp_path):
+    # Thread 1 sits in cudaStreamSynchronize 600-1200 (GPU idle from 1000), then launches.
+    t = Synthetic().launch(0, 500, 1_000, 1)
+    t.call(600, 1_200, 3, name="cudaStreamSynchronize_v3020")
+    t.call(1_300, 1_400, 2).kernel(2_000, 2_500, 2)
+    assert device_categories(t, tmp_path) == {"sync": 1_000}
+
+
+def test_sync_on_another_thread_is_not_ours(tmp_path):
+    t = Synthetic().launch(0, 500, 1_000, 1)
+    t.call(600, 1_200, 3, tid=9, name="cudaDeviceSynchronize_v3020")
+    t.call(1_300, 1_400, 2).kernel(2_000, 2_500, 2)
+    assert device_categories(t, tmp_path) == {"launch": 1_000}
+
+
+def test_pipeline_gap_work_was_queued(tmp_path):
+    # Both launches returned long before the GPU went idle at 10_000.
+    t = Synthetic().launch(0, 5_000, 10_000, 1).launch(100, 10_300, 12_000, 2)
+    assert device_categories(t, tmp_path) == {"pipeline": 300}
+
+
+def test_dependency_stream_wait_between_launches(tmp_path):
+    # Stream 8's kernel was queued at 200, after a cudaStreamWaitEvent issued at 150 on stream 8
+    # (CUPTI SYNCHRONIZATION type 2): it waited on stream 7.
+    t = Synthetic().launch(0, 1_000, 5_000, 1, stream=7)
+    t.call(150, 160, 5, name="cudaStreamWaitEvent_v3020")
+    t.syncs.append((150, 160, 0, 8, 5, 2, 4242))
+    t.launch(200, 6_000, 7_000, 2, stream=8)
+    assert device_categories(t, tmp_path) == {"dependency": 1_000}
+
+
+def test_dependency_waiting_on_a_copy(tmp_path):
+    # Stream 7: kernel [0,1000), a copy [1000,1300), kernel [3000,4000), all queued early.
+    t = Synthetic().launch(0, 0, 1_000, 1)
+    t.call(10, 20, 2, name="cudaMemcpyAsync_v3020")
+    t.memcpy.append((1_000, 1_300, 0, 7, 2, 4242))
+    t.call(30, 40, 3).kernel(3_000, 4_000, 3)
+    assert device_categories(t, tmp_path) == {"dependency": 2_000}
+
+
+def test_memop_covers_the_gap(tmp_path):
+    t = Synthetic().launch(0, 0, 1_000, 1)
+    t.call(10, 20, 2, name="cudaMemcpyAsync_v3020")
+    t.memcpy.append((1_000, 2_800, 0, 9, 2, 4242))  # another stream, 1800 of the 2000 gap
+    t.call(30, 40, 3).kernel(3_000, 4_000, 3)
+    assert device_categories(t, tmp_path) == {"memop": 2_000}
+    # Counted as busy, the copy closes the gap except for 200 ns of pipeline.
+    assert device_categories(t, tmp_path, count_memops=True) == {"pipeline": 200}
+
+
+def test_unknown_without_a_launching_call(tmp_path):
+    t = Synthetic().launch(0, 0, 1_000, 1).kernel(2_000, 3_000, 99)
+    assert device_categories(t, tmp_path) == {"unknown": 1_000}
+
+
+def test_category_sums_and_names():
+    sums = category_sums(np.array([0, 0, 1]), np.array([5, 7, 11]),
+                         np.array([IdleCategory.LAUNCH, IdleCategory.SYNC, IdleCategory.LAUNCH]), 2)
+    assert sums.tolist() == [[5, 7, 0, 0, 0, 0], [11, 0, 0, 0, 0, 0]]
+    assert base_name("cudaLaunchKernel_v7000") == "cudaLaunchKernel"
+    assert base_name("cuLaunchKernelEx") == "cuLaunchKernelEx"
+
+
+def test_cloverleaf_device_synchronize_after_every_kernel():
+    r = analyze(CLOVERLEAF, top=3)
+    cats = r.devices[0]["gap_by_category_ns"]
+    assert cats == {"launch": 25_119, "sync": 47_911_048, "dependency": 0, "memop": 0,
+                    "pipeline": 0, "unknown": 0}
+    top = r.extras["top_gaps"]
+    assert [g["gap_ns"] for g in top] == [2_863_896, 1_174_205, 1_148_317]
+    assert top[0] == {"start_ns": 539_216_752, "gap_ns": 2_863_896, "category": "sync", "device": 0,
+                      "stream": 7, "before": "par_ranged2d_kernel", "after": "par_ranged1d_kernel",
+                      "launched_by": "cudaLaunchKernel"}
+    launch = {x["api"]: x for x in r.extras["launch"]}
+    assert launch["cudaLaunchKernel"]["calls"] == 1312
+    assert launch["cudaLaunchKernel"]["host_median_ns"] == 3687.0

@@ -1,0 +1,142 @@
+"""gapscope analyze on the real H200 exports in traces/ (provenance in traces/README.md).
+
+Every number asserted here was checked by tests/reference.py, an independent plain
+sort-and-merge over rows read with the stdlib sqlite3 module; the tests check both.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import reference
+from gapscope.analysis import analyze
+
+TRACES = Path(__file__).resolve().parents[1] / "traces"
+REAL = ["cupy_paths_node", "cupy_paths_graph", "torch_decode", "torch_decode_sync"]
+
+
+@pytest.fixture(scope="module")
+def results():
+    return {name: analyze(TRACES / f"{name}.sqlite") for name in REAL}
+
+
+def name_row(result, name):
+    return next(r for r in result.by_name if r["name"] == name)
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_every_range_matches_the_reference(results, name):
+    path = str(TRACES / f"{name}.sqlite")
+    ks = reference.kernels(path)
+    refs = reference.ranges(path)
+    got = results[name].ranges
+    assert len(got) == len(refs) > 0
+    for g, w in zip(got, refs):
+        assert g["name"] == w["name"]
+        assert (g["kernels"], g["gpu_span_ns"], g["gap_ns"]) == reference.range_metrics(w, ks)
+    span, gap, gaps = reference.by_device(ks)[0]
+    dev = results[name].devices[0]
+    assert (dev["gpu_span_ns"], dev["gap_ns"], dev["gap_count"]) == (span, gap, len(gaps))
+    for (device, stream), (s_span, s_gap, s_gaps) in reference.by_stream(ks).items():
+        row = next(r for r in results[name].streams if (r["device"], r["stream"]) == (device, stream))
+        assert (row["gpu_span_ns"], row["gap_ns"], row["gap_count"]) == (s_span, s_gap, len(s_gaps))
+
+
+# (kernels, span, busy, gap, gap count) per range name, from the reference computation.
+CUPY_NODE = {
+    "eager/k=2us": (300, 2_314_818, 345_856, 1_968_962, 299),
+    "multistream/k=2us": (300, 3_117_954, 346_400, 2_771_554, 299),
+    "graph/k=2us": (300, 450_816, 369_312, 81_504, 299),
+    "eager/k=50us": (300, 15_124_554, 14_751_946, 372_608, 299),
+    "multistream/k=50us": (300, 5_587_011, 5_423_299, 163_712, 74),
+    "graph/k=50us": (300, 14_852_745, 14_771_017, 81_728, 299),
+}
+
+
+@pytest.mark.parametrize("name,expected", CUPY_NODE.items())
+def test_cupy_node_level_paths(results, name, expected):
+    row = name_row(results["cupy_paths_node"], name)
+    assert (row["kernels"], row["gpu_span_ns"], row["busy_ns"], row["gap_ns"], row["gap_count"]) == expected
+    assert row["gap_fraction"] == pytest.approx(expected[3] / expected[1])
+
+
+def test_seed_criterion_on_the_h200(results):
+    """Short kernels: eager is mostly gaps, the graph is not; long kernels: gaps amortized."""
+    r = results["cupy_paths_node"]
+    f = {n: name_row(r, n)["gap_fraction"] for n in CUPY_NODE}
+    assert f["eager/k=2us"] > 0.8 and f["graph/k=2us"] < 0.2
+    assert f["eager/k=50us"] < 0.03 and f["graph/k=50us"] < 0.01
+
+
+def test_graph_level_trace_hides_graph_kernels(results):
+    r = results["cupy_paths_graph"]
+    assert r.trace["graph_trace"] == "graph"
+    assert any("--cuda-graph-trace=node" in w for w in r.warnings)
+    g = name_row(r, "graph/k=2us")
+    assert (g["kernels"], g["gpu_span_ns"], g["gap_ns"]) == (1, 413_025, 0)
+
+
+def test_torch_decode_eager_vs_graph(results):
+    r = results["torch_decode"]
+    eager, graph = name_row(r, "eager"), name_row(r, "graph")
+    assert (eager["kernels"], eager["gpu_span_ns"], eager["busy_ns"]) == (2496, 107_313_249, 7_050_083)
+    assert (graph["kernels"], graph["gpu_span_ns"], graph["busy_ns"]) == (2496, 8_885_670, 7_320_453)
+    step = name_row(r, "decode_step")
+    assert (step["count"], step["kernels"]) == (64, 4992)
+
+
+# ------------------------------------------------------------------ why the GPU sat idle
+
+
+def test_eager_decode_gaps_are_launch_gaps(results):
+    eager = name_row(results["torch_decode"], "eager")
+    assert eager["gap_by_category_ns"]["launch"] == eager["gap_ns"] == 100_263_166
+    cupy = name_row(results["cupy_paths_node"], "eager/k=2us")
+    assert cupy["gap_by_category_ns"]["launch"] == cupy["gap_ns"]
+
+
+def test_sync_after_every_step_shows_up_as_sync(results):
+    graph = name_row(results["torch_decode_sync"], "graph")
+    cats = graph["gap_by_category_ns"]
+    assert cats == {"launch": 0, "sync": 4_741_191, "dependency": 92_384, "memop": 218_497,
+                    "pipeline": 1_100_832, "unknown": 0}
+    assert sum(cats.values()) == graph["gap_ns"]
+    assert name_row(results["torch_decode"], "graph")["gap_by_category_ns"]["sync"] == 0
+
+
+def test_graph_replay_gaps_are_device_turnaround(results):
+    g = name_row(results["cupy_paths_node"], "graph/k=2us")
+    assert g["gap_by_category_ns"]["pipeline"] == g["gap_ns"] == 81_504
+    assert g["graph_ceiling_speedup"] == 1.0
+
+
+def test_multistream_fork_join_gaps_are_dependencies(results):
+    m = name_row(results["cupy_paths_node"], "multistream/k=50us")
+    assert m["gap_by_category_ns"]["dependency"] == m["gap_ns"] == 163_712
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_categories_sum_to_gap_everywhere(results, name):
+    r = results[name]
+    for row in (*r.ranges, *r.by_name, *r.devices, *r.streams):
+        assert sum(row["gap_by_category_ns"].values()) == row["gap_ns"]
+
+
+def test_payoff_ceiling_beside_measured(results):
+    (small, large) = results["cupy_paths_node"].extras["payoff"]
+    assert (small["eager"], small["graph"]) == ("eager/k=2us", "graph/k=2us")
+    assert small["measured_speedup"] == pytest.approx(2_314_818 / 450_816)
+    assert small["ceiling_speedup"] == pytest.approx(2_314_818 / (2_314_818 - 1_968_962))
+    assert small["measured_speedup"] <= small["ceiling_speedup"]
+    assert large["ceiling_speedup"] == 1.0
+    (torch_pair,) = results["torch_decode"].extras["payoff"]
+    assert torch_pair["measured_speedup"] == pytest.approx(107_313_249 / 8_885_670)
+
+
+def test_launch_statistics(results):
+    launch = {r["api"]: r for r in results["torch_decode"].extras["launch"]}
+    assert launch["cudaLaunchKernel"]["calls"] == 1756
+    assert launch["cudaGraphLaunch"]["calls"] == 32
+    assert all("_v" not in api for api in launch)
