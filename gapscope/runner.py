@@ -257,7 +257,7 @@ def run(opts: RunOptions, progress: bool = True) -> RunResult:
     if opts.dry_run:
         return result
 
-    from gapscope.workload.kernels import KernelSet, calibrate
+    from gapscope.workload.kernels import KernelSet, below_floor_warnings, calibrate
     from gapscope.workload.paths import Workload
     from gapscope.workload.timing import time_paths
 
@@ -271,6 +271,7 @@ def run(opts: RunOptions, progress: bool = True) -> RunResult:
         with prog.task("calibrate kernels", 2 + len(opts.kernel_us)) as t:
             calib = calibrate(opts.kernel_us, opts.kind, opts.device, t.step, ks)
         result.calibration = calib.to_dict()
+        result.warnings += below_floor_warnings(calib)
         _write_json(out / "plan.json", result.calibration)
 
         sweep = opts.sweep

@@ -272,3 +272,25 @@ def test_cli_without_cupy_is_one_line_exit_2(tmp_path: Path, monkeypatch: pytest
     assert info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("gapscope: error: CuPy is not installed")
+
+
+def test_run_on_its_own_h200_export(fake_run: RunOptions, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The five-time sweep that `gapscope run` recorded on the H200 (traces/run_sweep_node.sqlite):
+    spans and busy times below come from a plain sort-and-merge of each range's kernels."""
+    monkeypatch.setenv("FAKE_NSYS_TRACE", str(TRACES / "run_sweep_node.sqlite"))
+    fake_run.kernel_us = [2.0, 10.0, 50.0, 200.0, 1000.0]
+    fake_run.kernels = 150
+    by = {(r.path, r.kernel_us): r for r in run(fake_run, progress=False).rows}
+    expect = {  # (path, k): (span ns, busy ns)
+        ("eager", 2.0): (1526260, 150367), ("multistream", 2.0): (2045200, 150368),
+        ("graph", 2.0): (202014, 164606), ("eager", 10.0): (1611252, 1354583),
+        ("graph", 10.0): (1403030, 1365590), ("eager", 1000.0): (150012273, 149849139),
+        ("multistream", 1000.0): (54331013, 54252870), ("graph", 1000.0): (149881522, 149843730),
+    }
+    for key, (span, busy) in expect.items():
+        assert by[key].kernels == 150 and by[key].ranges == 1
+        assert by[key].span_us == span / 1000
+        assert by[key].gap_fraction == (span - busy) / span
+    assert by["graph", 2.0].speedup_vs_eager == 1526260 / 202014
+    assert by["graph", 10.0].speedup_vs_eager == 1611252 / 1403030
+    assert by["multistream", 1000.0].speedup_vs_eager == 150012273 / 54331013

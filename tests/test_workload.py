@@ -81,6 +81,15 @@ def test_plan_round_trip() -> None:
     assert again == calib
 
 
+def test_below_floor_warnings() -> None:
+    plans = [K.KernelPlan("spin", 1.0, 0, 132, 128, measured_us=2.01),
+             K.KernelPlan("spin", 2.0, 0, 132, 128, measured_us=2.03),
+             K.KernelPlan("empty", None, 0, 1, 32, measured_us=1.3)]
+    calib = K.Calibration(0, "NVIDIA H200", 132, 1.35, 5.85, plans)
+    assert K.below_floor_warnings(calib) == [
+        "k=1us is below the spin kernel's back-to-back floor: it runs at 2.01 us"]
+
+
 # ---------------------------------------------------------------- missing CuPy / GPU
 
 

@@ -157,6 +157,14 @@ class Calibration:
         return cls(plans=plans, **fields)
 
 
+def below_floor_warnings(calib: Calibration, tolerance: float = 0.1) -> list[str]:
+    """One line per plan that could not get down to its target (it sits on its kernel's floor)."""
+    return [f"k={p.target_us:g}us is below the {p.kind} kernel's back-to-back floor: "
+            f"it runs at {p.measured_us:.2f} us"
+            for p in calib.plans
+            if p.target_us and p.measured_us and p.measured_us > (1 + tolerance) * p.target_us]
+
+
 # --------------------------------------------------------------------------- device side
 
 
