@@ -1,0 +1,188 @@
+"""`gapscope compare`: fail CI when launch gaps regress between a baseline and a current run."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
+
+import click
+
+from gapscope.cli import cli
+from gapscope.comparison import Comparison, compare_paths
+from gapscope.errors import GapscopeError
+from gapscope.thresholds import DEFAULT_THRESHOLDS, resolve_thresholds
+
+_SIDE_OPTIONS = {"-b", "--baseline", "-c", "--current"}
+
+
+class _CompareCommand(click.Command):
+    """Lets ``--baseline a.json b.json c.json`` take several paths: each path after the option,
+    up to the next option, counts as one more ``--baseline``."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        out: list[str] = []
+        side: str | None = None
+        for i, arg in enumerate(args):
+            if arg == "--":
+                out.extend(args[i:])
+                break
+            if arg in _SIDE_OPTIONS:
+                side = arg
+                out.append(arg)
+                continue
+            if arg.startswith("-") and arg != "-":
+                side = None
+            elif side is not None and out and out[-1] != side:
+                out.append(side)  # a further path for the same side
+            out.append(arg)
+        try:
+            return super().parse_args(ctx, out)
+        except click.UsageError as exc:  # one line, like every other bad input
+            raise GapscopeError(f"{exc.format_message()} (see: gapscope compare --help)", 2) from None
+
+
+def _open_output(path: str, mode: str = "w") -> TextIO:
+    try:
+        return open(path, mode, encoding="utf-8", newline="")
+    except OSError as exc:
+        raise GapscopeError(f"cannot write {path}: {exc.strerror or exc}", 2) from None
+
+
+def _write(path: str | None, render: Callable[[TextIO], None], *, append: bool = False) -> None:
+    if path is None or path == "-":
+        render(sys.stdout)
+        return
+    with _open_output(path, "a" if append else "w") as fh:
+        render(fh)
+
+
+@cli.command(
+    "compare",
+    cls=_CompareCommand,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+@click.argument("paths", nargs=-1, metavar="[BASELINE CURRENT]")
+@click.option(
+    "-b", "--baseline", "baselines", multiple=True, metavar="PATH...",
+    help="Baseline run(s): result JSON, gapscope run folder or nsys SQLite export. "
+    "Takes several paths.",
+)
+@click.option(
+    "-c", "--current", "currents", multiple=True, metavar="PATH...",
+    help="Current run(s), likewise. Several runs per side compare medians.",
+)
+@click.option(
+    "--fail", "fail", multiple=True, metavar="SPEC",
+    help="Threshold [RANGE_GLOB:]METRIC:LIMIT, repeatable, e.g. gap_fraction:+0.02, "
+    "gpu_span:+5%, 'decode*:gap_fraction:+0.01', gpu_span:off. "
+    f"Default: {', '.join(DEFAULT_THRESHOLDS)}. See docs/ci.md.",
+)
+@click.option(
+    "--config", "config", type=click.Path(dir_okay=False), metavar="PYPROJECT",
+    help="Read thresholds from [tool.gapscope.compare] of this file "
+    "[default: ./pyproject.toml when it has that table].",
+)
+@click.option("--markdown", "markdown", metavar="FILE", help="Also write a Markdown report ('-' = stdout).")
+@click.option("--junit", "junit", metavar="FILE", help="Also write JUnit XML ('-' = stdout).")
+@click.option(
+    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+    help="Main report format.",
+)
+@click.option("-o", "--output", "output", metavar="FILE", help="Write the main report to FILE instead of stdout.")
+@click.option("--all", "show_all", is_flag=True, help="List every ok check in the table.")
+def compare_command(
+    paths: tuple[str, ...],
+    baselines: tuple[str, ...],
+    currents: tuple[str, ...],
+    fail: tuple[str, ...],
+    config: str | None,
+    markdown: str | None,
+    junit: str | None,
+    fmt: str,
+    output: str | None,
+    show_all: bool,
+) -> int:
+    """Compare launch gaps of CURRENT against BASELINE; exit 1 on a regression.
+
+    \b
+    gapscope compare base.json current.json
+    gapscope compare --baseline b1.json b2.json b3.json --current c1.json c2.json c3.json
+    gapscope compare base.json trace.sqlite --fail gap_fraction:+0.01 --junit report.xml
+
+    Each side is a result JSON (gapscope analyze --format json), a gapscope run folder, or an
+    nsys SQLite export, analyzed on the fly. Ranges match by name, devices by id, streams by
+    device and stream. A metric regresses when its rise exceeds its threshold and the spread
+    of the runs. The Markdown report is also appended to $GITHUB_STEP_SUMMARY when that is set.
+
+    Exit status: 0 no regression, 1 regression, 2 bad input or usage.
+    """
+    if paths and (baselines or currents):
+        raise GapscopeError(
+            "give either BASELINE CURRENT or --baseline ... --current ..., not both", 2
+        )
+    if paths:
+        if len(paths) > 2:
+            raise GapscopeError(
+                f"expected BASELINE and CURRENT, got {len(paths)} paths; "
+                "for several runs per side use --baseline A B ... --current X Y ...",
+                2,
+            )
+        baselines, currents = (paths[0],), tuple(paths[1:])
+    if not baselines or not currents:
+        missing = "BASELINE" if not baselines else "CURRENT"
+        raise GapscopeError(
+            f"missing {missing}: usage: gapscope compare BASELINE CURRENT "
+            "(or --baseline A ... --current X ...)",
+            2,
+        )
+    outputs = [p for p in (output, markdown, junit) if p not in (None, "-")]
+    inputs = {str(Path(p).resolve()) for p in (*baselines, *currents)}
+    for p in outputs:
+        if str(Path(p).resolve()) in inputs:
+            raise GapscopeError(f"refusing to overwrite input {p} with a report", 2)
+    if len({str(Path(p).resolve()) for p in outputs}) < len(outputs):
+        raise GapscopeError("two reports cannot go to the same file", 2)
+    to_stdout = [name for name, p in (("the main report", output or "-"), ("--markdown", markdown),
+                                      ("--junit", junit)) if p == "-"]
+    if len(to_stdout) > 1:
+        raise GapscopeError(f"only one report can go to stdout, not {' and '.join(to_stdout)}", 2)
+
+    thresholds = resolve_thresholds(fail, config)
+    comparison = compare_paths(list(baselines), list(currents), thresholds)
+
+    _write(output, lambda fh: _render_main(comparison, fh, fmt, show_all))
+    if not to_stdout:  # every report went to a file: still say the outcome
+        click.echo(comparison.headline())
+    if markdown is not None:
+        _write(markdown, lambda fh: _render_markdown(comparison, fh))
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        try:
+            _write(summary, lambda fh: _render_markdown(comparison, fh), append=True)
+        except GapscopeError as exc:  # the verdict stands; the summary page is a courtesy
+            click.echo(f"gapscope: warning: $GITHUB_STEP_SUMMARY: {exc.message}", err=True)
+    if junit is not None:
+        from gapscope.render.junit import render_junit
+
+        _write(junit, lambda fh: render_junit(comparison, fh))
+    return comparison.exit_code
+
+
+def _render_main(comparison: Comparison, fh: TextIO, fmt: str, show_all: bool) -> None:
+    if fmt == "json":
+        json.dump(comparison.to_dict(), fh, indent=2, allow_nan=False)
+        fh.write("\n")
+    else:
+        from gapscope.render.comparison_table import render_comparison_table
+
+        render_comparison_table(comparison, fh, show_all=show_all)
+
+
+def _render_markdown(comparison: Comparison, fh: TextIO) -> None:
+    from gapscope.render.comparison_markdown import render_comparison_markdown
+
+    render_comparison_markdown(comparison, fh)

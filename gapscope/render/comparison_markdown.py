@@ -1,0 +1,98 @@
+"""A GitHub-flavoured Markdown report of a Comparison, for pull requests and job summaries."""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+from gapscope.comparison import Comparison, Verdict
+from gapscope.thresholds import METRICS
+
+ICON = {
+    "regression": "❌",
+    "within-noise": "〰️",
+    "improved": "✅",
+    "new": "🆕",
+    "missing": "➖",
+    "ok": "✔️",
+}
+
+
+def _cell(text: str) -> str:
+    """Text safe inside a table cell: pipes escaped, no line breaks, HTML brackets escaped."""
+    return (
+        text.replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+        .replace("\r", " ").replace("\n", " ")
+    )
+
+
+def _code(text: str) -> str:
+    """An inline code span that survives backticks and pipes in range names."""
+    text = _cell(text).replace("`", "'")
+    return f"`{text}`"
+
+
+_HEADER = (
+    "| | scope | name | metric | baseline | current | Δ | Δ% | limit |\n"
+    "|---|---|---|---|---:|---:|---:|---:|---:|\n"
+)
+
+
+def _row(v: Verdict) -> str:
+    m = METRICS[v.metric]
+    rel = "—" if v.relative_delta is None else f"{v.relative_delta * 100:+.1f}%"
+    delta = m.format_delta(v.delta)
+    if v.failed:
+        delta = f"**{delta}**"
+    cells = [
+        f"{ICON[v.status]} {v.status}",
+        v.scope,
+        _code(v.key),
+        f"`{m.short}`",
+        m.format(v.baseline),
+        m.format(v.current),
+        delta,
+        rel,
+        v.threshold_limit_text(),
+    ]
+    return "| " + " | ".join(cells) + " |\n"
+
+
+def render_comparison_markdown(comparison: Comparison, file: TextIO) -> None:
+    """Write the report as Markdown: a headline, the non-ok verdicts (regressions first), the ok
+    ones folded in a ``<details>`` block, then unmatched entries and warnings."""
+    ordered = comparison.ordered()
+    icon = "✅" if comparison.passed else "❌"
+    file.write(f"### {icon} gapscope compare — {_cell(comparison.headline())}\n\n")
+    file.write(
+        f"Baseline: {', '.join(_code(s) for s in comparison.baseline_sources)} · "
+        f"current: {', '.join(_code(s) for s in comparison.current_sources)} · "
+        f"thresholds: {', '.join(_code(t) for t in comparison.thresholds) or 'none'}\n\n"
+    )
+    attention = [v for v in ordered if v.status in ("regression", "within-noise", "improved")]
+    ok = [v for v in ordered if v.status == "ok"]
+    if attention:
+        file.write(_HEADER)
+        for v in attention:
+            file.write(_row(v))
+        file.write("\n")
+    if ok:
+        file.write(f"<details><summary>{len(ok)} checks ok</summary>\n\n")
+        file.write(_HEADER)
+        for v in ok:
+            file.write(_row(v))
+        file.write("\n</details>\n\n")
+    if not attention and not ok:
+        file.write("No metric was compared: no range, device or stream matched a threshold.\n\n")
+    unmatched = comparison.unmatched()
+    for status, label in (("new", "Only in current"), ("missing", "Only in baseline")):
+        keys = [f"{scope} {_code(key)}" for scope, key, st in unmatched if st == status]
+        if keys:
+            file.write(f"{ICON[status]} {label} (not failed): {', '.join(keys)}\n\n")
+    nb, nc = len(comparison.baseline_sources), len(comparison.current_sources)
+    if nb > 1 or nc > 1:
+        file.write(
+            f"Medians of {nb} baseline and {nc} current runs; a change fails only when it exceeds "
+            "both its limit and the spread (max − min) of the runs on either side.\n\n"
+        )
+    for w in comparison.warnings:
+        file.write(f"> ⚠️ {_cell(w)}\n\n")

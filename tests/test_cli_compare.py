@@ -1,0 +1,397 @@
+"""`gapscope compare` end to end through gapscope.cli.main on synthetic result JSON files:
+exit codes 0/1/2, and the offending range and metric named in every output format."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+import gapscope.cli
+from tests.test_comparison import synthetic_result, synthetic_stats
+
+Run = Callable[..., tuple[int, str, str]]
+
+
+@pytest.fixture
+def run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> Run:
+    """Run ``gapscope ARGS`` in tmp_path (no pyproject.toml, no $GITHUB_STEP_SUMMARY) and return
+    (exit code, stdout, stderr). Only the compare command is registered."""
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(gapscope.cli, "_register", lambda: importlib.import_module("gapscope.cli.compare"))
+
+    def _run(*args: str) -> tuple[int, str, str]:
+        with pytest.raises(SystemExit) as info:
+            gapscope.cli.main(list(args))
+        out, err = capsys.readouterr()
+        assert "Traceback" not in out + err
+        return info.value.code, out, err
+
+    return _run
+
+
+def _write(path: Path, result: dict[str, Any]) -> str:
+    path.write_text(json.dumps(result), encoding="utf-8")
+    return str(path)
+
+
+def _result(decode_gap: int, *, prefill_gap: int = 100) -> dict[str, Any]:
+    """A synthetic run: decode_step x10 and prefill x1 ranges, GPU 0, stream 7."""
+    return synthetic_result(
+        {
+            "decode_step": (10, synthetic_stats(10_000_000, decode_gap)),
+            "prefill": (1, synthetic_stats(1_000_000, prefill_gap)),
+        },
+        {0: synthetic_stats(20_000_000, 5_000_000)},
+        [(1234, 0, 7, synthetic_stats(20_000_000, 5_000_000))],
+    )
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, str]:
+    """base.json (decode_step 25% idle) and cur.json (decode_step 50% idle: a regression)."""
+    return {
+        "base": _write(tmp_path / "base.json", _result(2_500_000)),
+        "cur": _write(tmp_path / "cur.json", _result(5_000_000)),
+    }
+
+
+def test_identical_inputs_exit_0(run: Run, files: dict[str, str]) -> None:
+    code, out, err = run("compare", files["base"], files["base"])
+    assert (code, err) == (0, "")
+    assert out.splitlines()[0] == "PASS: no regression in 4 checks (4 ok)"
+
+
+def test_regression_exit_1_table_names_range_and_metric(run: Run, files: dict[str, str]) -> None:
+    code, out, err = run("compare", files["base"], files["cur"])
+    assert (code, err) == (1, "")
+    lines = out.splitlines()
+    assert lines[0] == "FAIL: 1 regression: range decode_step gap_fraction"
+    first_row = next(line for line in lines if line.startswith("REGRESSION"))
+    assert first_row.split() == [
+        "REGRESSION", "range", "decode_step", "gap_fraction", "25.0%", "50.0%", "+25.0", "pp",
+        "+100.0%", "+2.0", "pp",
+    ]
+    # the regression is the first row of the table
+    rows = [line for line in lines if line.split() and line.split()[0] in ("REGRESSION", "ok")]
+    assert rows[0] == first_row and len(rows) == 4
+
+
+def test_regression_named_in_markdown_junit_and_json(run: Run, files: dict[str, str], tmp_path: Path) -> None:
+    code, out, err = run(
+        "compare", files["base"], files["cur"], "--format", "json", "-o", "report.json",
+        "--markdown", "report.md", "--junit", "report.xml",
+    )
+    assert (code, err) == (1, "")
+    assert out == "FAIL: 1 regression: range decode_step gap_fraction\n"
+
+    data = json.loads((tmp_path / "report.json").read_text(encoding="utf-8"))
+    assert (data["passed"], data["exit_code"]) == (False, 1)
+    first = data["verdicts"][0]
+    assert (first["scope"], first["key"], first["metric"], first["status"]) == (
+        "range", "decode_step", "gap_fraction", "regression"
+    )
+    assert (first["baseline"], first["current"], first["delta"]) == (0.25, 0.5, 0.25)
+
+    md = (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert md.startswith("### ❌ gapscope compare — FAIL: 1 regression: range decode_step gap_fraction\n")
+    assert (
+        "| ❌ regression | range | `decode_step` | `gap_fraction` | 25.0% | 50.0% | **+25.0 pp** | +100.0% | +2.0 pp |"
+        in md.splitlines()
+    )
+    assert "<details><summary>3 checks ok</summary>" in md
+
+    root = ET.parse(tmp_path / "report.xml").getroot()
+    suite = root.find("testsuite")
+    assert suite is not None
+    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("4", "1", "0")
+    failed = [c for c in suite.iter("testcase") if c.find("failure") is not None]
+    assert [(c.get("classname"), c.get("name")) for c in failed] == [("gapscope.compare.range", "decode_step: gap_fraction")]
+    failure = failed[0].find("failure")
+    assert failure is not None
+    assert failure.get("message") == "range decode_step gap_fraction 25.0% -> 50.0% (+25.0 pp, limit +2.0 pp): regression"
+
+
+def test_json_to_stdout(run: Run, files: dict[str, str]) -> None:
+    code, out, _ = run("compare", files["base"], files["cur"], "--format", "json")
+    assert code == 1
+    data = json.loads(out)
+    assert data["headline"] == "FAIL: 1 regression: range decode_step gap_fraction"
+    assert data["counts"] == {"regression": 1, "within-noise": 0, "improved": 0, "new": 0, "missing": 0, "ok": 3}
+
+
+def test_improvement_exit_0(run: Run, files: dict[str, str]) -> None:
+    code, out, _ = run("compare", files["cur"], files["base"])
+    assert code == 0
+    assert out.splitlines()[0] == "PASS: no regression in 4 checks (1 improved, 3 ok)"
+    assert any(line.split()[:4] == ["improved", "range", "decode_step", "gap_fraction"] for line in out.splitlines())
+
+
+def test_span_threshold_from_the_command_line(run: Run, tmp_path: Path) -> None:
+    base = _result(2_500_000)
+    slower = _result(2_500_000)
+    slower["by_name"][1].update(synthetic_stats(1_100_000, 110))  # prefill 10% longer, same share idle
+    a, b = _write(tmp_path / "a.json", base), _write(tmp_path / "b.json", slower)
+    code, out, _ = run("compare", a, b)
+    assert code == 0
+    code, out, _ = run("compare", a, b, "--fail", "gpu_span:+5%")
+    assert code == 1
+    assert out.splitlines()[0] == "FAIL: 1 regression: range prefill gpu_span"
+    row = next(line for line in out.splitlines() if line.startswith("REGRESSION"))
+    assert row.split() == [
+        "REGRESSION", "range", "prefill", "gpu_span", "1.00", "ms", "1.10", "ms", "+100.00", "µs", "+10.0%", "+5%"
+    ]
+
+
+def test_fail_option_overrides_default(run: Run, files: dict[str, str]) -> None:
+    code, out, _ = run("compare", files["base"], files["cur"], "--fail", "gap_fraction:+0.3")
+    assert code == 0
+    code, out, _ = run(
+        "compare", files["base"], files["cur"], "--fail", "gap_fraction:+0.3", "--fail", "decode*:gap_fraction:+0.1",
+        "--format", "json",
+    )
+    assert code == 1
+    assert json.loads(out)["verdicts"][0]["threshold"] == "decode*:gap_fraction:+0.1"
+
+
+def test_pyproject_in_cwd_is_read_and_config_option(run: Run, files: dict[str, str], tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.gapscope.compare]\nfail = ["gap_fraction:+0.5"]\n', encoding="utf-8")
+    code, out, _ = run("compare", files["base"], files["cur"])
+    assert code == 0
+    assert "thresholds: gap_fraction:+0.5" in out
+    other = tmp_path / "ci.toml"
+    other.write_text('[tool.gapscope.compare]\nfail = ["gap_fraction:+0.01"]\n', encoding="utf-8")
+    code, _, _ = run("compare", files["base"], files["cur"], "--config", str(other))
+    assert code == 1
+
+
+def _runs(tmp_path: Path, prefix: str, gaps: tuple[int, ...]) -> list[str]:
+    return [_write(tmp_path / f"{prefix}{i}.json", _result(g)) for i, g in enumerate(gaps)]
+
+
+def test_several_runs_per_side(run: Run, tmp_path: Path) -> None:
+    # decode_step gap fraction per run: baseline 20%, 25%, 30%; current 30%, 30%, 31%
+    base = _runs(tmp_path, "b", (2_000_000, 2_500_000, 3_000_000))
+    noisy = _runs(tmp_path, "c", (3_000_000, 3_000_000, 3_100_000))
+    code, out, _ = run("compare", "--baseline", *base, "--current", *noisy, "--format", "json")
+    assert code == 0
+    v = next(v for v in json.loads(out)["verdicts"] if (v["key"], v["metric"]) == ("decode_step", "gap_fraction"))
+    assert (v["status"], v["baseline_runs"], v["current_runs"]) == ("within-noise", 3, 3)
+    assert v["baseline"] == 0.25 and v["current"] == 0.3
+    # well beyond the spread: 45% .. 46%; repeated -b/-c options work the same
+    far = _runs(tmp_path, "f", (4_500_000, 4_500_000, 4_600_000))
+    code, out, _ = run("compare", "-b", base[0], "-b", base[1], "-b", base[2], "-c", far[0], far[1], far[2])
+    assert code == 1
+    assert out.splitlines()[0] == "FAIL: 1 regression: range decode_step gap_fraction"
+    header = next(line for line in out.splitlines() if line.startswith("status"))
+    assert header.split() == [  # a noise column with several runs
+        "status", "scope", "name", "metric", "baseline", "current", "Δ", "Δ%", "limit", "noise",
+    ]
+
+
+def test_markdown_appended_to_github_step_summary(
+    run: Run, files: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    summary = tmp_path / "summary.md"
+    summary.write_text("# earlier step\n", encoding="utf-8")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    code, _, _ = run("compare", files["base"], files["cur"])
+    assert code == 1
+    text = summary.read_text(encoding="utf-8")
+    assert text.startswith("# earlier step\n### ❌ gapscope compare — FAIL: 1 regression: range decode_step gap_fraction\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "no" / "summary.md"))
+    code, out, err = run("compare", files["base"], files["cur"])
+    assert code == 1 and out.startswith("FAIL: 1 regression")
+    assert err == f"gapscope: warning: $GITHUB_STEP_SUMMARY: cannot write {tmp_path}/no/summary.md: No such file or directory\n"
+
+
+def test_unmatched_ranges_listed(run: Run, tmp_path: Path) -> None:
+    base = _result(2_500_000)
+    cur = _result(2_500_000)
+    cur["by_name"][1]["name"] = "prefill_v2"
+    code, out, _ = run("compare", _write(tmp_path / "a.json", base), _write(tmp_path / "b.json", cur))
+    assert code == 0
+    assert "only in current (new, not failed): range prefill_v2" in out
+    assert "only in baseline (missing, not failed): range prefill" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("compare", "{base}"), "missing CURRENT: usage: gapscope compare BASELINE CURRENT (or --baseline A ... --current X ...)"),
+        (("compare",), "missing BASELINE: usage: gapscope compare BASELINE CURRENT (or --baseline A ... --current X ...)"),
+        (("compare", "{base}", "{cur}", "{cur}"), "expected BASELINE and CURRENT, got 3 paths; for several runs per side use --baseline A B ... --current X Y ..."),
+        (("compare", "--baseline", "{base}"), "missing CURRENT: usage: gapscope compare BASELINE CURRENT (or --baseline A ... --current X ...)"),
+        (("compare", "{base}", "--current", "{cur}"), "give either BASELINE CURRENT or --baseline ... --current ..., not both"),
+        (("compare", "{base}", "{tmp}/nope.json"), "no such file: {tmp}/nope.json"),
+        (("compare", "{base}", "{tmp}/bad.json"), "{tmp}/bad.json is not valid JSON (line 1, column 1: Expecting value); expected a gapscope result JSON or an nsys SQLite export"),
+        (("compare", "{base}", "{cur}", "--fail", "gap_fraction:+x"), "bad threshold 'gap_fraction:+x': limit '+x' is not a number like +0.02, +5% or +50us"),
+        (("compare", "{base}", "{cur}", "--fail", "gapfraction:+0.02"), "bad threshold 'gapfraction:+0.02': unknown metric 'gapfraction' (known: gap_fraction, gpu_span, busy, gap, gap_count, gap_p50, gap_p90, gap_p99, gap_max, kernels, kernel_median, memops)"),
+        (("compare", "{base}", "{cur}", "--config", "{tmp}/none.toml"), "config file not found: {tmp}/none.toml"),
+        (("compare", "{base}", "{cur}", "-o", "{tmp}/no/dir/out.txt"), "cannot write {tmp}/no/dir/out.txt: No such file or directory"),
+        (("compare", "{base}", "{cur}", "-o", "{cur}"), "refusing to overwrite input {cur} with a report"),
+        (("compare", "{base}", "{cur}", "--markdown", "-"), "only one report can go to stdout, not the main report and --markdown"),
+        (("compare", "{base}", "{cur}", "-o", "r.txt", "--junit", "./r.txt"), "two reports cannot go to the same file"),
+    ],
+)
+def test_bad_input_exit_2_one_line(run: Run, files: dict[str, str], tmp_path: Path, args: tuple[str, ...], message: str) -> None:
+    (tmp_path / "bad.json").write_text("", encoding="utf-8")
+    fill = {"base": files["base"], "cur": files["cur"], "tmp": str(tmp_path)}
+    code, out, err = run(*(a.format(**fill) for a in args))
+    assert (code, out) == (2, "")
+    assert err == f"gapscope: error: {message.format(**fill)}\n"
+
+
+def test_click_usage_errors_exit_2(run: Run, files: dict[str, str]) -> None:
+    code, out, err = run("compare", files["base"], files["cur"], "--format", "xml")
+    assert (code, out) == (2, "")
+    assert err == (
+        "gapscope: error: Invalid value for '--format': 'xml' is not one of 'table', 'json'. "
+        "(see: gapscope compare --help)\n"
+    )
+    code, out, err = run("compare", "--bogus")
+    assert (code, out, err) == (2, "", "gapscope: error: No such option '--bogus'. (see: gapscope compare --help)\n")
+
+
+def test_help_shows_usage(run: Run) -> None:
+    code, out, _ = run("compare", "--help")
+    assert code == 0
+    assert "Usage: gapscope compare [OPTIONS] [BASELINE CURRENT]" in out
+    assert "--baseline PATH..." in out and "Exit status: 0 no regression, 1 regression, 2 bad input or usage." in out
+
+
+# --------------------------------------------------------------------------------------------
+# Real traces recorded on the H200 (traces/README.md): the PyTorch decode loop, and the same loop
+# with torch.cuda.synchronize() at the end of every decode_step, a real regression. The sync
+# hurts the CUDA-graph replay (`graph` range) and hides in the already launch-bound eager loop.
+
+REPO = Path(__file__).resolve().parents[1]
+PLAIN = REPO / "traces" / "torch_decode.sqlite"
+SYNC = REPO / "traces" / "torch_decode_sync.sqlite"
+
+
+@pytest.fixture(scope="module")
+def analyzed() -> dict[Path, dict[str, Any]]:
+    """The analyzer's own results for both traces, to check that compare reports them as is."""
+    from gapscope.analysis import analyze
+
+    return {p: analyze(p).to_dict() for p in (PLAIN, SYNC)}
+
+
+def _stat(result: dict[str, Any], name: str, field: str) -> Any:
+    return next(e for e in result["by_name"] if e["name"] == name)[field]
+
+
+def test_real_identical_traces_exit_0(run: Run) -> None:
+    code, out, err = run("compare", str(PLAIN), str(PLAIN))
+    assert (code, err) == (0, "")
+    assert out.splitlines()[0] == "PASS: no regression in 7 checks (7 ok)"
+    names = [line.split()[2] for line in out.splitlines() if line.startswith("ok ")]
+    assert names == ["eager", "decode_step", "graph", "GPU", "GPU", "GPU", "GPU"]
+
+
+def test_real_sync_every_step_is_a_regression_in_every_format(
+    run: Run, tmp_path: Path, analyzed: dict[Path, dict[str, Any]]
+) -> None:
+    code, out, err = run(
+        "compare", str(PLAIN), str(SYNC), "-o", "report.txt", "--markdown", "report.md", "--junit", "report.xml"
+    )
+    assert (code, err) == (1, "")
+    headline = "FAIL: 1 regression: range graph gap_fraction"
+    assert out == headline + "\n"
+
+    table = (tmp_path / "report.txt").read_text(encoding="utf-8").splitlines()
+    assert table[0] == headline
+    row = next(line for line in table if line.startswith("REGRESSION"))
+    assert row.split() == [
+        "REGRESSION", "range", "graph", "gap_fraction", "17.6%", "45.7%", "+28.1", "pp", "+159.3%", "+2.0", "pp"
+    ]
+    assert sum(line.startswith("REGRESSION") for line in table) == 1
+
+    md = (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert md.startswith(f"### ❌ gapscope compare — {headline}\n")
+    assert (
+        "| ❌ regression | range | `graph` | `gap_fraction` | 17.6% | 45.7% | **+28.1 pp** | +159.3% | +2.0 pp |"
+        in md.splitlines()
+    )
+
+    suite = ET.parse(tmp_path / "report.xml").getroot().find("testsuite")
+    assert suite is not None
+    assert (suite.get("tests"), suite.get("failures")) == ("7", "1")
+    failed = [(c.get("classname"), c.get("name")) for c in suite.iter("testcase") if c.find("failure") is not None]
+    assert failed == [("gapscope.compare.range", "graph: gap_fraction")]
+
+    code, out, _ = run("compare", str(PLAIN), str(SYNC), "--format", "json")
+    assert code == 1
+    data = json.loads(out)
+    regs = [v for v in data["verdicts"] if v["status"] == "regression"]
+    assert [(v["scope"], v["key"], v["metric"]) for v in regs] == [("range", "graph", "gap_fraction")]
+    v = regs[0]
+    # exactly the analyzer's numbers, which traces/README.md checks by an independent merge
+    assert v["baseline"] == _stat(analyzed[PLAIN], "graph", "gap_fraction")
+    assert v["current"] == _stat(analyzed[SYNC], "graph", "gap_fraction")
+    assert (round(v["baseline"], 3), round(v["current"], 3)) == (0.176, 0.457)
+    assert v["delta"] == v["current"] - v["baseline"]
+    assert (v["baseline_runs"], v["current_runs"], v["noise"]) == (1, 1, 0.0)
+
+
+def test_real_sync_regression_in_the_graph_span(run: Run, analyzed: dict[Path, dict[str, Any]]) -> None:
+    code, out, _ = run("compare", str(PLAIN), str(SYNC), "--fail", "graph:gpu_span:+5%", "--format", "json")
+    assert code == 1
+    regs = [(v["key"], v["metric"], v["baseline"], v["current"]) for v in json.loads(out)["verdicts"] if v["status"] == "regression"]
+    span_plain = _stat(analyzed[PLAIN], "graph", "gpu_span_ns")
+    span_sync = _stat(analyzed[SYNC], "graph", "gpu_span_ns")
+    assert (round(span_plain / 1e3, 1), round(span_sync / 1e3, 1)) == (8885.7, 13471.7)  # traces/README.md
+    assert [r[:2] for r in regs] == [("graph", "gap_fraction"), ("graph", "gpu_span_ns")]
+    assert regs[1][2:] == (float(span_plain), float(span_sync))  # one instance: per instance = total
+
+
+def test_real_improvement_never_fails(run: Run) -> None:
+    code, out, err = run("compare", str(SYNC), str(PLAIN), "--format", "json")
+    assert (code, err) == (0, "")
+    data = json.loads(out)
+    assert data["headline"] == "PASS: no regression in 7 checks (1 improved, 6 ok)"
+    improved = [(v["scope"], v["key"], v["metric"]) for v in data["verdicts"] if v["status"] == "improved"]
+    assert improved == [("range", "graph", "gap_fraction")]
+    _, forward, _ = run("compare", str(PLAIN), str(SYNC), "--format", "json")
+    back = next(v for v in json.loads(forward)["verdicts"] if v["key"] == "graph")
+    assert data["verdicts"][0]["delta"] == -back["delta"]
+
+
+def _gapscope(*args: str, cwd: Path) -> tuple[int, str, str]:
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run(
+        [sys.executable, "-m", "gapscope", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def test_real_traces_through_python_m_gapscope(tmp_path: Path) -> None:
+    code, out, err = _gapscope("compare", str(PLAIN), str(SYNC), cwd=tmp_path)
+    assert (code, err) == (1, "")
+    assert out.splitlines()[0] == "FAIL: 1 regression: range graph gap_fraction"
+    code, out, err = _gapscope("compare", str(SYNC), str(PLAIN), cwd=tmp_path)
+    assert (code, err) == (0, "")
+    code, out, err = _gapscope("compare", str(PLAIN), "missing.json", cwd=tmp_path)
+    assert (code, out, err) == (2, "", "gapscope: error: no such file: missing.json\n")
+
+
+def test_a_sqlite_file_that_is_not_an_nsys_export_exit_2(tmp_path: Path) -> None:
+    import sqlite3
+
+    other = tmp_path / "other.sqlite"
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE t (x INTEGER)")
+    code, out, err = _gapscope("compare", str(PLAIN), str(other), cwd=tmp_path)
+    assert (code, out) == (2, "")
+    assert err.startswith("gapscope: error: ") and err.count("\n") == 1 and "other.sqlite" in err
