@@ -16,9 +16,11 @@ import pandas as pd
 from gapscope.attribution import Attributor, as_dicts, category_sums, longest_gaps
 from gapscope.errors import GapscopeError
 from gapscope.launches import launch_stats
-from gapscope.metrics import STATS_FIELDS, ActivityArrays, GapList, level_stats, rollup_stats
+from gapscope.metrics import (
+    STATS_FIELDS, ActivityArrays, GapList, level_stats, rollup_stats, stream_key,
+)
 from gapscope.payoff import ceiling, measured_pairs
-from gapscope.ranges import RangeTable, link_launches, range_members, range_table
+from gapscope.ranges import CallIndex, RangeTable, link_launches, range_members, range_table
 from gapscope.result import AnalysisResult, clean_rows
 from gapscope.trace import ActivityKind, TraceFrames, load_trace
 
@@ -44,11 +46,16 @@ class Analysis:
 
 def activity_arrays(frames: TraceFrames, count_memops: bool) -> ActivityArrays:
     """The activity columns as arrays, with kernels (and graph executions) always busy and
-    memcpy/memset busy only when ``count_memops`` is set."""
+    memcpy/memset busy only when ``count_memops`` is set, and device and stream codes."""
     a = frames.activities
     kind = a["kind"].to_numpy()
     is_kernel = (kind == ActivityKind.KERNEL) | (kind == ActivityKind.GRAPH)
     is_memop = (kind == ActivityKind.MEMCPY) | (kind == ActivityKind.MEMSET)
+    dev_codes, device_ids = pd.factorize(a["device"].to_numpy(), sort=True)
+    dev_codes = dev_codes.astype(np.int64)
+    s_codes, s_keys = pd.factorize(
+        stream_key(a["proc"].to_numpy(), dev_codes, a["stream"].to_numpy()), sort=True
+    )
     return ActivityArrays(
         start=a["start"].to_numpy(),
         end=np.maximum(a["end"].to_numpy(), a["start"].to_numpy()),
@@ -56,6 +63,10 @@ def activity_arrays(frames: TraceFrames, count_memops: bool) -> ActivityArrays:
         is_kernel=is_kernel,
         is_memop=is_memop,
         busy=is_kernel | (is_memop & count_memops),
+        device_code=dev_codes,
+        device_ids=np.asarray(device_ids, dtype=np.int64),
+        stream_code=s_codes.astype(np.int64),
+        stream_keys=np.asarray(s_keys, dtype=np.int64),
     )
 
 
@@ -105,37 +116,33 @@ def run_analysis(
     """Compute every metric of docs/metrics.md on loaded frames (``attribution``: also the
     gap categories, launch statistics, graph payoff and the ``top`` longest gaps)."""
     acts = activity_arrays(frames, count_memops)
-    launch = link_launches(frames)
+    calls = CallIndex(frames.api)
+    launch = link_launches(frames, calls)
     table = range_table(frames, ranges)
     member_range, member_act = range_members(frames, launch, table)
     n_ranges = len(table.frame)
 
     # Devices: the whole trace.
     every = np.arange(acts.start.size, dtype=np.int64)
-    dev_codes, device_ids = pd.factorize(acts.device, sort=True)
-    dev_codes = dev_codes.astype(np.int64)
-    n_dev = len(device_ids)
-    device_stats, device_gaps = level_stats(acts, every, dev_codes, np.arange(n_dev), n_dev)
+    device_ids = acts.device_ids
+    n_dev = device_ids.size
+    device_stats, device_gaps = level_stats(acts, every, acts.device_code, np.arange(n_dev), n_dev)
 
     # Ranges: one pair per (range, device), numbered range * n_dev + device code.
     pair_row = np.repeat(np.arange(n_ranges, dtype=np.int64), n_dev)
     range_stats, range_gaps = level_stats(
-        acts, member_act, member_range * n_dev + dev_codes[member_act], pair_row, n_ranges
+        acts, member_act, member_range * n_dev + acts.device_code[member_act], pair_row, n_ranges
     )
 
-    # Streams: (process, device, stream), packed into one integer key.
-    a = frames.activities
-    pid = a["proc"].to_numpy() & 0xFFFFFF
-    stream = a["stream"].to_numpy() & 0xFFFFFFFF
-    s_codes, s_keys = pd.factorize((pid << 40) | (dev_codes << 32) | stream, sort=True)
-    s_keys = np.asarray(s_keys, dtype=np.int64)
+    # Streams: (process, device, stream).
+    s_keys = acts.stream_keys
     stream_keys = pd.DataFrame({
         "pid": s_keys >> 40,
-        "device": np.asarray(device_ids)[(s_keys >> 32) & 0xFF],
+        "device": device_ids[(s_keys >> 32) & 0xFF],
         "stream": s_keys & 0xFFFFFFFF,
     })
     n_str = len(stream_keys)
-    stream_stats, stream_gaps = level_stats(acts, every, s_codes.astype(np.int64), np.arange(n_str), n_str)
+    stream_stats, stream_gaps = level_stats(acts, every, acts.stream_code, np.arange(n_str), n_str)
 
     # Range names.
     rf = table.frame
@@ -170,7 +177,7 @@ def run_analysis(
         streams=_rows(stream_keys, stream_stats),
     )
     if attribution:
-        _attribute(result, frames, acts, launch, range_gaps, device_gaps, stream_gaps,
+        _attribute(result, frames, acts, calls, launch, range_gaps, device_gaps, stream_gaps,
                    name_codes.astype(np.int64), len(name_uniques), top)
     if ranges and not (range_stats["kernels"].to_numpy() > 0).any():
         raise GapscopeError(
@@ -178,18 +185,18 @@ def run_analysis(
         )
     return Analysis(
         frames=frames, acts=acts, launch=launch, ranges=table, member_range=member_range,
-        member_act=member_act, range_gaps=range_gaps, device_ids=np.asarray(device_ids),
+        member_act=member_act, range_gaps=range_gaps, device_ids=device_ids,
         device_gaps=device_gaps, stream_keys=stream_keys, stream_gaps=stream_gaps, result=result,
     )
 
 
 def _attribute(
-    result: AnalysisResult, frames: TraceFrames, acts: ActivityArrays, launch: np.ndarray,
+    result: AnalysisResult, frames: TraceFrames, acts: ActivityArrays, calls: CallIndex, launch: np.ndarray,
     range_gaps: GapList, device_gaps: GapList, stream_gaps: GapList, name_codes: np.ndarray,
     n_names: int, top: int,
 ) -> None:
     """Add gap categories, the graph payoff ceiling, launch statistics and the longest gaps."""
-    attributor = Attributor(frames, launch, acts.busy)
+    attributor = Attributor(frames, acts, calls, launch)
     range_cats = attributor.classify(range_gaps)
     device_cats = attributor.classify(device_gaps)
     levels = (

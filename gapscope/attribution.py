@@ -22,8 +22,9 @@ import re
 import numpy as np
 import pandas as pd
 
-from gapscope.metrics import GapList
-from gapscope.trace import TraceFrames
+from gapscope.metrics import ActivityArrays, GapList, stream_key
+from gapscope.ranges import CallIndex
+from gapscope.trace import SYNC_TYPE_STREAM_WAIT_EVENT, TraceFrames
 
 
 class IdleCategory(enum.IntEnum):
@@ -54,8 +55,6 @@ SYNC_CALLS = frozenset({
     "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize",
     "cuMemcpy", "cuMemcpyDtoH", "cuMemcpyHtoD", "cuMemcpyDtoD", "cuMemcpyPeer", "cuMemcpy2D", "cuMemcpy3D",
 })
-#: CUPTI synchronization type of cudaStreamWaitEvent records.
-SYNC_TYPE_STREAM_WAIT_EVENT = 2
 
 
 def base_name(name: str) -> str:
@@ -63,13 +62,12 @@ def base_name(name: str) -> str:
     return _SUFFIX.sub("", name)
 
 
-def api_names(frames: TraceFrames) -> np.ndarray:
-    """The suffix-stripped name of every API call, as an object array."""
-    ids = frames.api["name_id"].to_numpy()
-    codes, uniques = pd.factorize(ids)
+def api_names(frames: TraceFrames) -> tuple[np.ndarray, np.ndarray]:
+    """(code per API call, table of suffix-stripped names): ``table[code]`` is a call's name."""
+    codes, uniques = pd.factorize(frames.api["name_id"].to_numpy())
     names = frames.strings.lookup(int(u) for u in uniques)
-    table = np.array([base_name(names[int(u)]) for u in uniques] or [""], dtype=object)
-    return table[codes] if len(codes) else np.zeros(0, dtype=object)
+    table = np.array([base_name(names[int(u)]) for u in uniques] + [""], dtype=object)
+    return codes.astype(np.int64), table
 
 
 def _keyed(groups: np.ndarray, times: np.ndarray, width: int, lo: int) -> np.ndarray:
@@ -84,41 +82,41 @@ def _previous(sorted_keys: np.ndarray, query: np.ndarray, side: str = "right") -
 class Attributor:
     """Classifies gaps of any level against one trace; build once, call ``classify`` per level."""
 
-    def __init__(self, frames: TraceFrames, launch: np.ndarray, busy: np.ndarray) -> None:
+    def __init__(self, frames: TraceFrames, acts: ActivityArrays, calls: CallIndex, launch: np.ndarray) -> None:
         self.frames = frames
+        self.acts = acts
         self.launch = launch
-        acts, api = frames.activities, frames.api
-        self.names = api_names(frames)
+        api = frames.api
+        self.name_codes, self.name_table = api_names(frames)
         self.api_start = api["start"].to_numpy()
         self.api_end = api["end"].to_numpy()
         self.api_tid = api["tid"].to_numpy()
-        self.act_start = acts["start"].to_numpy()
-        self.act_end = acts["end"].to_numpy()
-        self.act_device = acts["device"].to_numpy()
-        self.act_stream = acts["stream"].to_numpy()
-        kind = acts["kind"].to_numpy()
-        self.is_memop = (kind == 1) | (kind == 2)
-        self.busy = busy
-        times = [self.act_start, self.act_end, self.api_start, self.api_end, frames.syncs["start"].to_numpy()]
+        self.is_memop = acts.is_memop
+        times = [acts.start, acts.end, self.api_start, self.api_end]
         self.lo = int(min(t.min() for t in times if t.size))
         self.width = int(max(t.max() for t in times if t.size)) - self.lo + 2
         self._index_memops()
         self._index_syncs()
-        self._index_streams()
+        self._index_streams(calls)
+        self._index_activities()
+
+    @property
+    def names(self) -> np.ndarray:
+        """Suffix-stripped name of every API call."""
+        return self.name_table[self.name_codes]
 
     # -- indexes built once -------------------------------------------------------------
     def _index_memops(self) -> None:
         """Per device, the union of non-busy memop intervals as sorted blocks with the
         cumulative covered time before each block (to measure coverage of any window)."""
-        m = self.is_memop & ~self.busy
-        dev_codes, self.devices = pd.factorize(self.act_device, sort=True)
-        self.dev_codes = dev_codes.astype(np.int64)
+        acts = self.acts
+        m = acts.is_memop & ~acts.busy
         if not m.any():
             self.mem_keys = None
             return
-        d = self.dev_codes[m]
-        s = _keyed(d, self.act_start[m], self.width, self.lo)
-        e = _keyed(d, self.act_end[m], self.width, self.lo)
+        d = acts.device_code[m]
+        s = _keyed(d, acts.start[m], self.width, self.lo)
+        e = _keyed(d, acts.end[m], self.width, self.lo)
         order = np.argsort(s, kind="stable")
         s, e = s[order], e[order]
         run = np.maximum.accumulate(e)
@@ -135,47 +133,64 @@ class Attributor:
         return np.where(i >= 0, before[np.maximum(i, 0)] + inside, 0)
 
     def _index_syncs(self) -> None:
-        is_sync = np.isin(self.names, list(SYNC_CALLS)) if self.names.size else np.zeros(0, bool)
-        self.sync_idx = np.flatnonzero(is_sync)
-        tid_codes, self.tids = pd.factorize(self.api_tid, sort=True)
-        self.tid_codes = tid_codes.astype(np.int64)
-        keys = _keyed(self.tid_codes[self.sync_idx], self.api_start[self.sync_idx], self.width, self.lo)
+        """Synchronizing calls keyed by (thread, start), threads numbered among those that
+        made any."""
+        is_sync_name = np.isin(self.name_table, list(SYNC_CALLS))
+        idx = np.flatnonzero(is_sync_name[self.name_codes])
+        codes, self.sync_tids = pd.factorize(self.api_tid[idx])
+        keys = _keyed(codes.astype(np.int64), self.api_start[idx], self.width, self.lo)
         order = np.argsort(keys, kind="stable")
         self.sync_keys = keys[order]
-        self.sync_end = self.api_end[self.sync_idx][order]
+        self.sync_end = self.api_end[idx][order]
 
-    def _stream_key(self, proc: np.ndarray, dev_code: np.ndarray, stream: np.ndarray) -> np.ndarray:
-        return ((proc & 0xFFFFFF) << 36) | (dev_code.astype(np.int64) << 32) | (stream & 0xFFFFFFFF)
-
-    def _index_streams(self) -> None:
+    def _index_streams(self, calls: CallIndex) -> None:
         """Per stream: each activity's predecessor by GPU start, and the stream-wait-event calls
         issued on it (to see whether a wait came between two launches)."""
-        a = self.frames.activities
-        raw = self._stream_key(a["proc"].to_numpy(), self.dev_codes, self.act_stream)
-        codes, uniques = pd.factorize(raw)
-        self.stream_codes = codes.astype(np.int64)
-        order = np.lexsort((self.act_start, self.stream_codes))
+        acts = self.acts
+        order = np.lexsort((acts.start, acts.stream_code))
         prev = np.full(order.size, -1, dtype=np.int64)
-        same = self.stream_codes[order][1:] == self.stream_codes[order][:-1]
+        same = acts.stream_code[order][1:] == acts.stream_code[order][:-1]
         prev[order[1:]] = np.where(same, order[:-1], -1)
         self.prev_on_stream = prev
 
         self.wait_keys = None
-        syncs = self.frames.syncs
-        waits = syncs[syncs["sync_type"] == SYNC_TYPE_STREAM_WAIT_EVENT]
-        if len(waits) == 0 or self.api_start.size == 0:
+        waits = self.frames.syncs
+        waits = waits[waits["sync_type"] == SYNC_TYPE_STREAM_WAIT_EVENT]
+        if len(waits) == 0:
             return
-        # A wait is issued when its API call starts; find the call through (process, correlationId).
-        api = self.frames.api
-        calls = pd.Series(np.arange(len(api)), index=pd.MultiIndex.from_arrays([api["proc"], api["corr"]]))
-        calls = calls[~calls.index.duplicated()]
-        call = calls.reindex(pd.MultiIndex.from_arrays([waits["proc"], waits["corr"]])).to_numpy()
-        wdev = pd.Index(self.devices).get_indexer(waits["device"].to_numpy())
-        wcode = pd.Index(uniques).get_indexer(
-            self._stream_key(waits["proc"].to_numpy(), np.maximum(wdev, 0), waits["stream"].to_numpy()))
-        ok = ~np.isnan(call) & (wdev >= 0) & (wcode >= 0)
-        t = self.api_start[call[ok].astype(np.int64)]
-        self.wait_keys = np.sort(_keyed(wcode[ok], t, self.width, self.lo))
+        # A wait is issued when its API call starts.
+        call = calls.find(waits["proc"].to_numpy(), waits["corr"].to_numpy())
+        dev = pd.Index(acts.device_ids).get_indexer(waits["device"].to_numpy())
+        code = pd.Index(acts.stream_keys).get_indexer(
+            stream_key(waits["proc"].to_numpy(), np.maximum(dev, 0), waits["stream"].to_numpy()))
+        ok = (call >= 0) & (dev >= 0) & (code >= 0)
+        self.wait_keys = np.sort(_keyed(code[ok], self.api_start[call[ok]], self.width, self.lo))
+
+    # -- classification -------------------------------------------------------------------
+    def _index_activities(self) -> None:
+        """What the rules need per activity, computed once for every level's gaps: its call's
+        end, whether a stream wait was issued on its stream since the previous launch there,
+        and its launching thread's number among the threads that synchronized."""
+        call = self.launch
+        linked = call >= 0
+        c = np.maximum(call, 0)
+        self.linked = linked
+        self.call_end = np.where(linked, self.api_end[c], np.iinfo(np.int64).min)
+        prev = self.prev_on_stream
+        p = np.maximum(prev, 0)
+        self.prev_copy_end = np.where((prev >= 0) & self.is_memop[p], self.acts.end[p], np.iinfo(np.int64).min)
+        self.waited = np.zeros(call.size, dtype=bool)
+        if self.wait_keys is not None:
+            sc = self.acts.stream_code
+            prev_call = np.where(prev >= 0, self.launch[p], -1)
+            t_prev = np.where(prev_call >= 0, self.api_start[np.maximum(prev_call, 0)], self.lo)
+            hi = np.searchsorted(self.wait_keys, _keyed(sc, self.api_start[c], self.width, self.lo), "right")
+            lo = np.searchsorted(self.wait_keys, _keyed(sc, t_prev, self.width, self.lo), "right")
+            self.waited = linked & (hi > lo)
+        self.sync_tcode = np.full(call.size, -1, dtype=np.int64)
+        if self.sync_keys.size:
+            self.sync_tcode = np.where(
+                linked, pd.Index(self.sync_tids).get_indexer(self.api_tid[c]), -1).astype(np.int64)
 
     # -- classification -------------------------------------------------------------------
     def classify(self, gaps: GapList) -> np.ndarray:
@@ -185,39 +200,23 @@ class Attributor:
         if n == 0:
             return cat
         g0 = gaps.start
-        g1 = gaps.start + gaps.length
         k = gaps.next_act
-        call = self.launch[k]
-        linked = call >= 0
-        c = np.maximum(call, 0)
-
         # dependency: a stream wait issued between the previous launch on K's stream and L,
         # or the previous operation on K's stream is a copy that ended inside the gap.
-        prev = self.prev_on_stream[k]
-        has_prev = prev >= 0
-        p = np.maximum(prev, 0)
-        dep = has_prev & self.is_memop[p] & (self.act_end[p] > g0)
-        if self.wait_keys is not None:
-            sc = self.stream_codes[k]
-            prev_call = np.where(has_prev, self.launch[p], -1)
-            t_prev = np.where(prev_call >= 0, self.api_start[np.maximum(prev_call, 0)], self.lo)
-            hi = np.searchsorted(self.wait_keys, _keyed(sc, self.api_start[c], self.width, self.lo), "right")
-            lo = np.searchsorted(self.wait_keys, _keyed(sc, t_prev, self.width, self.lo), "right")
-            dep |= linked & (hi > lo)
-        cat[dep] = IdleCategory.DEPENDENCY
-
-        launch_bound = linked & (self.api_end[c] > g0)
+        cat[self.waited[k] | (self.prev_copy_end[k] > g0)] = IdleCategory.DEPENDENCY
+        launch_bound = self.call_end[k] > g0
         cat[launch_bound] = IdleCategory.LAUNCH
         if self.sync_keys.size:
-            q = _keyed(self.tid_codes[c], g0, self.width, self.lo)
-            i = _previous(self.sync_keys, q)
-            same_thread = (i >= 0) & ((self.sync_keys[np.maximum(i, 0)] // self.width) == self.tid_codes[c])
-            blocked = same_thread & (self.sync_end[np.maximum(i, 0)] > g0)
-            cat[launch_bound & blocked] = IdleCategory.SYNC
-        cat[~linked] = IdleCategory.UNKNOWN
-
+            lb = np.flatnonzero(launch_bound & (self.sync_tcode[k] >= 0))
+            tcode = self.sync_tcode[k[lb]]
+            i = _previous(self.sync_keys, _keyed(tcode, g0[lb], self.width, self.lo))
+            i0 = np.maximum(i, 0)
+            blocked = (i >= 0) & (self.sync_keys[i0] // self.width == tcode) & (self.sync_end[i0] > g0[lb])
+            cat[lb[blocked]] = IdleCategory.SYNC
+        cat[~self.linked[k]] = IdleCategory.UNKNOWN
         if self.mem_keys is not None:
-            d = self.dev_codes[k]
+            d = self.acts.device_code[k]
+            g1 = g0 + gaps.length
             covered = self._covered_before(_keyed(d, g1, self.width, self.lo)) - \
                 self._covered_before(_keyed(d, g0, self.width, self.lo))
             cat[2 * covered >= gaps.length] = IdleCategory.MEMOP

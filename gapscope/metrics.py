@@ -85,10 +85,19 @@ class ActivityArrays:
     is_kernel: np.ndarray  # kernels and graph-level executions
     is_memop: np.ndarray
     busy: np.ndarray  # counted in the busy union
+    device_code: np.ndarray  # index into device_ids
+    device_ids: np.ndarray  # sorted device ids
+    stream_code: np.ndarray  # index into stream_keys
+    stream_keys: np.ndarray  # sorted packed (pid << 40 | device code << 32 | stream)
 
     @property
     def duration(self) -> np.ndarray:
         return self.end - self.start
+
+
+def stream_key(pid: np.ndarray, device_code: np.ndarray, stream: np.ndarray) -> np.ndarray:
+    """One integer per (process, device, stream)."""
+    return ((pid & 0xFFFFFF) << 40) | (device_code.astype(np.int64) << 32) | (stream & 0xFFFFFFFF)
 
 
 @dataclass(frozen=True)

@@ -30,26 +30,33 @@ class RangeTable:
     frame: pd.DataFrame  # name, domain, pid, thread, tid (globalTid), start_ns, end_ns, depth
 
 
-def link_launches(frames: TraceFrames) -> np.ndarray:
+class CallIndex:
+    """Finds CUDA API calls by (process, correlationId), the key that ties GPU work and
+    synchronization records to the call that issued them."""
+
+    def __init__(self, api: pd.DataFrame) -> None:
+        codes, self._procs = pd.factorize(api["proc"].to_numpy())
+        corr = api["corr"].to_numpy()
+        key = (codes.astype(np.int64) << _CORR_BITS) | (corr & ((1 << _CORR_BITS) - 1))
+        key = np.where(corr > 0, key, -1)
+        self._order = np.argsort(key, kind="stable")
+        self._keys = key[self._order]
+
+    def find(self, proc: np.ndarray, corr: np.ndarray) -> np.ndarray:
+        """Index of the call with each (proc, corr), -1 where there is none."""
+        if self._keys.size == 0:
+            return np.full(np.asarray(proc).size, -1, dtype=np.int64)
+        p = pd.Index(self._procs).get_indexer(proc).astype(np.int64)
+        key = (p << _CORR_BITS) | (corr & ((1 << _CORR_BITS) - 1))
+        pos = np.minimum(np.searchsorted(self._keys, key), self._keys.size - 1)
+        hit = (p >= 0) & (corr > 0) & (self._keys[pos] == key)
+        return np.where(hit, self._order[pos], -1)
+
+
+def link_launches(frames: TraceFrames, calls: CallIndex) -> np.ndarray:
     """Index into ``frames.api`` of the call that launched each activity, -1 where none."""
-    acts, api = frames.activities, frames.api
-    n = len(acts)
-    if n == 0 or len(api) == 0:
-        return np.full(n, -1, dtype=np.int64)
-    codes, _ = pd.factorize(np.concatenate([acts["proc"].to_numpy(), api["proc"].to_numpy()]))
-    p_act, p_api = codes[:n].astype(np.int64), codes[n:].astype(np.int64)
-    mask = (1 << _CORR_BITS) - 1
-    corr_act = acts["corr"].to_numpy()
-    corr_api = api["corr"].to_numpy()
-    key_act = (p_act << _CORR_BITS) | (corr_act & mask)
-    key_api = (p_api << _CORR_BITS) | (corr_api & mask)
-    key_api = np.where(corr_api > 0, key_api, -1)
-    order = np.argsort(key_api, kind="stable")
-    sorted_keys = key_api[order]
-    pos = np.searchsorted(sorted_keys, key_act)
-    pos_c = np.minimum(pos, sorted_keys.size - 1)
-    hit = (pos < sorted_keys.size) & (sorted_keys[pos_c] == key_act) & (corr_act > 0)
-    return np.where(hit, order[pos_c], -1)
+    acts = frames.activities
+    return calls.find(acts["proc"].to_numpy(), acts["corr"].to_numpy())
 
 
 def _depth(tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:

@@ -40,6 +40,8 @@ NVTX_START_END = 60
 NVTX_DOMAIN_CREATE = 75
 # CUPTI_ACTIVITY_KIND_RUNTIME.eventClass of rows that repeat a call for its backtrace.
 EVENT_CLASS_BACKTRACE = 67
+# CUPTI_ACTIVITY_KIND_SYNCHRONIZATION.syncType of cudaStreamWaitEvent records.
+SYNC_TYPE_STREAM_WAIT_EVENT = 2
 
 #: Export schema major versions this reader was checked against.
 KNOWN_SCHEMA_MAJORS = (2, 3)
@@ -73,7 +75,7 @@ class TraceFrames:
     start, end, device, stream, proc, corr, kind (ActivityKind), name_id, graph_node (-1 if none).
     ``api``: CUDA runtime and driver calls: start, end, proc, tid (globalTid), corr, name_id.
     ``nvtx``: NVTX push/pop and start/end ranges: start, end, tid, event_type, name, domain.
-    ``syncs``: CUPTI synchronization records: start, end, device, stream, proc, corr, sync_type.
+    ``syncs``: CUPTI stream-wait-event records: start, end, device, stream, proc, corr, sync_type.
     ``proc`` is the export's globalPid/globalTid with the thread bits dropped (``>> 24``): the
     key that makes correlation ids unique across processes.
     """
@@ -421,7 +423,9 @@ def _load_frames(conn: sqlite3.Connection, reader: _Reader, meta: TraceMeta, wit
         cols = _columns(conn, SYNC_TABLE)
         exprs = ["start", "end", "deviceId", "streamId", _col(cols, "globalPid"),
                  _col(cols, "correlationId"), _col(cols, "syncType")]
-        reads["syncs"] = Read(SYNC_TABLE, _aliased(exprs, SYNC_COLUMNS), SYNC_COLUMNS)
+        # Only stream-wait-event records are used (gap attribution's dependency rule).
+        reads["syncs"] = Read(SYNC_TABLE, _aliased(exprs, SYNC_COLUMNS), SYNC_COLUMNS,
+                              where=f"syncType = {SYNC_TYPE_STREAM_WAIT_EVENT}" if "syncType" in cols else "")
     got = reader.frames(reads)
 
     parts = []
