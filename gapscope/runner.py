@@ -108,8 +108,11 @@ def _median(values: Sequence[float]) -> float | None:
 
 
 def sweep_rows(ranges: Sequence[dict[str, Any]], timings: Sequence[dict[str, Any]],
-               paths: Sequence[str], kernel_us: Sequence[float]) -> list[SweepRow]:
+               paths: Sequence[str], kernel_us: Sequence[float], n_kernels: int) -> list[SweepRow]:
     """The seed's table from analysis range instances and untraced timings.
+
+    Per-kernel traced time is span / n_kernels (the N launched), not over the trace's kernel
+    count, which under graph-level tracing counts a whole graph execution as one.
 
     Range names are `<path>` for one kernel time and `<path>/k=<us>us` in a sweep; each name's
     instances (one per repeat) are reduced by the median, with min/max of the gap fraction.
@@ -137,7 +140,7 @@ def sweep_rows(ranges: Sequence[dict[str, Any]], timings: Sequence[dict[str, Any
                 gap_fraction=_median(gf), gap_fraction_min=min(gf) if gf else None,
                 gap_fraction_max=max(gf) if gf else None,
                 span_us=span_ns / 1000.0 if span_ns is not None else None,
-                traced_per_kernel_us=(span_ns / 1000.0 / kernels) if span_ns and kernels else None,
+                traced_per_kernel_us=span_ns / 1000.0 / n_kernels if span_ns else None,
                 kernel_median_us=kmed / 1000.0 if kmed is not None else None,
                 untraced_per_kernel_us=t["median_us"] if t else None,
                 untraced_spread_us=t["spread_us"] if t else None,
@@ -257,7 +260,7 @@ def run(opts: RunOptions, progress: bool = True) -> RunResult:
     if opts.dry_run:
         return result
 
-    from gapscope.workload.kernels import KernelSet, below_floor_warnings, calibrate
+    from gapscope.workload.kernels import KernelSet, calibration_warnings, calibrate
     from gapscope.workload.paths import Workload
     from gapscope.workload.timing import time_paths
 
@@ -271,7 +274,7 @@ def run(opts: RunOptions, progress: bool = True) -> RunResult:
         with prog.task("calibrate kernels", 2 + len(opts.kernel_us)) as t:
             calib = calibrate(opts.kernel_us, opts.kind, opts.device, t.step, ks)
         result.calibration = calib.to_dict()
-        result.warnings += below_floor_warnings(calib)
+        result.warnings += calibration_warnings(calib)
         _write_json(out / "plan.json", result.calibration)
 
         sweep = opts.sweep
@@ -303,7 +306,8 @@ def run(opts: RunOptions, progress: bool = True) -> RunResult:
             analysis = analyze(files.sqlite).to_dict()
         _write_json(out / "analysis.json", analysis)
 
-    result.rows = sweep_rows(analysis["ranges"], result.timing, opts.paths, opts.kernel_us)
+    result.rows = sweep_rows(analysis["ranges"], result.timing, opts.paths, opts.kernel_us,
+                             opts.kernels)
     result.warnings += list(analysis.get("warnings", []))
     result.files = {k: str(v) for k, v in {
         "report": files.report, "sqlite": files.sqlite, "nsys_log": files.log,

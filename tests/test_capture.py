@@ -166,7 +166,7 @@ def test_sweep_rows_medians_spread_and_speedup() -> None:
               _r("graph/k=2us", 40_000, 20_000)]
     timings = [{"path": "eager", "kernel_us": 2.0, "median_us": 6.0, "spread_us": 0.5},
                {"path": "graph", "kernel_us": 2.0, "median_us": 1.5, "spread_us": 0.1}]
-    eager, graph = sweep_rows(ranges, timings, ["eager", "graph"], [2.0, 50.0])[:2]
+    eager, graph = sweep_rows(ranges, timings, ["eager", "graph"], [2.0, 50.0], 10)[:2]
     # eager gap fractions 0.8, 0.75, 0.75 -> median 0.75; spans 80/100/120 us -> median 100 us
     assert eager == SweepRow(2.0, "eager", 3, 10, 0.75, 0.75, 0.8, 100.0, 10.0, 1.0, 6.0, 0.5, 1.0)
     # graph gap fractions 0.2, 0.2, 0.5 -> 0.2; median span 25 us -> speedup 100/25 = 4
@@ -174,11 +174,12 @@ def test_sweep_rows_medians_spread_and_speedup() -> None:
 
 
 def test_sweep_rows_missing_ranges_and_single_time() -> None:
-    rows = sweep_rows([_r("graph", 50_000, 40_000)], [], ["eager", "graph"], [10.0])
+    rows = sweep_rows([_r("graph", 50_000, 40_000, kernels=1)], [], ["eager", "graph"], [10.0], 10)
     assert rows[0] == SweepRow(10.0, "eager", 0, None, None, None, None, None, None, None,
                                None, None, None)
     assert rows[1].gap_fraction == 0.2 and rows[1].speedup_vs_eager is None
-    assert rows[1].traced_per_kernel_us == 5.0
+    # one graph-level row stands for the 10 kernels launched: 50 us / 10, not / 1
+    assert rows[1].kernels == 1 and rows[1].traced_per_kernel_us == 5.0
 
 
 # ---------------------------------------------------------------- a whole run, faked

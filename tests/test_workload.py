@@ -81,13 +81,16 @@ def test_plan_round_trip() -> None:
     assert again == calib
 
 
-def test_below_floor_warnings() -> None:
+def test_calibration_warnings() -> None:
     plans = [K.KernelPlan("spin", 1.0, 0, 132, 128, measured_us=2.01),
              K.KernelPlan("spin", 2.0, 0, 132, 128, measured_us=2.03),
+             K.KernelPlan("memory", 10.0, 4646663, 528, 256, measured_us=11.19),
+             K.KernelPlan("memory", 100.0, 21851512, 528, 256, measured_us=100.48),
              K.KernelPlan("empty", None, 0, 1, 32, measured_us=1.3)]
     calib = K.Calibration(0, "NVIDIA H200", 132, 1.35, 5.85, plans)
-    assert K.below_floor_warnings(calib) == [
-        "k=1us is below the spin kernel's back-to-back floor: it runs at 2.01 us"]
+    assert K.calibration_warnings(calib) == [
+        "k=1us is below the spin kernel's back-to-back floor: it runs at 2.01 us",
+        "k=10us: the memory kernel's calibration reached 11.19 us"]
 
 
 # ---------------------------------------------------------------- missing CuPy / GPU
@@ -129,6 +132,15 @@ def test_calibration_on_fake_device_is_exact(fake_cupy) -> None:
     assert calib.floor_us == pytest.approx(1.0)
     assert calib.gpu == "Fake GPU" and calib.sm_count == 4
     assert calib.plans[0].grid == 4 and calib.plans[0].block == K.SPIN_BLOCK
+
+
+def test_calibration_refines_a_curved_kernel(fake_cupy, monkeypatch) -> None:
+    # a memory kernel whose time bends upwards: t = 2 + 1e-6 e + 1e-13 e^2 for e elements
+    monkeypatch.setitem(fakecupy.KERNEL_US, "gapscope_memory",
+                        lambda a: 2 + 1e-6 * int(a[2]) * int(a[3]) + 1e-13 * (int(a[2]) * int(a[3])) ** 2)
+    plan = K.calibrate([50.0], "memory").plans[0]
+    assert abs(plan.measured_us - 50.0) <= 0.02 * 50.0
+    assert plan.measured_us == pytest.approx(2 + 1e-6 * plan.work + 1e-13 * plan.work ** 2, rel=1e-6)
 
 
 def test_eager_path_launches_n_on_one_stream(fake_cupy) -> None:
