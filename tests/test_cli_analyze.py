@@ -124,7 +124,14 @@ def test_output_folder_must_exist(tmp_path):
     assert_one_line_error(proc, "no such folder")
 
 
-@pytest.mark.parametrize("bad", ["--format=xml"])
-def test_usage_errors_exit_2(tmp_path, bad):
-    proc = gapscope("analyze", str(small_trace(tmp_path)), bad)
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+@pytest.mark.parametrize("args,needle", [
+    (["--format=xml"], "'xml' is not one of"),
+    (["--top", "many"], "'many' is not a valid integer"),
+])
+def test_usage_errors_one_line_exit_2(tmp_path, args, needle):
+    assert_one_line_error(gapscope("analyze", str(small_trace(tmp_path)), *args), needle)
+
+
+def test_missing_argument_and_unknown_command():
+    assert_one_line_error(gapscope("analyze"), "Missing argument 'TRACE'")
+    assert_one_line_error(gapscope("analyse"), "No such command 'analyse'")

@@ -49,8 +49,12 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Abort:
         click.echo("gapscope: aborted", err=True)
         sys.exit(130)
+    except click.UsageError as exc:
+        where = f"gapscope {exc.ctx.info_name}" if exc.ctx and exc.ctx.parent else "gapscope"
+        click.echo(f"gapscope: error: {exc.format_message()} (see: {where} --help)", err=True)
+        sys.exit(2)
     except click.ClickException as exc:
-        exc.show()
+        click.echo(f"gapscope: error: {exc.format_message()}", err=True)
         sys.exit(2 if exc.exit_code == 1 else exc.exit_code)
     except BrokenPipeError:
         sys.exit(1)
