@@ -135,3 +135,20 @@ def test_usage_errors_one_line_exit_2(tmp_path, args, needle):
 def test_missing_argument_and_unknown_command():
     assert_one_line_error(gapscope("analyze"), "Missing argument 'TRACE'")
     assert_one_line_error(gapscope("analyse"), "No such command 'analyse'")
+
+
+def test_unknown_schema_and_ranges_without_work(tmp_path):
+    odd = tmp_path / "odd.sqlite"
+    conn = sqlite3.connect(odd)
+    conn.execute("CREATE TABLE META_DATA_EXPORT (name TEXT, value TEXT)")
+    conn.execute("INSERT INTO META_DATA_EXPORT VALUES ('EXPORT_SCHEMA_VERSION', '9.0.0')")
+    conn.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, finish INTEGER)")
+    conn.commit()
+    conn.close()
+    assert_one_line_error(gapscope("analyze", str(odd)), "unknown export schema")
+
+    t = Synthetic()
+    t.range(0, 10, "idle_step").range(100, 20_000, "busy_step")
+    t.launch(200, 1_000, 2_000, 1)
+    path = t.write(tmp_path / "synthetic.sqlite")
+    assert_one_line_error(gapscope("analyze", str(path), "--range", "idle*"), "launched no GPU work")

@@ -40,7 +40,7 @@ def _stats_table(title: str, keys: list[str], rows: list[dict[str, Any]], with_v
     for col in ("kernels", "span", "busy", "gap", "gap %", "gaps", "p50", "p99", "max gap", "kernel p50"):
         t.add_column(col, justify="right")
     if with_verdict:
-        t.add_column("reading")
+        t.add_column("reading", no_wrap=True)
     for r in rows:
         cells: list[Any] = [str(r.get(k, "")) for k in keys]
         cells += [
@@ -64,7 +64,9 @@ def _stats_table(title: str, keys: list[str], rows: list[dict[str, Any]], with_v
 def render_table(result: AnalysisResult, file: TextIO, *, limit: int = 20, width: int | None = None) -> None:
     """Write the human report: header, warnings, range names, range instances (the first
     ``limit``), devices, streams."""
-    console = Console(file=file, width=width or 160, highlight=False, soft_wrap=False)
+    if width is None and not (hasattr(file, "isatty") and file.isatty()):
+        width = 160  # a file or a pipe: wide enough for every table
+    console = Console(file=file, width=width, highlight=False, soft_wrap=False)
     tr = result.trace
     gpus = ", ".join(sorted(set(tr.get("gpus", {}).values()))) or "?"
     console.print(
