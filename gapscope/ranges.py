@@ -98,8 +98,7 @@ def range_table(frames: TraceFrames, patterns: Sequence[str] = ()) -> RangeTable
                 f"no NVTX range matches {', '.join(repr(p) for p in patterns)}; "
                 f"range names in this trace: {shown}{more}"
             )
-        sel = np.fromiter((x in keep for x in names), dtype=bool, count=names.size) if names.size < 2048 \
-            else pd.Series(names).isin(keep).to_numpy()
+        sel = pd.Series(names).isin(keep).to_numpy()
         rng = rng[sel]
         names = names[sel]
     tid = rng["tid"].to_numpy()

@@ -220,6 +220,9 @@ class Read:
         return f"SELECT {self.select} FROM {self.source or self.table}{where}"
 
 
+#: Columns of the frames that hold text; every other column is an integer.
+TEXT_COLUMNS = frozenset({"name"})
+
 #: Rows per parallel chunk of a bulk read.
 CHUNK_ROWS = 400_000
 
@@ -296,9 +299,8 @@ class _Reader:
         rows = _sql(self._conn, r.sql())
         df = pd.DataFrame.from_records(rows, columns=list(r.names))
         for name in r.names:
-            col = df[name]
-            if col.dtype != object or all(v is None or isinstance(v, int) for v in col.head(1000)):
-                df[name] = col.fillna(-1).astype(np.int64)
+            if name not in TEXT_COLUMNS:
+                df[name] = df[name].fillna(-1).astype(np.int64)
         return df
 
     def close(self) -> None:

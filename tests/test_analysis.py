@@ -174,3 +174,22 @@ def test_saxpy_old_schema_ranges_match_reference():
     saxpy = by(r.by_name, "name", "saxpy")
     assert (saxpy["count"], saxpy["kernels"], saxpy["gpu_span_ns"], saxpy["gap_ns"]) == (5, 5, 88_573_480, 0)
     assert by(r.ranges, "name", "MPI_Init")["domain"] == "MPI"
+
+
+def test_stdlib_sqlite_fallback_gives_the_same_result(monkeypatch):
+    """Without ADBC installed, the stdlib sqlite3 reader must produce identical results."""
+    import builtins
+
+    trace = Path(__file__).resolve().parents[1] / "traces" / "torch_decode_sync.sqlite"
+    with_adbc = analyze(trace).to_dict()
+    real_import = builtins.__import__
+
+    def no_adbc(name, *args, **kwargs):
+        if name.startswith("adbc_driver_sqlite"):
+            raise ImportError("no adbc in this test")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_adbc)
+    without = analyze(trace).to_dict()
+    assert without == with_adbc
+    assert without["by_name"][0]["kernels"] > 0
