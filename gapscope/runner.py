@@ -9,7 +9,9 @@ Everything lands in one output folder:
     command.txt        the exact nsys command line
     environment.json   GPU, driver, CUDA, CuPy, nsys and Python versions
     analysis.json      `gapscope analyze`'s result for the export
-    run.json           the RunResult: options, the above, and the sweep table rows
+    workload.json      what the profiled workload ran: range names, case sizes, traced host timers
+    run.json           the RunResult: options, the above, the sweep table rows, and for the
+                       seed's cases (docs/cases.md) their host timers and figures
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from gapscope.errors import GapscopeError
-from gapscope.workload import KERNEL_KINDS, PATHS, range_name
+from gapscope.workload import KERNEL_KINDS, PATHS, range_name, split_paths
+from gapscope.workload.ladder import vllm_ladder
 
 RUN_SCHEMA = "gapscope-run/1"
 OUTPUT_BASE = "gapscope_run"
@@ -44,12 +47,20 @@ class RunOptions:
     nsys: str | None = None
     graph_trace: str = "node"
     dry_run: bool = False
+    steps: int = 32
+    layers: int = 8
+    pool_sizes: list[int] = field(default_factory=vllm_ladder)
+    seed: int = 0
 
     def validate(self) -> None:
         """Raise GapscopeError for any option a run cannot start with."""
         from gapscope.workload.paths import check_paths
 
         check_paths(self.paths)
+        self.case_config().validate()
+        if self.cases and self.kind != "spin":
+            raise GapscopeError(f"the cases ({', '.join(self.cases)}) run spin kernels: "
+                                f"use --kind spin with them, not {self.kind}")
         if not self.kernel_us or any(k <= 0 for k in self.kernel_us):
             raise GapscopeError("--kernel-us wants positive microseconds")
         for name, value in (("--kernels", self.kernels), ("--streams", self.streams),
@@ -65,13 +76,32 @@ class RunOptions:
     def sweep(self) -> bool:
         return len(self.kernel_us) > 1
 
+    @property
+    def launch_paths(self) -> list[str]:
+        """The eager/multistream/graph paths among --paths."""
+        return split_paths(self.paths)[0]
+
+    @property
+    def cases(self) -> list[str]:
+        """The seed's cases among --paths."""
+        return split_paths(self.paths)[1]
+
+    def case_config(self) -> Any:
+        from gapscope.workload.cases import CaseConfig
+
+        return CaseConfig(steps=self.steps, layers=self.layers, kernels=self.kernels,
+                          pool_sizes=list(self.pool_sizes), seed=self.seed)
+
     def workload_args(self) -> list[str]:
         """Arguments of `python -m gapscope.workload` under nsys (the plan is made beforehand)."""
         d = self.out_dir
-        return ["--plan", str(d / "plan.json"), "--kernels", str(self.kernels),
+        args = ["--plan", str(d / "plan.json"), "--kernels", str(self.kernels),
                 "--streams", str(self.streams), "--paths", ",".join(self.paths),
-                "--repeat", str(self.repeat), "--device", str(self.device),
-                "--summary", str(d / "workload.json")]
+                "--repeat", str(self.repeat), "--device", str(self.device)]
+        if self.cases:
+            args += ["--steps", str(self.steps), "--layers", str(self.layers),
+                     "--pool-sizes", ",".join(map(str, self.pool_sizes)), "--seed", str(self.seed)]
+        return args + ["--summary", str(d / "workload.json")]
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -166,6 +196,9 @@ class RunResult:
     rows: list[SweepRow] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    host_timed: dict[str, Any] = field(default_factory=dict)  # cases run without the profiler
+    host_timed_traced: dict[str, Any] = field(default_factory=dict)  # the same under nsys
+    cases: dict[str, Any] = field(default_factory=dict)  # case figures (gapscope.casefigures)
 
     @property
     def command_line(self) -> str:
@@ -183,6 +216,9 @@ class RunResult:
             "calibration": self.calibration,
             "timing": self.timing,
             "rows": [asdict(r) for r in self.rows],
+            "host_timed": self.host_timed,
+            "host_timed_traced": self.host_timed_traced,
+            "cases": self.cases,
             "files": self.files,
             "warnings": self.warnings,
         }
@@ -265,6 +301,10 @@ def run(opts: RunOptions, progress: bool = True) -> RunResult:
     from gapscope.workload.timing import time_paths
 
     ks = KernelSet(opts.device)  # raises a GapscopeError without CuPy or a GPU
+    if "multi-gpu" in opts.cases:
+        from gapscope.workload.cases import require_two_gpus
+
+        require_two_gpus(ks.cp, opts.device)
     out.mkdir(parents=True, exist_ok=True)
     (out / "command.txt").write_text(result.command_line + "\n")
     result.environment = capture.environment(nsys, opts.device)
@@ -278,13 +318,23 @@ def run(opts: RunOptions, progress: bool = True) -> RunResult:
         _write_json(out / "plan.json", result.calibration)
 
         sweep = opts.sweep
-        workloads = [(p.target_us if sweep else None, Workload(ks, p, opts.kernels, opts.streams))
-                     for p in calib.plans]
-        with prog.task("time untraced", len(workloads) * len(opts.paths)) as t:
-            timings = time_paths(workloads, opts.paths, max(3, opts.repeat), t.step)
-        result.timing = [tm.to_dict() for tm in timings]
-        _write_json(out / "timing.json", result.timing)
-        del workloads
+        paths, cases = opts.launch_paths, opts.cases
+        if paths:
+            workloads = [(p.target_us if sweep else None,
+                          Workload(ks, p, opts.kernels, opts.streams)) for p in calib.plans]
+            with prog.task("time untraced", len(workloads) * len(paths)) as t:
+                timings = time_paths(workloads, paths, max(3, opts.repeat), t.step)
+            result.timing = [tm.to_dict() for tm in timings]
+            _write_json(out / "timing.json", result.timing)
+            del workloads
+        if cases:
+            from gapscope.workload.cases import run_cases
+
+            with prog.task("cases untraced", len(calib.plans) * len(cases)) as t:
+                result.host_timed = run_cases(ks, calib.plans, cases, opts.case_config(),
+                                              opts.repeat, t.step)
+            for timed in result.host_timed.values():
+                result.warnings += timed.get("warnings", [])
 
         with prog.task("capture (nsys)", None) as t_cap, \
                 prog.task("write .nsys-rep", 100) as t_rep, \
@@ -301,18 +351,42 @@ def run(opts: RunOptions, progress: bool = True) -> RunResult:
                                         on_phase)
 
         with prog.task("analyze export", 1):
-            from gapscope.analysis import analyze
+            from gapscope.analysis import run_analysis
+            from gapscope.trace import load_trace
 
-            analysis = analyze(files.sqlite).to_dict()
+            frames = load_trace(files.sqlite, syncs=True)
+            try:
+                an = run_analysis(frames)
+                analysis = an.result.to_dict()
+                if cases:
+                    from gapscope.casefigures import case_figures
+
+                    try:
+                        result.cases = case_figures(
+                            an, cases, [p.target_us if sweep else None for p in calib.plans],
+                            result.host_timed)
+                    except Exception as exc:  # noqa: BLE001 - keep the run; say what failed
+                        result.warnings.append(
+                            f"case figures failed ({type(exc).__name__}: {exc}); the trace and "
+                            "host timers are kept: rerun gapscope.casefigures on the export")
+            finally:
+                frames.strings.close()
         _write_json(out / "analysis.json", analysis)
 
-    result.rows = sweep_rows(analysis["ranges"], result.timing, opts.paths, opts.kernel_us,
-                             opts.kernels)
+    summary = out / "workload.json"
+    if summary.is_file():
+        try:
+            result.host_timed_traced = json.loads(summary.read_text()).get("cases", {})
+        except ValueError:
+            result.warnings.append(f"{summary}: not JSON; the traced host timers are missing")
+    result.rows = sweep_rows(analysis["ranges"], result.timing, paths, opts.kernel_us,
+                             opts.kernels) if paths else []
     result.warnings += list(analysis.get("warnings", []))
     result.files = {k: str(v) for k, v in {
         "report": files.report, "sqlite": files.sqlite, "nsys_log": files.log,
         "analysis": out / "analysis.json", "plan": out / "plan.json",
-        "timing": out / "timing.json", "command": out / "command.txt",
-        "environment": out / "environment.json", "run": out / "run.json"}.items()}
+        **({"timing": out / "timing.json"} if paths else {}), "command": out / "command.txt",
+        "environment": out / "environment.json", "run": out / "run.json",
+        **({"workload": summary} if summary.is_file() else {})}.items()}
     _write_json(out / "run.json", result.to_dict())
     return result

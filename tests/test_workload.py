@@ -222,3 +222,200 @@ def test_workload_main_writes_plan_summary_and_timing(fake_cupy, tmp_path) -> No
     # the fake GPU overlaps streams fully: 2 streams halve the time per kernel, and the stop
     # event on stream 0 still waits for the side stream's last kernel through the join
     assert [round(t["median_us"], 6) for t in timing] == [2.0, 1.0, 50.0, 25.0]
+
+
+# ---------------------------------------------------------------- the seed's cases (fake GPU)
+
+from gapscope.workload import cases as C  # noqa: E402
+from gapscope.workload import ladder as L  # noqa: E402
+
+
+def test_vllm_ladder_and_padding() -> None:
+    ladder = L.vllm_ladder()
+    assert len(ladder) == 67 and ladder[:5] == [1, 2, 4, 8, 16] and ladder[-1] == 512
+    assert [L.pad(n, ladder) for n in (1, 3, 5, 8, 9, 505, 512, 513)] == \
+        [1, 4, 8, 8, 16, 512, 512, None]
+    assert L.parse_sizes("vllm") == ladder and L.parse_sizes("vllm:16") == [1, 2, 4, 8, 16]
+    assert L.parse_sizes("8, 1,4,4") == [1, 4, 8]
+    for bad in ("", "0,4", "a,b", "vllm:x", "vllm:0", "5000"):
+        with pytest.raises(GapscopeError, match="--pool-sizes"):
+            L.parse_sizes(bad)
+
+
+def test_request_sizes_are_seeded_and_within_the_ladder() -> None:
+    a = L.request_sizes(200, 512, seed=3)
+    assert a == L.request_sizes(200, 512, seed=3) != L.request_sizes(200, 512, seed=4)
+    assert min(a) >= 1 and max(a) <= 512
+    assert sum(n <= 22 for n in a) > 60  # log-uniform: a third or more below sqrt(513)
+    with pytest.raises(GapscopeError):
+        L.request_sizes(0, 512)
+
+
+def test_case_helpers() -> None:
+    assert C.piece_layout(3) == [(0, 2), (2, 2), (2, 2), (2, 0)]
+    assert C.alternate_iters(1384) == 2768 and C.alternate_iters(2) == 1000
+    # 1 MiB in 11 us, 8 MiB in 81 us: 1 us + 10 us per MiB, so 21 us is 2 MiB
+    assert C.copy_bytes(21.0, [(1 << 20, 11.0), (8 << 20, 81.0)]) == 2 << 20
+    assert C.copy_bytes(0.5, [(1 << 20, 11.0), (8 << 20, 81.0)]) == 4096  # at least a page
+    s = C.summarize_ns([3000, 1000, 2000, 10000])
+    assert (s["count"], s["median_us"], s["p90_us"], s["min_us"], s["max_us"]) == (4, 2.5, 10.0, 1.0, 10.0)
+    assert s["values_us"] == [3.0, 1.0, 2.0, 10.0] and C.summarize_ns([]) == {"count": 0}
+    plan = K.KernelPlan("spin", 10.0, 4000, 132, 128, measured_us=10.0, slope_us=0.0025)
+    assert C.token_iters(plan, 512) == 8  # 10 us / 512 tokens / 0.0025 us per iteration
+
+
+def _cases(fake, names, cfg=None, plan_us=5.0):
+    ks = K.KernelSet()
+    calib = K.calibrate([plan_us], "spin", kernels=ks)
+    fakecupy.LOG.clear()
+    return C.run_cases(ks, calib.plans, names, cfg or C.CaseConfig(steps=4, layers=3, kernels=10,
+                                                                  pool_sizes=[1, 2, 4, 8, 16]))
+
+
+def _ranged(name: str) -> list[tuple]:
+    """LOG entries between the push of `name` and its pop (first instance)."""
+    start = next(i for i, e in enumerate(fakecupy.LOG) if e == ("push", name))
+    depth, out = 0, []
+    for e in fakecupy.LOG[start + 1:]:
+        if e[0] == "push":
+            depth += 1
+        elif e[0] == "pop":
+            if depth == 0:
+                return out
+            depth -= 1
+        out.append(e)
+    raise AssertionError(f"range {name} never closed")
+
+
+def test_default_stream_case_streams(fake_cupy) -> None:
+    out = _cases(fake_cupy, ["default-stream"])
+    assert out["default-stream"]["info"]["pairs"] == 4
+    # fake copy: 1 us + 10 us/MB; the 5 us kernel wants (5 - 1) / 1e-5 = 400,000 bytes
+    assert out["default-stream"]["info"]["copy_bytes"] == 400000
+    legacy = _ranged("default-stream/legacy")
+    kernels = [e for e in legacy if e[0] == "launch"]
+    copies = [e for e in legacy if e[0] == "memcpy"]
+    assert len(kernels) == len(copies) == 4
+    assert {e[1] for e in kernels} == {0}  # the legacy default stream
+    copy_stream = fakecupy.Stream.by_ptr[copies[0][1]]
+    assert not copy_stream.non_blocking and copies[0][2:] == (400000, 1)
+    nb = _ranged("default-stream/nonblocking")
+    assert all(fakecupy.Stream.by_ptr[e[1]].non_blocking for e in nb if e[0] in ("launch", "memcpy"))
+    assert set(out["default-stream"]["host"]) == {"legacy", "user-streams", "nonblocking"}
+
+
+def test_graph_pool_case_pads_requests_to_the_ladder(fake_cupy) -> None:
+    cfg = C.CaseConfig(steps=6, layers=3, pool_sizes=[1, 2, 4, 8, 16], seed=0)
+    out = _cases(fake_cupy, ["graph-pool"], cfg)
+    info = out["graph-pool"]["info"]
+    assert info["requests"] == L.request_sizes(6, 16, 0) == [10, 8, 3, 2, 4, 3]
+    assert info["padded"] == [16, 8, 4, 2, 4, 4]
+    # fake token kernel: 1 + 0.001 * iters * tokens us; 16 tokens at 5 us -> 250 iterations
+    assert (info["iters_per_token"], info["largest_kernel_us"]) == (250, 5.0)
+    eager = [e for e in _ranged("graph-pool/eager") if e[0] == "launch"]
+    assert [e[5] // 4 for e in eager] == [n for n in info["requests"] for _ in range(3)]
+    padded = [e for e in _ranged("graph-pool/padded") if e[0] == "graph_launch"]
+    assert [e[2] for e in padded] == [3] * 6  # one 3-kernel graph per request
+    assert out["graph-pool"]["warnings"] == []
+    capture = [e for e in fakecupy.LOG if e == ("push", "graph-pool/capture")]
+    assert len(capture) == 1 and set(out["graph-pool"]["host"]) == {"capture", "eager", "exact", "padded"}
+
+
+@pytest.mark.parametrize("driver_nodes, runtime_set, api", [
+    (True, False, "driver"), (True, True, "driver+runtime"), (False, False, "runtime")])
+def test_graph_update_case_changes_the_argument_every_replay(monkeypatch, driver_nodes, runtime_set,
+                                                             api) -> None:
+    fakecupy.install(monkeypatch, driver_nodes=driver_nodes, runtime_set_cufunction=runtime_set)
+    monkeypatch.setattr(P, "_NVTX", None)
+    out = _cases(None, ["graph-update"])
+    info = out["graph-update"]["info"]
+    assert info["params_api"] == api and info["iters"] == [4000, 8000]
+    for method in ("recapture", "exec-update", "set-params"):
+        body = _ranged(f"graph-update/{method}")
+        assert sum(e == ("push", f"graph-update/{method}/update") for e in body) == 4
+        launches = [e for e in body if e[0] == "graph_launch"]
+        assert len(launches) == 4 and all(e[2] == 3 for e in launches)
+    sets = [e for e in _ranged("graph-update/set-params") if e[0] == "set_params"]
+    assert [e[2][2] for e in sets] == [8000] * 3 + [4000] * 3 + [8000] * 3 + [4000] * 3
+    updates = [e for e in _ranged("graph-update/exec-update") if e[0] == "exec_update"]
+    assert len(updates) == 4
+    host = out["graph-update"]["host"]
+    assert host["set-params/update"]["count"] == 4 and host["eager/step"]["count"] == 4
+
+
+def test_graph_update_replays_run_the_new_argument(fake_cupy) -> None:
+    ks = K.KernelSet()
+    plan = K.KernelPlan("spin", 5.0, 4000, 4, 128, measured_us=5.0, slope_us=0.001)
+    case = C.GraphUpdateCase(ks, plan, C.CaseConfig(steps=4, layers=2))
+    case.warm_up()
+    case._fresh()
+    s = case.stream
+    for method in ("recapture", "exec-update", "set-params"):
+        times = []
+        for u in range(4):
+            case.update(method, u)
+            t0 = fakecupy._Clock.now[s.ptr]
+            case.api.launch(case.state[method][1], s.ptr)
+            times.append(fakecupy._Clock.now[s.ptr] - t0)
+        assert times == [2 * 9.0, 2 * 5.0, 2 * 9.0, 2 * 5.0], method  # 1 + 0.001 * iters, x2
+
+
+def test_piecewise_case_structure(fake_cupy) -> None:
+    out = _cases(fake_cupy, ["piecewise"])
+    info = out["piecewise"]["info"]
+    assert info["pieces"] == 4 and info["attention_grids"] == [4, 7]
+    pieces = _ranged("piecewise/pieces")
+    graphs = [e for e in pieces if e[0] == "graph_launch"]
+    attends = [e for e in pieces if e[0] == "launch"]
+    assert len(graphs) == 4 * 4 and [g[2] for g in graphs[:4]] == [2, 4, 4, 2]
+    assert [e[2] for e in attends] == ["gapscope_attend"] * 12
+    assert [e[3] for e in attends] == [4, 4, 4, 5, 5, 5, 6, 6, 6, 7, 7, 7]  # grid grows per step
+    full = _ranged("piecewise/full")
+    assert [e[2] for e in full if e[0] == "graph_launch"] == [15] * 4 and \
+        not [e for e in full if e[0] == "launch"]
+    eager = [e for e in _ranged("piecewise/eager") if e[0] == "launch"]
+    assert len(eager) == 4 * 3 * 5
+    assert sum(e == ("push", "piecewise/eager/step") for e in fakecupy.LOG) == 4
+
+
+def test_instantiate_case_phases(fake_cupy) -> None:
+    out = _cases(fake_cupy, ["instantiate"], C.CaseConfig(steps=12, layers=3, kernels=10))
+    pushes = [e[1] for e in fakecupy.LOG if e[0] == "push"]
+    cycle = ["instantiate/capture", "instantiate/instantiate", "instantiate/first-launch"] + \
+        ["instantiate/replay"] * 3
+    assert pushes == cycle * 3 + ["instantiate/eager"] * 3
+    assert [e for e in _ranged("instantiate/capture") if e[0] == "end_capture"][0][2] == 10
+    host = out["instantiate"]["host"]
+    assert {k: v["count"] for k, v in host.items()} == {
+        "capture": 3, "instantiate": 3, "first-launch": 3, "replay": 9, "eager": 3}
+
+
+def test_multi_gpu_case_needs_two_gpus(fake_cupy) -> None:
+    with pytest.raises(GapscopeError, match="multi-gpu needs two GPUs.*has 1") as info:
+        _cases(fake_cupy, ["multi-gpu"])
+    assert info.value.exit_code == 2
+
+
+def test_multi_gpu_case_waits_across_devices(monkeypatch) -> None:
+    fakecupy.install(monkeypatch, devices=2)
+    monkeypatch.setattr(P, "_NVTX", None)
+    out = _cases(None, ["multi-gpu"])
+    assert out["multi-gpu"]["info"]["devices"] == [0, 1]
+    one = [e[0] for e in _ranged("multi-gpu/one-way") if e[0] in ("record", "wait")]
+    assert one == ["record", "wait"] * 4
+    ping = [e[0] for e in _ranged("multi-gpu/ping-pong") if e[0] in ("record", "wait")]
+    assert ping == ["record", "wait", "record"] + ["wait", "record", "wait", "record"] * 3
+
+
+def test_cases_want_spin_kernels(fake_cupy) -> None:
+    ks = K.KernelSet()
+    with pytest.raises(GapscopeError, match="--kind spin"):
+        C.run_cases(ks, [K.KernelPlan("memory", 5.0, 1000, 4, 256)], ["piecewise"], C.CaseConfig())
+
+
+def test_missing_cuda_bindings_is_a_clear_error(monkeypatch) -> None:
+    fakecupy.install(monkeypatch, bindings=False)
+    monkeypatch.setattr(P, "_NVTX", None)
+    with pytest.raises(GapscopeError, match="needs cuda-bindings") as info:
+        _cases(None, ["instantiate"])
+    assert info.value.exit_code == 2

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from gapscope.cli import cli
-from gapscope.workload import KERNEL_KINDS, PATHS, parse_us_list
+from gapscope.workload import CASES, KERNEL_KINDS, PATHS, parse_us_list
 
 
 @cli.command("run")
@@ -20,7 +20,8 @@ from gapscope.workload import KERNEL_KINDS, PATHS, parse_us_list
 @click.option("--streams", "-s", default=4, show_default=True,
               help="Streams of the multistream path (S).")
 @click.option("--paths", default=",".join(PATHS), show_default=True,
-              help="Paths to run, comma-separated.")
+              help="Paths to run, comma-separated: launch paths and the seed's cases "
+                   f"({', '.join(CASES)}; docs/cases.md).")
 @click.option("--repeat", "-r", default=1, show_default=True,
               help="Runs of each path under its range (median and spread in the table).")
 @click.option("--device", default=0, show_default=True, help="CUDA device index.")
@@ -30,6 +31,14 @@ from gapscope.workload import KERNEL_KINDS, PATHS, parse_us_list
                                               "the usual install places).")
 @click.option("--graph-trace", type=click.Choice(["node", "graph"]), default="node",
               show_default=True, help="nsys --cuda-graph-trace mode.")
+@click.option("--steps", default=32, show_default=True,
+              help="Cases: requests (graph-pool), steps, updates, kernel/copy pairs.")
+@click.option("--layers", default=8, show_default=True,
+              help="Cases: kernels or layers per step (graph-pool, graph-update, piecewise, "
+                   "multi-gpu).")
+@click.option("--pool-sizes", default="vllm", show_default=True, metavar="N[,N...]|vllm[:MAX]",
+              help="graph-pool: captured batch sizes; vllm = 1,2,4,8,16,...,512.")
+@click.option("--seed", default=0, show_default=True, help="graph-pool: seed of the request sizes.")
 @click.option("--output-dir", "-o", default="gapscope-run", show_default=True, metavar="DIR",
               help="Folder for the .nsys-rep, .sqlite, result JSON, command and environment.")
 @click.option("--format", "-f", "fmt", type=click.Choice(["table", "json", "markdown"]),
@@ -38,18 +47,22 @@ from gapscope.workload import KERNEL_KINDS, PATHS, parse_us_list
 @click.option("--dry-run", is_flag=True, help="Print the nsys command and stop (no GPU needed).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress display.")
 def run_command(kernel_us: str, kernels: int, streams: int, paths: str, repeat: int, device: int,
-                kind: str, nsys: str | None, graph_trace: str, output_dir: str, fmt: str,
-                report: bool, dry_run: bool, quiet: bool) -> None:
-    """Record CuPy micro-kernels down eager, multi-stream and graph paths under nsys, then
-    report the gap fraction of each path beside its untraced time per kernel.
+                kind: str, nsys: str | None, graph_trace: str, steps: int, layers: int,
+                pool_sizes: str, seed: int, output_dir: str, fmt: str, report: bool,
+                dry_run: bool, quiet: bool) -> None:
+    """Record CuPy micro-kernels down eager, multi-stream and graph paths (and the seed's
+    cases) under nsys, then report the gap fraction of each path beside its untraced time per
+    kernel, and each case's figures.
     """
     from gapscope.runner import RunOptions, run
+    from gapscope.workload.ladder import parse_sizes
 
     opts = RunOptions(
         out_dir=Path(output_dir), kernel_us=parse_us_list(kernel_us), kernels=kernels,
         streams=streams, paths=[p.strip() for p in paths.split(",") if p.strip()],
         repeat=repeat, device=device, kind=kind, nsys=nsys, graph_trace=graph_trace,
-        dry_run=dry_run)
+        dry_run=dry_run, steps=steps, layers=layers, pool_sizes=parse_sizes(pool_sizes),
+        seed=seed)
     result = run(opts, progress=not quiet and not dry_run)
     out = sys.stdout
     if dry_run:

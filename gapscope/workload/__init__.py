@@ -1,8 +1,11 @@
 """The CuPy micro-kernel workload that `gapscope run` records under nsys.
 
 `kernels` holds the RawKernels and their calibration, `paths` the eager, multi-stream and
-graph-replay launch paths, `timing` the same paths timed without a profiler. CuPy is imported
-lazily (inside functions), so this package imports on machines without CuPy or a GPU.
+graph-replay launch paths, `timing` the same paths timed without a profiler, `cases` the seed's
+other cases (default stream, graph pool, graph updates, piecewise graphs, instantiation cost,
+two GPUs), `graphs` the CUDA graph calls CuPy lacks (through cuda-bindings) and `ladder` the
+pure batch-size arithmetic of graph pools. CuPy is imported lazily (inside functions), so this
+package imports on machines without CuPy or a GPU.
 """
 
 from __future__ import annotations
@@ -10,6 +13,8 @@ from __future__ import annotations
 from gapscope.errors import GapscopeError
 
 PATHS: tuple[str, ...] = ("eager", "multistream", "graph")
+CASES: tuple[str, ...] = ("default-stream", "graph-pool", "graph-update", "piecewise",
+                          "instantiate", "multi-gpu")
 KERNEL_KINDS: tuple[str, ...] = ("spin", "memory", "empty")
 
 
@@ -18,6 +23,11 @@ def range_name(path: str, kernel_us: float | None) -> str:
     if kernel_us is None:
         return path
     return f"{path}/k={kernel_us:g}us"
+
+
+def case_range(case: str, variant: str, kernel_us: float | None) -> str:
+    """NVTX range name of one variant of a case: `<case>/<variant>`, `/k=<us>us` in a sweep."""
+    return range_name(f"{case}/{variant}", kernel_us)
 
 
 def parse_us_list(text: str) -> list[float]:
@@ -29,3 +39,8 @@ def parse_us_list(text: str) -> list[float]:
     if not values or any(v <= 0 for v in values):
         raise GapscopeError(f"--kernel-us wants positive microseconds, got {text!r}")
     return values
+
+
+def split_paths(paths: list[str]) -> tuple[list[str], list[str]]:
+    """(launch paths, cases) of a --paths list, each in the given order."""
+    return [p for p in paths if p in PATHS], [p for p in paths if p in CASES]

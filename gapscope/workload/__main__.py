@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Sequence
 
 from gapscope.errors import GapscopeError
-from gapscope.workload import KERNEL_KINDS, PATHS, parse_us_list
+from gapscope.workload import KERNEL_KINDS, PATHS, parse_us_list, split_paths
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,6 +31,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--save-plan", type=Path, help="write the calibration here (JSON)")
     p.add_argument("--timing", type=Path, help="also time the paths untraced; write JSON here")
     p.add_argument("--no-trace", action="store_true", help="skip the NVTX-ranged runs")
+    p.add_argument("--steps", type=int, default=32, help="cases: requests, steps, updates, pairs")
+    p.add_argument("--layers", type=int, default=8, help="cases: kernels (or layers) per step")
+    p.add_argument("--pool-sizes", default="vllm", help="graph-pool ladder: sizes or vllm[:N]")
+    p.add_argument("--seed", type=int, default=0, help="graph-pool: seed of the request sizes")
     p.add_argument("--summary", type=Path, help="write the range names run (JSON) here")
     p.add_argument("--quiet", action="store_true")
     return p
@@ -46,13 +50,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from gapscope.workload.cases import CaseConfig, run_cases
     from gapscope.workload.kernels import Calibration, KernelSet, calibrate
+    from gapscope.workload.ladder import parse_sizes
     from gapscope.workload.paths import Workload, check_paths, run_traced
     from gapscope.workload.timing import time_paths
 
-    paths = check_paths([p.strip() for p in args.paths.split(",") if p.strip()])
+    paths, cases = split_paths(check_paths([p.strip() for p in args.paths.split(",") if p.strip()]))
     if args.repeat < 1:
         raise GapscopeError(f"--repeat must be at least 1, got {args.repeat}")
+    cfg = CaseConfig(steps=args.steps, layers=args.layers, kernels=args.kernels,
+                     pool_sizes=parse_sizes(args.pool_sizes), seed=args.seed)
+    cfg.validate()
     say = (lambda _m: None) if args.quiet else (lambda m: print(f"[workload] {m}", file=sys.stderr))
 
     ks = KernelSet(args.device)
@@ -70,21 +79,26 @@ def _run(args: argparse.Namespace) -> int:
 
     sweep = len(calib.plans) > 1
     workloads = [(p.target_us if sweep else None, Workload(ks, p, args.kernels, args.streams))
-                 for p in calib.plans]
+                 for p in calib.plans] if paths else []
 
-    if args.timing:
+    if args.timing and paths:
         timings = time_paths(workloads, paths, repeat=max(3, args.repeat))
         for t in timings:
             say(f"untraced {t.path} k={t.kernel_us}: {t.median_us:.2f} us/kernel")
         args.timing.write_text(json.dumps([t.to_dict() for t in timings], indent=2))
 
     names: list[str] = []
+    case_runs: dict = {}
     if not args.no_trace:
-        names = run_traced(workloads, paths, args.repeat, say)
+        if paths:
+            names = run_traced(workloads, paths, args.repeat, say)
+        if cases:
+            case_runs = run_cases(ks, calib.plans, cases, cfg, args.repeat, say)
     if args.summary:
         args.summary.write_text(json.dumps({
-            "ranges": names, "paths": paths, "kernels": args.kernels, "streams": args.streams,
-            "repeat": args.repeat, "calibration": calib.to_dict()}, indent=2))
+            "ranges": names, "paths": paths, "cases": case_runs, "kernels": args.kernels,
+            "streams": args.streams, "repeat": args.repeat, "calibration": calib.to_dict()},
+            indent=2))
     return 0
 
 

@@ -17,7 +17,7 @@ import contextlib
 from typing import Any, Callable, Iterator, Sequence
 
 from gapscope.errors import GapscopeError
-from gapscope.workload import PATHS, range_name
+from gapscope.workload import CASES, PATHS, range_name
 from gapscope.workload.kernels import KernelPlan, KernelSet
 
 
@@ -29,11 +29,13 @@ def steps_for(n_kernels: int, n_streams: int) -> int:
 
 
 def check_paths(paths: Sequence[str]) -> list[str]:
-    """Validate path names; returns them as a list in the given order."""
-    bad = [p for p in paths if p not in PATHS]
+    """Validate path and case names; returns them as a list in the given order."""
+    bad = [p for p in paths if p not in PATHS and p not in CASES]
     if bad or not paths:
         raise GapscopeError(
-            f"unknown path(s) {', '.join(bad) or '(none)'}: choose from {', '.join(PATHS)}")
+            f"unknown path(s) {', '.join(bad) or '(none)'}: choose from {', '.join(PATHS + CASES)}")
+    if len(set(paths)) != len(paths):
+        raise GapscopeError(f"--paths names a path twice: {','.join(paths)}")
     return list(paths)
 
 
