@@ -30,7 +30,7 @@ def cli() -> None:
 def _register() -> None:
     from gapscope.cli import analyze  # noqa: F401  (registers the command)
 
-    for optional in ("run", "compare"):
+    for optional in ("run", "compare", "plot", "report"):
         try:
             __import__(f"gapscope.cli.{optional}")
         except ModuleNotFoundError as exc:  # a command module not written yet

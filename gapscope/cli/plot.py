@@ -1,0 +1,32 @@
+"""`gapscope plot`: parse options, draw the figures (gapscope.plots), list the files written."""
+
+from __future__ import annotations
+
+import click
+
+from gapscope.cli import cli
+
+
+@cli.command("plot")
+@click.argument("source", metavar="TRACE_OR_RESULT", type=click.Path(dir_okay=True, path_type=str))
+@click.option("--output-dir", "-o", "out_dir", required=True, metavar="DIR",
+              help="Folder for the figures (created if missing).")
+@click.option("--range", "-r", "ranges", multiple=True, metavar="NAME",
+              help="Draw only NVTX ranges with this name (or glob): the timeline's window and the "
+                   "histogram; repeatable.")
+@click.option("--window", "-w", metavar="START:END",
+              help="Timeline window from the first GPU work of the ranges drawn, in ns or with "
+                   "units: 0:200us, 1.5ms:2ms, :500us.")
+@click.option("--format", "-f", "fmt", default="png", show_default=True, metavar="png,svg",
+              help="Image formats, comma-separated.")
+def plot_command(source: str, out_dir: str, ranges: tuple[str, ...], window: str | None, fmt: str) -> None:
+    """Draw the timeline, the gap-duration histogram and, for a `gapscope run` sweep, the
+    crossover chart.
+
+    TRACE_OR_RESULT is an nsys SQLite export, a `gapscope run` output folder (or its run.json),
+    or a result JSON of `gapscope analyze` (a sweep's crossover only: it holds no gap list).
+    """
+    from gapscope.plots import write_plots
+
+    for path in write_plots(source, out_dir, fmt.split(","), range_name=ranges, window=window):
+        click.echo(str(path))

@@ -1,0 +1,167 @@
+"""What a path given to `gapscope plot` / `gapscope report` holds, loaded once.
+
+* an nsys SQLite export: analyzed here (`gapscope.analysis.run_analysis`), keeping the raw
+  arrays the timeline and the histogram draw, and the gap categories of the device-level and
+  range-level gaps (`gapscope.attribution.Attributor`);
+* a result JSON of `gapscope analyze` (schema ``gapscope.analysis/1``): tables only, it holds no
+  gap list;
+* a `gapscope run` result (``run.json``, schema ``gapscope-run/1``) or its output folder: the
+  sweep rows, and the folder's ``gapscope_run.sqlite`` when it is there.
+
+A trace whose NVTX ranges are named ``<path>/k=<us>us`` (what `gapscope run` pushes) with two or
+more kernel times is a sweep too: its rows come from `gapscope.runner.sweep_rows` over the
+analysis's range instances (without the untraced timing, which only run.json holds).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from gapscope.errors import GapscopeError
+from gapscope.result import AnalysisResult
+
+if TYPE_CHECKING:
+    from gapscope.analysis import Analysis
+    from gapscope.runner import SweepRow
+
+_SWEEP_NAME = re.compile(r"^(?P<path>[^/]+)/k=(?P<us>[0-9.eE+-]+)us$")
+
+
+@dataclass
+class PlotSource:
+    """Everything the figures and the report read; nothing here is computed for drawing."""
+
+    label: str
+    result: AnalysisResult | None = None
+    analysis: Analysis | None = None  # the trace's raw arrays
+    device_gap_cats: np.ndarray | None = None  # IdleCategory per analysis.device_gaps gap
+    range_gap_cats: np.ndarray | None = None  # IdleCategory per analysis.range_gaps gap
+    sweep: list[SweepRow] = field(default_factory=list)
+    calibration: dict[str, Any] | None = None
+    range_filter: str | None = None  # the --range patterns, as shown in titles
+
+    @property
+    def has_trace(self) -> bool:
+        return self.analysis is not None
+
+
+Patterns = str | Sequence[str] | None
+
+
+def _patterns(ranges: Patterns) -> tuple[str, ...]:
+    if ranges is None:
+        return ()
+    return (ranges,) if isinstance(ranges, str) else tuple(ranges)
+
+
+def analyze_trace(path: Path, ranges: Patterns, label: str | None = None, count_memops: bool = False) -> PlotSource:
+    """Load and analyze a trace, keeping the arrays and the gap categories."""
+    from gapscope.analysis import run_analysis
+    from gapscope.attribution import Attributor
+    from gapscope.ranges import CallIndex
+    from gapscope.trace import load_trace
+
+    frames = load_trace(path, syncs=True)
+    try:
+        # Without CUDA API calls there is nothing to attribute gaps to (and the Attributor
+        # cannot index an empty call table): the gaps are drawn uncategorized.
+        attribution = len(frames.api) > 0
+        analysis = run_analysis(frames, ranges=_patterns(ranges), count_memops=count_memops,
+                                attribution=attribution)
+        device_cats = range_cats = None
+        if attribution:
+            attributor = Attributor(frames, analysis.acts, CallIndex(frames.api), analysis.launch)
+            device_cats = attributor.classify(analysis.device_gaps)
+            range_cats = attributor.classify(analysis.range_gaps)
+    finally:
+        frames.strings.close()
+    src = PlotSource(label=label or path.name, result=analysis.result, analysis=analysis,
+                     device_gap_cats=device_cats, range_gap_cats=range_cats,
+                     range_filter=", ".join(_patterns(ranges)) or None)
+    src.sweep = sweep_from_ranges(analysis.result.ranges)
+    return src
+
+
+def sweep_from_ranges(ranges: list[dict[str, Any]]) -> list[SweepRow]:
+    """Sweep rows from range instances named ``<path>/k=<us>us``; empty unless the names hold
+    at least two kernel times and an ``eager`` path."""
+    from gapscope.runner import sweep_rows
+
+    found: dict[str, set[float]] = {}
+    for r in ranges:
+        m = _SWEEP_NAME.match(str(r["name"]))
+        if m:
+            try:
+                found.setdefault(m["path"], set()).add(float(m["us"]))
+            except ValueError:
+                continue
+    kernel_us = sorted(set().union(*found.values())) if found else []
+    if len(kernel_us) < 2 or "eager" not in found:
+        return []
+    counts = [r["kernels"] for r in ranges if _SWEEP_NAME.match(str(r["name"])) and r.get("kernels")]
+    n_kernels = int(statistics.median(counts)) if counts else 1
+    return sweep_rows(ranges, [], list(found), kernel_us, n_kernels)
+
+
+def _run_source(data: dict[str, Any], where: Path, ranges: Patterns, count_memops: bool) -> PlotSource:
+    from gapscope.runner import SweepRow
+
+    try:
+        rows = [SweepRow(**r) for r in data.get("rows", [])]
+    except TypeError as exc:
+        raise GapscopeError(f"{where}: run.json rows do not match this gapscope ({exc})") from None
+    folder = where.parent if where.is_file() else where
+    trace = folder / "gapscope_run.sqlite"
+    if trace.exists():
+        src = analyze_trace(trace, ranges, f"{folder.name}/{trace.name}", count_memops)
+    else:
+        if _patterns(ranges):
+            raise GapscopeError(f"--range needs the trace; {trace} is not there")
+        src = PlotSource(label=folder.name)
+        analysis = folder / "analysis.json"
+        if analysis.exists():
+            from gapscope.result import load_result
+
+            src.result = load_result(analysis)
+    src.sweep = rows
+    src.calibration = data.get("calibration")
+    return src
+
+
+def load_source(path: str | Path, ranges: Patterns = None, *, count_memops: bool = False) -> PlotSource:
+    """Read a trace, an analysis result JSON, a run.json or a `gapscope run` output folder;
+    ``ranges``: only the NVTX ranges matching this name or glob (or these)."""
+    p = Path(path)
+    if p.is_dir():
+        run_json = p / "run.json"
+        if not run_json.exists():
+            raise GapscopeError(f"{p}: a folder without run.json (give a trace, a result JSON or "
+                                "a `gapscope run` output folder)")
+        return _run_source(_read_json(run_json), p, ranges, count_memops)
+    if p.suffix == ".json":
+        data = _read_json(p)
+        schema = data.get("schema") if isinstance(data, dict) else None
+        if isinstance(schema, str) and schema.startswith("gapscope-run/"):
+            return _run_source(data, p, ranges, count_memops)
+        if _patterns(ranges):
+            raise GapscopeError("--range applies to traces, not to a saved result JSON")
+        result = AnalysisResult.from_dict(data)
+        return PlotSource(label=p.name, result=result, sweep=sweep_from_ranges(result.ranges))
+    return analyze_trace(p, ranges, count_memops=count_memops)
+
+
+def _read_json(p: Path) -> Any:
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise GapscopeError(f"{p}: no such file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise GapscopeError(f"{p}: not a gapscope result JSON ({exc})") from None
