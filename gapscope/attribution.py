@@ -160,11 +160,27 @@ class Attributor:
             return
         # A wait is issued when its API call starts.
         call = calls.find(waits["proc"].to_numpy(), waits["corr"].to_numpy())
-        dev = pd.Index(acts.device_ids).get_indexer(waits["device"].to_numpy())
-        code = pd.Index(acts.stream_keys).get_indexer(
-            stream_key(waits["proc"].to_numpy(), np.maximum(dev, 0), waits["stream"].to_numpy()))
-        ok = (call >= 0) & (dev >= 0) & (code >= 0)
+        code = self._wait_stream_codes(waits)
+        ok = (call >= 0) & (code >= 0)
         self.wait_keys = np.sort(_keyed(code[ok], self.api_start[call[ok]], self.width, self.lo))
+
+    def _wait_stream_codes(self, waits: pd.DataFrame) -> np.ndarray:
+        """The stream code of each stream-wait record, -1 where the stream has no activity.
+
+        nsys 2025.3 files a cross-device wait under device 0 whatever the waiting stream's
+        device, so a record is matched on (process, stream id) when that pair names one stream
+        of the trace, and on (process, device, stream id) otherwise."""
+        acts = self.acts
+        keys = acts.stream_keys
+        pid_stream = pd.Series(np.arange(keys.size), index=((keys >> 40) << 32) | (keys & 0xFFFFFFFF))
+        unique = pid_stream[~pid_stream.index.duplicated(keep=False)]
+        proc = waits["proc"].to_numpy()
+        stream = waits["stream"].to_numpy()
+        by_pair = unique.reindex(((proc & 0xFFFFFF) << 32) | (stream & 0xFFFFFFFF)).to_numpy()
+        dev = pd.Index(acts.device_ids).get_indexer(waits["device"].to_numpy())
+        by_key = pd.Index(keys).get_indexer(stream_key(proc, np.maximum(dev, 0), stream))
+        by_key = np.where(dev >= 0, by_key, -1)
+        return np.where(np.isnan(by_pair), by_key, np.nan_to_num(by_pair, nan=-1)).astype(np.int64)
 
     # -- classification -------------------------------------------------------------------
     def _index_activities(self) -> None:
@@ -173,13 +189,18 @@ class Attributor:
         and its launching thread's number among the threads that synchronized."""
         call = self.launch
         linked = call >= 0
-        c = np.maximum(call, 0)
         self.linked = linked
-        self.call_end = np.where(linked, self.api_end[c], np.iinfo(np.int64).min)
+        self.call_end = np.full(call.size, np.iinfo(np.int64).min, dtype=np.int64)
+        self.waited = np.zeros(call.size, dtype=bool)
+        self.sync_tcode = np.full(call.size, -1, dtype=np.int64)
+        if not linked.any():  # no API calls in the trace: every gap is `unknown`
+            self.prev_copy_end = self.call_end
+            return
+        c = np.maximum(call, 0)
+        self.call_end = np.where(linked, self.api_end[c], self.call_end)
         prev = self.prev_on_stream
         p = np.maximum(prev, 0)
         self.prev_copy_end = np.where((prev >= 0) & self.is_memop[p], self.acts.end[p], np.iinfo(np.int64).min)
-        self.waited = np.zeros(call.size, dtype=bool)
         if self.wait_keys is not None:
             sc = self.acts.stream_code
             prev_call = np.where(prev >= 0, self.launch[p], -1)
@@ -187,7 +208,6 @@ class Attributor:
             hi = np.searchsorted(self.wait_keys, _keyed(sc, self.api_start[c], self.width, self.lo), "right")
             lo = np.searchsorted(self.wait_keys, _keyed(sc, t_prev, self.width, self.lo), "right")
             self.waited = linked & (hi > lo)
-        self.sync_tcode = np.full(call.size, -1, dtype=np.int64)
         if self.sync_keys.size:
             self.sync_tcode = np.where(
                 linked, pd.Index(self.sync_tids).get_indexer(self.api_tid[c]), -1).astype(np.int64)

@@ -111,3 +111,14 @@ def test_cloverleaf_device_synchronize_after_every_kernel():
     launch = {x["api"]: x for x in r.extras["launch"]}
     assert launch["cudaLaunchKernel"]["calls"] == 1312
     assert launch["cudaLaunchKernel"]["host_median_ns"] == 3687.0
+
+
+def test_kernels_without_any_api_calls(tmp_path):
+    # An export recorded without CUDA API tracing: no runtime table at all.
+    t = Synthetic().kernel(0, 1_000, 1).kernel(3_000, 4_000, 2)
+    t.range(0, 10_000, "r")
+    r = analyze(t.write(tmp_path / "synthetic.sqlite"))
+    assert r.devices[0]["gap_by_category_ns"]["unknown"] == 2_000
+    assert r.ranges[0]["kernels"] == 0
+    assert any("no CUDA API calls" in w for w in r.warnings)
+    assert r.extras["launch"] == [] and r.extras["top_gaps"][0]["launched_by"] is None
