@@ -7,7 +7,7 @@ Data flows one way: trace frames (gapscope.trace) -> launch links and range memb
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -177,7 +177,8 @@ def run_analysis(
         streams=_rows(stream_keys, stream_stats),
     )
     if attribution:
-        _attribute(result, frames, acts, calls, launch, range_gaps, device_gaps, stream_gaps,
+        range_gaps, device_gaps, stream_gaps = _attribute(
+            result, frames, acts, calls, launch, range_gaps, device_gaps, stream_gaps,
                    name_codes.astype(np.int64), len(name_uniques), top)
     if ranges and not (range_stats["kernels"].to_numpy() > 0).any():
         raise GapscopeError(
@@ -194,19 +195,21 @@ def _attribute(
     result: AnalysisResult, frames: TraceFrames, acts: ActivityArrays, calls: CallIndex, launch: np.ndarray,
     range_gaps: GapList, device_gaps: GapList, stream_gaps: GapList, name_codes: np.ndarray,
     n_names: int, top: int,
-) -> None:
-    """Add gap categories, the graph payoff ceiling, launch statistics and the longest gaps."""
+) -> tuple[GapList, GapList, GapList]:
+    """Add gap categories, the graph payoff ceiling, launch statistics and the longest gaps to
+    the result; return the three gap lists with their categories."""
     attributor = Attributor(frames, acts, calls, launch)
-    range_cats = attributor.classify(range_gaps)
-    device_cats = attributor.classify(device_gaps)
-    levels = (
-        (result.ranges, range_gaps.row, range_gaps, range_cats),
-        (result.by_name, name_codes[range_gaps.row] if name_codes.size else range_gaps.row, range_gaps, range_cats),
-        (result.devices, device_gaps.row, device_gaps, device_cats),
-        (result.streams, stream_gaps.row, stream_gaps, attributor.classify(stream_gaps)),
+    range_gaps, device_gaps, stream_gaps = (
+        replace(g, category=attributor.classify(g)) for g in (range_gaps, device_gaps, stream_gaps)
     )
-    for rows, row_of_gap, gaps, cats in levels:
-        sums = as_dicts(category_sums(row_of_gap, gaps.length, cats, len(rows)))
+    levels = (
+        (result.ranges, range_gaps.row, range_gaps),
+        (result.by_name, name_codes[range_gaps.row] if name_codes.size else range_gaps.row, range_gaps),
+        (result.devices, device_gaps.row, device_gaps),
+        (result.streams, stream_gaps.row, stream_gaps),
+    )
+    for rows, row_of_gap, gaps in levels:
+        sums = as_dicts(category_sums(row_of_gap, gaps.length, gaps.category, len(rows)))
         for row, by_cat in zip(rows, sums):
             row["gap_by_category_ns"] = by_cat
     for row in (*result.ranges, *result.by_name, *result.devices):
@@ -218,8 +221,9 @@ def _attribute(
     )
     result.extras["payoff"] = measured_pairs(result.by_name)
     result.extras["top_gaps"] = longest_gaps(
-        frames, device_gaps, device_cats, launch, attributor.names, acts.busy, top
+        frames, device_gaps, device_gaps.category, launch, attributor.names, acts.busy, top
     )
+    return range_gaps, device_gaps, stream_gaps
 
 
 def analyze(

@@ -109,6 +109,7 @@ class GapList:
     length: np.ndarray
     start: np.ndarray
     next_act: np.ndarray
+    category: np.ndarray | None = None  # IdleCategory per gap, once attributed
 
 
 def fraction(num: np.ndarray, den: np.ndarray) -> np.ndarray:

@@ -281,29 +281,31 @@ def test_range_and_window(tmp_path):
 
 
 def test_trace_without_api_calls_or_ranges(tmp_path):
-    """No CUDA API calls: no attribution and no ranges, so one timeline of the whole trace with
-    uncategorized gaps, one row per device and stream in device order."""
+    """No CUDA API calls and no ranges: one timeline of the whole trace, every gap `unknown`
+    (nothing launched it in the trace), one row per device and stream in device order."""
     pytest.importorskip("matplotlib")
     from synthetic import Synthetic
 
     from gapscope.plots import write_plots
     from gapscope.plots.source import load_source
     from gapscope.plots.timeline import timeline_data
+    from gapscope.attribution import IdleCategory
 
     t = Synthetic()
     for i in range(12):
         t.kernel(1_000 * i, 1_000 * i + 400, i + 1, device=i % 2, stream=7 + i % 3)
     path = t.write(tmp_path / "noapi.sqlite")
     src = load_source(path)
-    assert src.device_gap_cats is None
+    assert set(src.device_gap_cats.tolist()) == {IdleCategory.UNKNOWN}
     window, bins = timeline_data(src, (None, None))
     assert (window.start, window.end) == (0, 11_400)
     keys = src.analysis.stream_keys
     assert list(zip(keys["device"].to_numpy()[bins.rows], keys["stream"].to_numpy()[bins.rows])) == \
         [(0, 7), (0, 8), (0, 9), (1, 7), (1, 8), (1, 9)]
-    assert bins.gaps.shape == (2, 1, 1200)
-    # Device 0 runs kernels at 0, 2, ..., 10 us: five gaps of 1.6 us.
+    assert bins.gaps.shape == (2, len(IdleCategory), 1200)
+    # Device 0 runs kernels at 0, 2, ..., 10 us: five gaps of 1.6 us, all `unknown`.
     assert (bins.gaps[0] * bins.column_ns).sum() == pytest.approx(5 * 1_600)
+    assert (bins.gaps[0, IdleCategory.UNKNOWN] * bins.column_ns).sum() == pytest.approx(5 * 1_600)
     assert [f.name for f in write_plots(path, tmp_path / "out")] == ["timeline.png"]
 
 

@@ -65,26 +65,21 @@ def _patterns(ranges: Patterns) -> tuple[str, ...]:
 def analyze_trace(path: Path, ranges: Patterns, label: str | None = None, count_memops: bool = False) -> PlotSource:
     """Load and analyze a trace, keeping the arrays and the gap categories."""
     from gapscope.analysis import run_analysis
-    from gapscope.attribution import Attributor
-    from gapscope.ranges import CallIndex
     from gapscope.trace import load_trace
 
     frames = load_trace(path, syncs=True)
     try:
-        # Without CUDA API calls there is nothing to attribute gaps to (and the Attributor
-        # cannot index an empty call table): the gaps are drawn uncategorized.
-        attribution = len(frames.api) > 0
-        analysis = run_analysis(frames, ranges=_patterns(ranges), count_memops=count_memops,
-                                attribution=attribution)
-        device_cats = range_cats = None
-        if attribution:
-            attributor = Attributor(frames, analysis.acts, CallIndex(frames.api), analysis.launch)
-            device_cats = attributor.classify(analysis.device_gaps)
-            range_cats = attributor.classify(analysis.range_gaps)
+        analysis = run_analysis(frames, ranges=_patterns(ranges), count_memops=count_memops)
     finally:
         frames.strings.close()
-    src = PlotSource(label=label or path.name, result=analysis.result, analysis=analysis,
-                     device_gap_cats=device_cats, range_gap_cats=range_cats,
+    return source_from_analysis(analysis, label or path.name, ranges)
+
+
+def source_from_analysis(analysis: Analysis, label: str, ranges: Patterns = None) -> PlotSource:
+    """A PlotSource over an analysis already made (by `gapscope analyze --plot`, say)."""
+    src = PlotSource(label=label, result=analysis.result, analysis=analysis,
+                     device_gap_cats=analysis.device_gaps.category,
+                     range_gap_cats=analysis.range_gaps.category,
                      range_filter=", ".join(_patterns(ranges)) or None)
     src.sweep = sweep_from_ranges(analysis.result.ranges)
     return src
