@@ -46,10 +46,12 @@ from gapscope.workload import CASES, KERNEL_KINDS, PATHS, parse_us_list
 @click.option("--report", is_flag=True, help="Also print gapscope analyze's tables for the export.")
 @click.option("--dry-run", is_flag=True, help="Print the nsys command and stop (no GPU needed).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress display.")
+@click.option("--plot", "plot_dir", metavar="DIR",
+              help="Also draw the timeline, histogram and crossover into DIR (needs gapscope[plot]).")
 def run_command(kernel_us: str, kernels: int, streams: int, paths: str, repeat: int, device: int,
                 kind: str, nsys: str | None, graph_trace: str, steps: int, layers: int,
                 pool_sizes: str, seed: int, output_dir: str, fmt: str, report: bool,
-                dry_run: bool, quiet: bool) -> None:
+                dry_run: bool, quiet: bool, plot_dir: str | None) -> None:
     """Record CuPy micro-kernels down eager, multi-stream and graph paths (and the seed's
     cases) under nsys, then report the gap fraction of each path beside its untraced time per
     kernel, and each case's figures.
@@ -64,6 +66,15 @@ def run_command(kernel_us: str, kernels: int, streams: int, paths: str, repeat: 
         dry_run=dry_run, steps=steps, layers=layers, pool_sizes=parse_sizes(pool_sizes),
         seed=seed)
     result = run(opts, progress=not quiet and not dry_run)
+    _print(result, fmt, report, dry_run)
+    if plot_dir and not dry_run:
+        from gapscope.plots import write_plots
+
+        for path in write_plots(output_dir, plot_dir):
+            click.echo(f"wrote {path}", err=True)
+
+
+def _print(result, fmt: str, report: bool, dry_run: bool) -> None:
     out = sys.stdout
     if dry_run:
         for w in result.warnings:
