@@ -49,6 +49,9 @@ __all__ = [
 
 COMPARISON_SCHEMA = "gapscope.comparison/1"
 RESULT_SCHEMA_PREFIX = "gapscope.analysis/"
+#: A merged report of many traces (gapscope.fleet): its by_name, devices (one per rank) and
+#: streams sections have the fields compare reads; ranks match in order (docs/schema.md).
+FLEET_SCHEMA_PREFIX = "gapscope.fleet/"
 SCOPES = ("range", "device", "stream")
 #: Statuses in report order: what needs attention first.
 STATUSES = ("regression", "within-noise", "improved", "new", "missing", "ok")
@@ -279,7 +282,7 @@ def _check_result(data: Any, source: str | Path) -> None:
             "(or pass the run's folder)",
             2,
         )
-    if not isinstance(schema, str) or not schema.startswith(RESULT_SCHEMA_PREFIX):
+    if not isinstance(schema, str) or not schema.startswith((RESULT_SCHEMA_PREFIX, FLEET_SCHEMA_PREFIX)):
         found = "no 'schema' field" if schema is None else f"schema {schema!r}"
         raise GapscopeError(
             f"{source} is not a gapscope result ({found}; expected {RESULT_SCHEMA_PREFIX}N)", 2
