@@ -226,15 +226,25 @@ def _attribute(
     return range_gaps, device_gaps, stream_gaps
 
 
+def analysis_of(
+    path: str | Path, *, ranges: Sequence[str] = (), count_memops: bool = False,
+    attribution: bool = True, top: int = 10,
+) -> Analysis:
+    """Load and analyze one nsys SQLite export, keeping the raw arrays beside the result (for
+    transforms such as plots that need the gaps themselves)."""
+    frames = load_trace(path, syncs=attribution)
+    try:
+        return run_analysis(frames, ranges=ranges, count_memops=count_memops,
+                            attribution=attribution, top=top)
+    finally:
+        frames.strings.close()
+
+
 def analyze(
     path: str | Path, *, ranges: Sequence[str] = (), count_memops: bool = False,
     attribution: bool = True, top: int = 10,
 ) -> AnalysisResult:
     """Analyze one nsys SQLite export: gap fraction per NVTX range, range name, device and
     stream, and (``attribution``) why the GPU sat idle."""
-    frames = load_trace(path, syncs=attribution)
-    try:
-        return run_analysis(frames, ranges=ranges, count_memops=count_memops,
-                            attribution=attribution, top=top).result
-    finally:
-        frames.strings.close()
+    return analysis_of(path, ranges=ranges, count_memops=count_memops,
+                       attribution=attribution, top=top).result

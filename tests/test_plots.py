@@ -253,7 +253,6 @@ def assert_real_svg(path: Path) -> None:
 
 
 def test_write_plots_png_and_svg(tmp_path):
-    pytest.importorskip("matplotlib")
     from gapscope.plots import write_plots
     from gapscope.plots.timeline import BOTTOM_IN, NVTX_IN, ROW_IN, TOP_IN
 
@@ -271,7 +270,6 @@ def test_write_plots_png_and_svg(tmp_path):
 
 
 def test_range_and_window(tmp_path):
-    pytest.importorskip("matplotlib")
     from gapscope.plots import write_plots
 
     files = write_plots(TRACES / "torch_decode.sqlite", tmp_path, ("png",), range_name="eager",
@@ -283,7 +281,6 @@ def test_range_and_window(tmp_path):
 def test_trace_without_api_calls_or_ranges(tmp_path):
     """No CUDA API calls and no ranges: one timeline of the whole trace, every gap `unknown`
     (nothing launched it in the trace), one row per device and stream in device order."""
-    pytest.importorskip("matplotlib")
     from synthetic import Synthetic
 
     from gapscope.plots import write_plots
@@ -310,7 +307,6 @@ def test_trace_without_api_calls_or_ranges(tmp_path):
 
 
 def test_run_folder_and_result_json(tmp_path):
-    pytest.importorskip("matplotlib")
     from gapscope.analysis import analyze
     from gapscope.plots import write_plots
 
@@ -354,7 +350,6 @@ def assert_one_line_error(proc: subprocess.CompletedProcess, needle: str) -> Non
 
 
 def test_cli_plot_writes_and_lists_files(tmp_path):
-    pytest.importorskip("matplotlib")
     out = tmp_path / "figs"
     proc = gapscope("plot", str(TRACES / "cupy_paths_node.sqlite"), "-o", str(out), "--range", "graph/k=2us",
                     "--window", "0:40us", "--format", "svg,png")
@@ -375,7 +370,6 @@ def test_cli_plot_writes_and_lists_files(tmp_path):
     (["traces/torch_decode.sqlite"], "Missing option"),
 ])
 def test_cli_plot_errors(tmp_path, args, needle):
-    pytest.importorskip("matplotlib")
     (tmp_path / "file").write_text("x")
     args = [a.format(tmp=tmp_path / "out", file=tmp_path / "file") for a in args]
     assert_one_line_error(gapscope("plot", *args), needle)
@@ -397,7 +391,6 @@ def test_cli_without_matplotlib(tmp_path):
 
 
 def test_cli_report_links_its_figures(tmp_path):
-    pytest.importorskip("matplotlib")
     md = tmp_path / "report.md"
     proc = gapscope("report", "traces/cupy_paths_node.sqlite", "-o", str(md))
     assert proc.returncode == 0, proc.stderr
@@ -425,3 +418,23 @@ def test_help_lists_the_commands():
     proc = gapscope("--help")
     assert proc.returncode == 0
     assert "plot" in proc.stdout and "report" in proc.stdout
+
+
+def test_analyze_plot_option_draws_from_the_same_analysis(tmp_path):
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "figs"
+    proc = subprocess.run(
+        [sys.executable, "-m", "gapscope", "analyze", str(root / "traces" / "torch_decode.sqlite"),
+         "--limit", "0", "--plot", str(out)],
+        capture_output=True, text=True, cwd=root, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "eager" in proc.stdout
+    assert sorted(p.name for p in out.iterdir()) == ["histogram.png", "timeline.png"]
+    assert all(p.stat().st_size > 5_000 for p in out.iterdir())
+    many = subprocess.run(
+        [sys.executable, "-m", "gapscope", "analyze", str(root / "traces" / "torch_decode.sqlite"),
+         str(root / "traces" / "torch_decode_sync.sqlite"), "--plot", str(out)],
+        capture_output=True, text=True, cwd=root, timeout=300,
+    )
+    assert many.returncode == 2 and "--plot draws one trace" in many.stderr

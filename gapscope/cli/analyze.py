@@ -38,7 +38,12 @@ def load_or_analyze(path: str, ranges: tuple[str, ...] = (), count_memops: bool 
                     attribution: bool = True, top: int = 10):
     """An AnalysisResult from a trace (.sqlite) or a saved result (.json); a FleetResult from a
     saved fleet JSON."""
-    from gapscope.analysis import analyze
+    return _load(path, ranges, count_memops, attribution, top)[0]
+
+
+def _load(path: str, ranges: tuple[str, ...], count_memops: bool, attribution: bool, top: int):
+    """(result, the Analysis behind it or None for a saved JSON)."""
+    from gapscope.analysis import analysis_of
     from gapscope.result import load_result
 
     if path.endswith(".json"):
@@ -46,8 +51,10 @@ def load_or_analyze(path: str, ranges: tuple[str, ...] = (), count_memops: bool 
             raise GapscopeError("--range applies to traces, not to a saved result JSON")
         from gapscope.fleet import is_fleet_json, load_fleet
 
-        return load_fleet(path) if is_fleet_json(path) else load_result(path)
-    return analyze(path, ranges=ranges, count_memops=count_memops, attribution=attribution, top=top)
+        return (load_fleet(path) if is_fleet_json(path) else load_result(path)), None
+    analysis = analysis_of(path, ranges=ranges, count_memops=count_memops,
+                           attribution=attribution, top=top)
+    return analysis.result, analysis
 
 
 @cli.command("analyze")
@@ -68,9 +75,11 @@ def load_or_analyze(path: str, ranges: tuple[str, ...] = (), count_memops: bool 
               help="Several traces: local worker processes (default: the CPU count).")
 @click.option("--scheduler", metavar="ADDRESS",
               help="Several traces: run on the Dask cluster at ADDRESS (tcp://host:8786; docs/fleet.md).")
+@click.option("--plot", "plot_dir", metavar="DIR",
+              help="Also draw the timeline and gap histogram into DIR (one trace; needs gapscope[plot]).")
 def analyze_command(traces: tuple[str, ...], ranges: tuple[str, ...], fmt: str, output: str | None,
                     count_memops: bool, limit: int, top: int, attribution: bool, jobs: int | None,
-                    scheduler: str | None) -> None:
+                    scheduler: str | None, plot_dir: str | None) -> None:
     """Share of GPU time lost to gaps between kernels, per NVTX range, device and stream.
 
     TRACE is an nsys SQLite export (`nsys export --type sqlite`, or `nsys profile
@@ -85,9 +94,15 @@ def analyze_command(traces: tuple[str, ...], ranges: tuple[str, ...], fmt: str, 
 
     paths = trace_paths(traces)
     if len(paths) > 1:
+        if plot_dir:
+            raise GapscopeError("--plot draws one trace; run `gapscope plot` on each")
         _analyze_many(paths, ranges, fmt, output, count_memops, limit, top, attribution, jobs, scheduler)
         return
-    result = load_or_analyze(paths[0], ranges, count_memops, attribution, top)
+    if plot_dir:
+        from gapscope.plots.style import require_matplotlib
+
+        require_matplotlib()  # fail before the analysis, not after it
+    result, analysis = _load(paths[0], ranges, count_memops, attribution, top)
     with output_file(output) as fh:
         if isinstance(result, FleetResult):
             _render_fleet(result, fh, fmt, limit)
@@ -103,6 +118,21 @@ def analyze_command(traces: tuple[str, ...], ranges: tuple[str, ...], fmt: str, 
             from gapscope.render.table import render_table
 
             render_table(result, fh, limit=limit)
+    if plot_dir:
+        _plot(paths[0], analysis, ranges, plot_dir)
+
+
+def _plot(path: str, analysis, ranges: tuple[str, ...], plot_dir: str) -> None:
+    """Draw the figures of the analysis just made (or of a saved result) into ``plot_dir``."""
+    from gapscope.plots import draw_source, write_plots
+    from gapscope.plots.source import source_from_analysis
+
+    if analysis is None:
+        written = write_plots(path, plot_dir)
+    else:
+        written = draw_source(source_from_analysis(analysis, Path(path).name, ranges), plot_dir, ("png",))
+    for p in written:
+        click.echo(f"wrote {p}", err=True)
 
 
 def _analyze_many(paths: list[str], ranges: tuple[str, ...], fmt: str, output: str | None,

@@ -64,14 +64,9 @@ def _patterns(ranges: Patterns) -> tuple[str, ...]:
 
 def analyze_trace(path: Path, ranges: Patterns, label: str | None = None, count_memops: bool = False) -> PlotSource:
     """Load and analyze a trace, keeping the arrays and the gap categories."""
-    from gapscope.analysis import run_analysis
-    from gapscope.trace import load_trace
+    from gapscope.analysis import analysis_of
 
-    frames = load_trace(path, syncs=True)
-    try:
-        analysis = run_analysis(frames, ranges=_patterns(ranges), count_memops=count_memops)
-    finally:
-        frames.strings.close()
+    analysis = analysis_of(path, ranges=_patterns(ranges), count_memops=count_memops)
     return source_from_analysis(analysis, label or path.name, ranges)
 
 
