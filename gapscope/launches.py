@@ -26,18 +26,21 @@ def launch_stats(
     if not linked.any():
         return []
     calls = launch[linked]
-    first = pd.Series(act_start[linked]).groupby(calls).min()
-    call_ids = first.index.to_numpy()
+    first_start = np.full(api_start.size, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first_start, calls, act_start[linked])
+    call_ids = np.flatnonzero(first_start < np.iinfo(np.int64).max)
     name_codes, name_uniques = pd.factorize(names[call_ids])
     n = len(name_uniques)
     host = api_end[call_ids] - api_start[call_ids]
-    latency = first.to_numpy() - api_end[call_ids]
+    latency = first_start[call_ids] - api_end[call_ids]
     hq = grouped_quantiles(name_codes, np.maximum(host, 0), n, (0.5, 0.9))
     # Latency can be negative only through clock skew; quantiles need non-negative values.
     lq = grouped_quantiles(name_codes, np.maximum(latency, 0), n, (0.5, 0.9))
     count = np.bincount(name_codes, minlength=n)
-    t0 = pd.Series(api_start[call_ids]).groupby(name_codes).min().to_numpy()
-    t1 = pd.Series(api_end[call_ids]).groupby(name_codes).max().to_numpy()
+    t0 = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(t0, name_codes, api_start[call_ids])
+    t1 = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(t1, name_codes, api_end[call_ids])
     window = np.maximum(t1 - t0, 1)
     rows = [
         {
