@@ -6,25 +6,20 @@ import csv
 import hashlib
 import io
 import json
-import os
 import shutil
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from clirun import assert_one_line_error, gapscope
 from synthetic import Synthetic
 
 ROOT = Path(__file__).resolve().parents[1]
 CLOVERLEAF = ROOT.parent / "shared" / "thirdparty-traces" / "perlmutter-cloverleaf-cuda.sqlite"
 
 
-def gapscope(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "gapscope", *args], capture_output=True, text=True,
-                          env=env, cwd=ROOT, timeout=120)
+
 
 
 def small_trace(tmp_path: Path) -> Path:
@@ -34,12 +29,7 @@ def small_trace(tmp_path: Path) -> Path:
     return t.write(tmp_path / "synthetic.sqlite")
 
 
-def assert_one_line_error(proc: subprocess.CompletedProcess, needle: str) -> None:
-    assert proc.returncode == 2, proc.stderr
-    assert "Traceback" not in proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("gapscope: error: ") and needle in lines[0], lines[0]
+
 
 
 def test_table_json_csv(tmp_path):

@@ -8,8 +8,6 @@ import io
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +18,7 @@ from gapscope.executors import DaskCluster, InProcess, Outcome, ProcessPool, cho
 from gapscope.fleet import FleetResult, analyze_fleet, merge, trace_paths
 from gapscope.metrics import STATS_FIELDS
 from gapscope.render.progress import FileProgress
+from clirun import gapscope
 from synthetic import Synthetic
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,10 +30,7 @@ REAL = [str(TRACES / f"{n}.sqlite") for n in
 RANK_KEYS = ("rank", "label", "file")
 
 
-def gapscope(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "gapscope", *args], capture_output=True, text=True,
-                          env=env, cwd=ROOT, timeout=300)
+
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ busy and gap time must add up to the analysis result's own figures; then the fil
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -21,6 +20,8 @@ from gapscope.plots.binning import (
     column_coverage, crossing, log_edges, log_histogram, percentile_marks, sweep_series, timeline_bins,
 )
 from gapscope.plots.window import parse_time, parse_window, place_window
+
+from clirun import assert_one_line_error, gapscope
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT / "traces"
@@ -334,19 +335,10 @@ def test_run_folder_and_result_json(tmp_path):
 
 # -- command line -------------------------------------------------------------------------------
 
-def gapscope(*args: str, pythonpath: str | None = None) -> subprocess.CompletedProcess:
-    path = str(ROOT) if pythonpath is None else f"{pythonpath}{os.pathsep}{ROOT}"
-    env = {**os.environ, "PYTHONPATH": path, "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "gapscope", *args], capture_output=True, text=True,
-                          env=env, cwd=ROOT, timeout=180)
 
 
-def assert_one_line_error(proc: subprocess.CompletedProcess, needle: str) -> None:
-    assert proc.returncode == 2, proc.stderr
-    assert "Traceback" not in proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("gapscope: error: ") and needle in lines[0], lines[0]
+
+
 
 
 def test_cli_plot_writes_and_lists_files(tmp_path):
