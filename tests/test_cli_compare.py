@@ -207,7 +207,7 @@ def test_markdown_appended_to_github_step_summary(
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "no" / "summary.md"))
     code, out, err = run("compare", files["base"], files["cur"])
     assert code == 1 and out.startswith("FAIL: 1 regression")
-    assert err == f"gapscope: warning: $GITHUB_STEP_SUMMARY: cannot write {tmp_path}/no/summary.md: No such file or directory\n"
+    assert err == f"gapscope: warning: $GITHUB_STEP_SUMMARY: {tmp_path}/no: no such folder for the output file\n"
 
 
 def test_unmatched_ranges_listed(run: Run, tmp_path: Path) -> None:
@@ -233,7 +233,7 @@ def test_unmatched_ranges_listed(run: Run, tmp_path: Path) -> None:
         (("compare", "{base}", "{cur}", "--fail", "gap_fraction:+x"), "bad threshold 'gap_fraction:+x': limit '+x' is not a number like +0.02, +5% or +50us"),
         (("compare", "{base}", "{cur}", "--fail", "gapfraction:+0.02"), "bad threshold 'gapfraction:+0.02': unknown metric 'gapfraction' (known: gap_fraction, gpu_span, busy, gap, gap_count, gap_p50, gap_p90, gap_p99, gap_max, kernels, kernel_median, memops)"),
         (("compare", "{base}", "{cur}", "--config", "{tmp}/none.toml"), "config file not found: {tmp}/none.toml"),
-        (("compare", "{base}", "{cur}", "-o", "{tmp}/no/dir/out.txt"), "cannot write {tmp}/no/dir/out.txt: No such file or directory"),
+        (("compare", "{base}", "{cur}", "-o", "{tmp}/no/dir/out.txt"), "{tmp}/no/dir: no such folder for the output file"),
         (("compare", "{base}", "{cur}", "-o", "{cur}"), "refusing to overwrite input {cur} with a report"),
         (("compare", "{base}", "{cur}", "--markdown", "-"), "only one report can go to stdout, not the main report and --markdown"),
         (("compare", "{base}", "{cur}", "-o", "r.txt", "--junit", "./r.txt"), "two reports cannot go to the same file"),

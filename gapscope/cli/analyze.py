@@ -4,34 +4,17 @@ from __future__ import annotations
 
 import json
 import sys
-from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import click
 
 from gapscope.cli import cli
+from gapscope.cli.output import output_file
 from gapscope.errors import GapscopeError
 
 if TYPE_CHECKING:
     from gapscope.fleet import FleetResult
-
-
-@contextmanager
-def output_file(path: str | None) -> Iterator[TextIO]:
-    """stdout, or the named file (written whole, parent folder must exist)."""
-    if path in (None, "-"):
-        yield sys.stdout
-        return
-    p = Path(path)
-    if not p.parent.exists():
-        raise GapscopeError(f"{p.parent}: no such folder for the output file")
-    try:
-        fh = p.open("w", encoding="utf-8", newline="")
-    except OSError as exc:
-        raise GapscopeError(f"{p}: cannot write ({exc.strerror})") from None
-    with fh:
-        yield fh
 
 
 def load_or_analyze(path: str, ranges: tuple[str, ...] = (), count_memops: bool = False,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
@@ -12,6 +11,7 @@ from typing import TextIO
 import click
 
 from gapscope.cli import cli
+from gapscope.cli.output import output_file
 from gapscope.comparison import Comparison, compare_paths
 from gapscope.errors import GapscopeError
 from gapscope.thresholds import DEFAULT_THRESHOLDS, resolve_thresholds
@@ -45,18 +45,8 @@ class _CompareCommand(click.Command):
             raise GapscopeError(f"{exc.format_message()} (see: gapscope compare --help)", 2) from None
 
 
-def _open_output(path: str, mode: str = "w") -> TextIO:
-    try:
-        return open(path, mode, encoding="utf-8", newline="")
-    except OSError as exc:
-        raise GapscopeError(f"cannot write {path}: {exc.strerror or exc}", 2) from None
-
-
 def _write(path: str | None, render: Callable[[TextIO], None], *, append: bool = False) -> None:
-    if path is None or path == "-":
-        render(sys.stdout)
-        return
-    with _open_output(path, "a" if append else "w") as fh:
+    with output_file(path, append=append) as fh:
         render(fh)
 
 

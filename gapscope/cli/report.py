@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from gapscope.cli import cli
+from gapscope.cli.output import output_file
 from gapscope.errors import GapscopeError
 
 
@@ -46,11 +47,7 @@ def report_command(source: str, output: str, ranges: tuple[str, ...], window: st
         fig_dir = out.parent / f"{out.stem}_files"
         for path in draw_source(src, fig_dir, ("png",), spec):
             links[path.stem] = Path(os.path.relpath(path, out.parent)).as_posix()
-    try:
-        fh = out.open("w", encoding="utf-8", newline="\n")
-    except OSError as exc:
-        raise GapscopeError(f"{out}: cannot write ({exc.strerror})") from None
-    with fh:
+    with output_file(out) as fh:
         render_report_markdown(fh, title=src.label, result=src.result, sweep=src.sweep,
                                calibration=src.calibration, figures=links, limit=limit)
     click.echo(str(out))
