@@ -22,7 +22,7 @@ from gapscope.metrics import (
 from gapscope.payoff import ceiling, measured_pairs
 from gapscope.ranges import CallIndex, RangeTable, link_launches, range_members, range_table
 from gapscope.result import AnalysisResult, clean_rows
-from gapscope.trace import ActivityKind, TraceFrames, load_trace
+from gapscope.trace import KNOWN_SCHEMA_MAJORS, ActivityKind, TraceFrames, load_trace
 
 
 @dataclass
@@ -37,7 +37,6 @@ class Analysis:
     member_range: np.ndarray
     member_act: np.ndarray
     range_gaps: GapList
-    device_ids: np.ndarray
     device_gaps: GapList
     stream_keys: pd.DataFrame
     stream_gaps: GapList
@@ -88,8 +87,9 @@ def _graph_trace_mode(frames: TraceFrames) -> str:
 def _warnings(frames: TraceFrames, launch: np.ndarray, ranges: RangeTable, mode: str) -> list[str]:
     out = []
     major = (frames.meta.export_schema or "").split(".")[0]
-    if major and major.isdigit() and int(major) not in (2, 3):
-        out.append(f"export schema {frames.meta.export_schema} is newer than those gapscope was checked on (2.x, 3.x)")
+    if major.isdigit() and int(major) not in KNOWN_SCHEMA_MAJORS:
+        checked = ", ".join(f"{m}.x" for m in KNOWN_SCHEMA_MAJORS)
+        out.append(f"export schema {frames.meta.export_schema} is not one gapscope was checked on ({checked})")
     if mode in ("graph", "mixed"):
         out.append(
             "CUDA graphs were traced at graph level: each graph launch is one opaque busy "
@@ -186,7 +186,7 @@ def run_analysis(
         )
     return Analysis(
         frames=frames, acts=acts, launch=launch, ranges=table, member_range=member_range,
-        member_act=member_act, range_gaps=range_gaps, device_ids=device_ids,
+        member_act=member_act, range_gaps=range_gaps,
         device_gaps=device_gaps, stream_keys=stream_keys, stream_gaps=stream_gaps, result=result,
     )
 

@@ -193,3 +193,11 @@ def test_stdlib_sqlite_fallback_gives_the_same_result(monkeypatch):
     without = analyze(trace).to_dict()
     assert without == with_adbc
     assert without["by_name"][0]["kernels"] > 0
+
+
+def test_unknown_schema_major_still_loads_with_a_warning(tmp_path):
+    t = Synthetic(schema="4.1.0")
+    t.launch(0, 1_000, 2_000, 1)
+    r = analyze(t.write(tmp_path / "synthetic.sqlite"))
+    assert r.devices[0]["kernels"] == 1
+    assert "export schema 4.1.0 is not one gapscope was checked on (2.x, 3.x)" in r.warnings
