@@ -227,14 +227,36 @@ class Case:
         return []
 
 
-class DefaultStreamCase(Case):
+class VariantCase(Case):
+    """A case that runs the same work a few ways (its VARIANTS), each under its own range:
+    ``once(variant, n)`` does n iterations of one way; ``iterations`` is n under the ranges."""
+
+    VARIANTS: tuple[str, ...] = ()
+    iterations = 0
+
+    def once(self, variant: str, n: int) -> None:  # pragma: no cover - every case overrides it
+        raise NotImplementedError
+
+    def warm_up(self) -> None:
+        for v in self.VARIANTS:
+            self.once(v, 2)
+
+    def run(self, kernel_us: float | None, timer: HostTimer) -> None:
+        for v in self.VARIANTS:
+            with nvtx_range(case_range(self.name, v, kernel_us)):
+                t0 = _now()
+                self.once(v, self.iterations)
+                timer.add(v, _now() - t0)
+
+
+class DefaultStreamCase(VariantCase):
     name = "default-stream"
     VARIANTS = ("legacy", "user-streams", "nonblocking")
 
     def __init__(self, ks: KernelSet, plan: KernelPlan, cfg: CaseConfig) -> None:
         cp = ks.cp
         self.cp = cp
-        self.pairs = cfg.steps
+        self.pairs = self.iterations = cfg.steps
         self.launch = ks.launcher("spin", plan.work)[0]
         self.blocking = [cp.cuda.Stream(non_blocking=False) for _ in range(2)]
         self.nonblocking = [cp.cuda.Stream(non_blocking=True) for _ in range(2)]
@@ -283,17 +305,6 @@ class DefaultStreamCase(Case):
             self._copy(cs)
         ks_.synchronize()
         cs.synchronize()
-
-    def warm_up(self) -> None:
-        for v in self.VARIANTS:
-            self.once(v, 2)
-
-    def run(self, kernel_us: float | None, timer: HostTimer) -> None:
-        for v in self.VARIANTS:
-            with nvtx_range(case_range(self.name, v, kernel_us)):
-                t0 = _now()
-                self.once(v, self.pairs)
-                timer.add(v, _now() - t0)
 
     def info(self) -> dict[str, Any]:
         return {"pairs": self.pairs, "copy_bytes": self.nbytes}
@@ -664,7 +675,7 @@ def require_two_gpus(cp: Any, device: int) -> tuple[int, int]:
     return device, device + 1
 
 
-class MultiGpuCase(Case):
+class MultiGpuCase(VariantCase):
     name = "multi-gpu"
     VARIANTS = ("one-way", "ping-pong")
 
@@ -673,7 +684,7 @@ class MultiGpuCase(Case):
         self.cp = cp
         self.devices = require_two_gpus(cp, ks.device)
         self.layers = cfg.layers
-        self.steps = cfg.steps
+        self.steps = self.iterations = cfg.steps
         other = KernelSet(self.devices[1])
         self.kernelsets = (ks, other)
         self.streams, self.events, self.launchers = [], [], []
@@ -706,17 +717,6 @@ class MultiGpuCase(Case):
         for d, s in zip(self.devices, self.streams):
             with self.cp.cuda.Device(d):
                 s.synchronize()
-
-    def warm_up(self) -> None:
-        for v in self.VARIANTS:
-            self.once(v, 2)
-
-    def run(self, kernel_us: float | None, timer: HostTimer) -> None:
-        for v in self.VARIANTS:
-            with nvtx_range(case_range(self.name, v, kernel_us)):
-                t0 = _now()
-                self.once(v, self.steps)
-                timer.add(v, _now() - t0)
 
     def info(self) -> dict[str, Any]:
         return {"devices": list(self.devices), "layers": self.layers, "steps": self.steps}
