@@ -68,13 +68,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="runs per step; the best is shown")
     args = ap.parse_args()
 
-    from tile_trace import tile
+    from tile_trace import cached_tiling
 
-    args.workdir.mkdir(parents=True, exist_ok=True)
-    big = args.workdir / f"{args.source.stem}-x{args.kernels}.synthetic.sqlite"
-    if not big.exists():
-        print(f"tiling {args.source} to {args.kernels:,} kernels -> {big} ...", flush=True)
-        tile(args.source, big, args.kernels)
+    big = cached_tiling(args.source, args.kernels, args.workdir)
     print(f"trace: {big} ({big.stat().st_size / 1e6:.0f} MB, SYNTHETIC tiling of {args.source.name}); "
           f"{os.cpu_count()} CPUs; best of {args.repeat}")
     print(f"{'step':<22}{'rows':>12}{'seconds':>10}{'peak MB':>10}")

@@ -80,13 +80,9 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "gapscope-bench")
     args = ap.parse_args()
 
-    from tile_trace import tile
+    from tile_trace import cached_tiling
 
-    args.workdir.mkdir(parents=True, exist_ok=True)
-    big = args.workdir / f"{args.source.stem}-x{args.kernels}.synthetic.sqlite"
-    if not big.exists():
-        print(f"tiling {args.source} to {args.kernels:,} kernels -> {big} ...", flush=True)
-        tile(args.source, big, args.kernels)
+    big = cached_tiling(args.source, args.kernels, args.workdir)
     fleet_dir = args.workdir / f"fleet-{args.source.stem}-x{args.kernels}"
     fleet_dir.mkdir(exist_ok=True)
     paths = []

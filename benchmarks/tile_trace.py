@@ -77,6 +77,16 @@ def tile(source: Path, out: Path, kernels: int) -> int:
     return n_tiles
 
 
+def cached_tiling(source: Path, kernels: int, workdir: Path) -> Path:
+    """A tiling of ``source`` to ``kernels`` kernels in ``workdir``, made once and reused."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    big = workdir / f"{source.stem}-x{kernels}.synthetic.sqlite"
+    if not big.exists():
+        print(f"tiling {source} to {kernels:,} kernels -> {big} ...", flush=True)
+        tile(source, big, kernels)
+    return big
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("source", type=Path)
