@@ -178,7 +178,7 @@ def run_analysis(
     )
     if attribution:
         range_gaps, device_gaps, stream_gaps = _attribute(
-            result, frames, acts, calls, launch, range_gaps, device_gaps, stream_gaps,
+            result, frames, acts, launch, range_gaps, device_gaps, stream_gaps,
                    name_codes.astype(np.int64), len(name_uniques), top)
     if ranges and not (range_stats["kernels"].to_numpy() > 0).any():
         raise GapscopeError(
@@ -192,13 +192,13 @@ def run_analysis(
 
 
 def _attribute(
-    result: AnalysisResult, frames: TraceFrames, acts: ActivityArrays, calls: CallIndex, launch: np.ndarray,
+    result: AnalysisResult, frames: TraceFrames, acts: ActivityArrays, launch: np.ndarray,
     range_gaps: GapList, device_gaps: GapList, stream_gaps: GapList, name_codes: np.ndarray,
     n_names: int, top: int,
 ) -> tuple[GapList, GapList, GapList]:
     """Add gap categories, the graph payoff ceiling, launch statistics and the longest gaps to
     the result; return the three gap lists with their categories."""
-    attributor = Attributor(frames, acts, calls, launch)
+    attributor = Attributor(frames, acts, launch)
     range_gaps, device_gaps, stream_gaps = (
         replace(g, category=attributor.classify(g)) for g in (range_gaps, device_gaps, stream_gaps)
     )

@@ -23,8 +23,7 @@ import numpy as np
 import pandas as pd
 
 from gapscope.metrics import ActivityArrays, GapList, stream_key
-from gapscope.ranges import CallIndex
-from gapscope.trace import SYNC_TYPE_STREAM_WAIT_EVENT, TraceFrames
+from gapscope.trace import TraceFrames
 
 
 class IdleCategory(enum.IntEnum):
@@ -82,7 +81,7 @@ def _previous(sorted_keys: np.ndarray, query: np.ndarray, side: str = "right") -
 class Attributor:
     """Classifies gaps of any level against one trace; build once, call ``classify`` per level."""
 
-    def __init__(self, frames: TraceFrames, acts: ActivityArrays, calls: CallIndex, launch: np.ndarray) -> None:
+    def __init__(self, frames: TraceFrames, acts: ActivityArrays, launch: np.ndarray) -> None:
         self.frames = frames
         self.acts = acts
         self.launch = launch
@@ -97,7 +96,7 @@ class Attributor:
         self.width = int(max(t.max() for t in times if t.size)) - self.lo + 2
         self._index_memops()
         self._index_syncs()
-        self._index_streams(calls)
+        self._index_streams()
         self._index_activities()
 
     @property
@@ -143,7 +142,7 @@ class Attributor:
         self.sync_keys = keys[order]
         self.sync_end = self.api_end[idx][order]
 
-    def _index_streams(self, calls: CallIndex) -> None:
+    def _index_streams(self) -> None:
         """Per stream: each activity's predecessor by GPU start, and the stream-wait-event calls
         issued on it (to see whether a wait came between two launches)."""
         acts = self.acts
@@ -154,15 +153,12 @@ class Attributor:
         self.prev_on_stream = prev
 
         self.wait_keys = None
-        waits = self.frames.syncs
-        waits = waits[waits["sync_type"] == SYNC_TYPE_STREAM_WAIT_EVENT]
+        waits = self.frames.syncs  # stream-wait records only; each starts inside its API call
         if len(waits) == 0:
             return
-        # A wait is issued when its API call starts.
-        call = calls.find(waits["proc"].to_numpy(), waits["corr"].to_numpy())
         code = self._wait_stream_codes(waits)
-        ok = (call >= 0) & (code >= 0)
-        self.wait_keys = np.sort(_keyed(code[ok], self.api_start[call[ok]], self.width, self.lo))
+        ok = code >= 0
+        self.wait_keys = np.sort(_keyed(code[ok], waits["start"].to_numpy()[ok], self.width, self.lo))
 
     def _wait_stream_codes(self, waits: pd.DataFrame) -> np.ndarray:
         """The stream code of each stream-wait record, -1 where the stream has no activity.

@@ -29,7 +29,6 @@ from gapscope.errors import GapscopeError
 from gapscope.kernelshapes import kernel_shapes
 from gapscope.metrics import level_stats
 from gapscope.overlap import StreamOverlap, stream_overlap
-from gapscope.ranges import CallIndex
 from gapscope.trace import load_trace
 from gapscope.workload import CASES, range_name
 
@@ -157,7 +156,7 @@ class CaseTrace:
             a, m, r = self.acts, self.an.member_act, self.an.member_range
             n = len(self.names) * self.n_dev
             stats, gaps = level_stats(a, m, r * self.n_dev + a.device_code[m], np.arange(n), n)
-            attributor = Attributor(self.frames, a, CallIndex(self.frames.api), self.an.launch)
+            attributor = Attributor(self.frames, a, self.an.launch)
             cats = category_sums(gaps.row, gaps.length, attributor.classify(gaps), n)
             self._pairs = (stats, cats)
         return self._pairs
@@ -518,7 +517,7 @@ def case_figures(an: Analysis, cases: Sequence[str] | None = None,
 def figures_from_trace(path: str | Path, cases: Sequence[str] | None = None,
                        host: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
     """Load and analyze one export, then `case_figures` (cases found in it by default)."""
-    frames = load_trace(path, syncs=True)
+    frames = load_trace(path, syncs=True, all_calls=True)
     try:
         an = run_analysis(frames)
         found = cases if cases is not None else cases_in(an)

@@ -354,7 +354,7 @@ def run(opts: RunOptions, progress: bool = True) -> RunResult:
             from gapscope.analysis import run_analysis
             from gapscope.trace import load_trace
 
-            frames = load_trace(files.sqlite, syncs=True)
+            frames = load_trace(files.sqlite, syncs=True, all_calls=True)
             try:
                 an = run_analysis(frames)
                 analysis = an.result.to_dict()

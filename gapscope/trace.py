@@ -75,7 +75,8 @@ class TraceFrames:
     start, end, device, stream, proc, corr, kind (ActivityKind), name_id, graph_node (-1 if none).
     ``api``: CUDA runtime and driver calls: start, end, proc, tid (globalTid), corr, name_id.
     ``nvtx``: NVTX push/pop and start/end ranges: start, end, tid, event_type, name, domain.
-    ``syncs``: CUPTI stream-wait-event records: start, end, device, stream, proc, corr, sync_type.
+    ``syncs``: CUPTI stream-wait-event records: start (inside the cudaStreamWaitEvent call that
+    issued the wait), device, stream, proc.
     ``proc`` is the export's globalPid/globalTid with the thread bits dropped (``>> 24``): the
     key that makes correlation ids unique across processes.
     """
@@ -220,6 +221,24 @@ class Read:
         return f"SELECT {self.select} FROM {self.source or self.table}{where}"
 
 
+#: CUDA API calls that never launch GPU work nor block on it, left out of the ``api`` frame
+#: unless every call is asked for: in PyTorch and CuPy traces they are up to half of all calls.
+#: (A stream wait's issue time is read from its SYNCHRONIZATION record instead.)
+QUIET_CALLS = frozenset({
+    "cudaEventRecord", "cudaEventRecordWithFlags", "cuEventRecord", "cuEventRecordWithFlags",
+    "cudaStreamWaitEvent", "cuStreamWaitEvent", "cudaEventQuery", "cuEventQuery",
+    "cudaEventCreate", "cudaEventCreateWithFlags", "cuEventCreate", "cudaEventDestroy", "cuEventDestroy",
+    "cudaEventElapsedTime", "cuEventElapsedTime",
+    "cudaGetDevice", "cudaSetDevice", "cudaGetDeviceCount", "cudaGetLastError", "cudaPeekAtLastError",
+    "cudaStreamIsCapturing", "cudaStreamGetCaptureInfo", "cuStreamIsCapturing", "cuStreamGetCaptureInfo",
+    "cuCtxGetCurrent", "cuCtxSetCurrent", "cuCtxGetDevice", "cuDevicePrimaryCtxGetState",
+    "cuKernelGetName", "cuKernelGetAttribute", "cuKernelGetFunction", "cuGetProcAddress",
+    "cudaFuncGetAttributes", "cudaFuncSetAttribute", "cuFuncGetAttribute", "cuFuncSetAttribute",
+    "cudaDeviceGetAttribute", "cuDeviceGetAttribute", "cudaPointerGetAttributes", "cuPointerGetAttribute",
+    "cudaOccupancyMaxActiveBlocksPerMultiprocessor", "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+    "cuModuleGetFunction", "cuLibraryGetKernel", "cuLibraryGetModule",
+})
+
 #: Columns of the frames that hold text; every other column is an integer.
 TEXT_COLUMNS = frozenset({"name"})
 
@@ -352,16 +371,17 @@ def _aliased(exprs: list[str], names: tuple[str, ...]) -> str:
 ACTIVITY_COLUMNS = ("start", "end", "device", "stream", "proc", "corr", "name_id", "graph_node")
 API_COLUMNS = ("start", "end", "tid", "corr", "name_id")
 NVTX_COLUMNS = ("start", "end", "tid", "event_type", "domain_id", "name")
-SYNC_COLUMNS = ("start", "end", "device", "stream", "proc", "corr", "sync_type")
+SYNC_COLUMNS = ("start", "device", "stream", "proc")
 
 
 def _empty(names: tuple[str, ...]) -> pd.DataFrame:
     return pd.DataFrame({c: np.zeros(0, dtype=object if c == "name" else np.int64) for c in names})
 
 
-def load_trace(path: str | Path, *, syncs: bool = False) -> TraceFrames:
+def load_trace(path: str | Path, *, syncs: bool = False, all_calls: bool = False) -> TraceFrames:
     """Open an nsys SQLite export read-only and load the frames an analysis needs
-    (``syncs``: also the CUPTI synchronization records, for gap attribution).
+    (``syncs``: also the stream-wait synchronization records, for gap attribution;
+    ``all_calls``: every CUDA API call, not only those that can launch or synchronize).
 
     Raises GapscopeError (exit 2) for anything that is not a readable nsys export with CUDA
     activity in it.
@@ -380,7 +400,7 @@ def load_trace(path: str | Path, *, syncs: bool = False) -> TraceFrames:
             )
         reader = _Reader(p, conn)
         try:
-            frames = _load_frames(conn, reader, meta, syncs)
+            frames = _load_frames(conn, reader, meta, syncs, all_calls)
         finally:
             reader.close()
         if not (frames.activities["kind"].isin([ActivityKind.KERNEL, ActivityKind.GRAPH])).any():
@@ -391,7 +411,15 @@ def load_trace(path: str | Path, *, syncs: bool = False) -> TraceFrames:
     return frames
 
 
-def _load_frames(conn: sqlite3.Connection, reader: _Reader, meta: TraceMeta, with_syncs: bool) -> TraceFrames:
+def _quiet_call_ids(conn: sqlite3.Connection) -> list[int]:
+    """StringIds of the API calls in QUIET_CALLS, under any _vNNNN suffix."""
+    marks = " OR ".join(["value = ? OR value LIKE ? ESCAPE '!'"] * len(QUIET_CALLS))
+    params = [x for name in sorted(QUIET_CALLS) for x in (name, name + "!_v%")]
+    return [int(r[0]) for r in _sql(conn, f"SELECT id FROM StringIds WHERE {marks}", params)]
+
+
+def _load_frames(conn: sqlite3.Connection, reader: _Reader, meta: TraceMeta, with_syncs: bool,
+                 all_calls: bool) -> TraceFrames:
     tables = meta.tables
     reads: dict[str, Read] = {}
     kinds = {KERNEL_TABLE: ActivityKind.KERNEL, GRAPH_TABLE: ActivityKind.GRAPH,
@@ -401,9 +429,13 @@ def _load_frames(conn: sqlite3.Connection, reader: _Reader, meta: TraceMeta, wit
             reads[table] = _activity_read(conn, table, kind)
     if RUNTIME_TABLE in tables:
         cols = _columns(conn, RUNTIME_TABLE)
+        conds = [f"eventClass != {EVENT_CLASS_BACKTRACE}"] if "eventClass" in cols else []
+        quiet = [] if all_calls or "StringIds" not in tables else _quiet_call_ids(conn)
+        if quiet:
+            conds.append(f"nameId NOT IN ({', '.join(map(str, quiet))})")
         reads["api"] = Read(
             RUNTIME_TABLE, "start, end, globalTid, correlationId, nameId", API_COLUMNS,
-            where=f"eventClass != {EVENT_CLASS_BACKTRACE}" if "eventClass" in cols else "",
+            where=" AND ".join(conds),
         )
     if NVTX_TABLE in tables:
         cols = _columns(conn, NVTX_TABLE)
@@ -423,8 +455,7 @@ def _load_frames(conn: sqlite3.Connection, reader: _Reader, meta: TraceMeta, wit
         )
     if with_syncs and SYNC_TABLE in tables:
         cols = _columns(conn, SYNC_TABLE)
-        exprs = ["start", "end", "deviceId", "streamId", _col(cols, "globalPid"),
-                 _col(cols, "correlationId"), _col(cols, "syncType")]
+        exprs = ["start", "deviceId", "streamId", _col(cols, "globalPid")]
         # Only stream-wait-event records are used (gap attribution's dependency rule).
         reads["syncs"] = Read(SYNC_TABLE, _aliased(exprs, SYNC_COLUMNS), SYNC_COLUMNS,
                               where=f"syncType = {SYNC_TYPE_STREAM_WAIT_EVENT}" if "syncType" in cols else "")
