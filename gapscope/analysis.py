@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gapscope.attribution import Attributor, as_dicts, category_sums, longest_gaps
+from gapscope.attribution import Attributor, as_dicts, base_name, category_sums, longest_gaps
 from gapscope.errors import GapscopeError
 from gapscope.launches import launch_stats
 from gapscope.metrics import (
@@ -75,10 +75,21 @@ def _rows(keys: pd.DataFrame, stats: pd.DataFrame) -> list[dict]:
     )
 
 
-def _graph_trace_mode(frames: TraceFrames) -> str:
+#: API calls that launch a whole CUDA graph (names without the _vNNNN suffix).
+GRAPH_LAUNCH_CALLS = ("cudaGraphLaunch", "cuGraphLaunch")
+
+
+def _graph_trace_mode(frames: TraceFrames, launch: np.ndarray) -> str:
+    """How graphs were traced: ``node`` when kernels were launched by a graph launch call
+    (nsys's --cuda-graph-trace=node), ``graph`` when graph executions are opaque rows."""
     kind = frames.activities["kind"].to_numpy()
     graph_level = bool((kind == ActivityKind.GRAPH).any())
-    node_level = bool((frames.activities["graph_node"].to_numpy()[kind == ActivityKind.KERNEL] > 0).any())
+    node_level = False
+    kernel_calls = launch[(kind == ActivityKind.KERNEL) & (launch >= 0)]
+    if kernel_calls.size:
+        ids = pd.unique(frames.api["name_id"].to_numpy()[kernel_calls])
+        names = frames.strings.lookup(int(i) for i in ids)
+        node_level = any(base_name(n) in GRAPH_LAUNCH_CALLS for n in names.values())
     if graph_level and node_level:
         return "mixed"
     return "graph" if graph_level else "node" if node_level else "none"
@@ -152,7 +163,7 @@ def run_analysis(
         member_act, member_range,
     )
 
-    mode = _graph_trace_mode(frames)
+    mode = _graph_trace_mode(frames, launch)
     range_keys = rf[["name", "domain", "pid", "thread", "start_ns", "end_ns", "depth"]].copy()
     range_keys.insert(0, "id", np.arange(n_ranges))
     by_name = _rows(
@@ -217,11 +228,13 @@ def _attribute(
         row["graph_ceiling_span_ns"] = span
         row["graph_ceiling_speedup"] = speedup
     result.extras["launch"] = launch_stats(
-        launch, acts.start, attributor.api_start, attributor.api_end, attributor.names
+        launch, acts.start, attributor.api_start, attributor.api_end, attributor.name_codes,
+        attributor.name_table,
     )
     result.extras["payoff"] = measured_pairs(result.by_name)
     result.extras["top_gaps"] = longest_gaps(
-        frames, device_gaps, device_gaps.category, launch, attributor.names, acts.busy, top
+        frames, device_gaps, device_gaps.category, launch, attributor.name_codes,
+        attributor.name_table, acts.busy, top
     )
     return range_gaps, device_gaps, stream_gaps
 

@@ -251,22 +251,9 @@ def as_dicts(sums: np.ndarray) -> list[dict[str, int]]:
     return [dict(zip(CATEGORY_LABELS, map(int, row))) for row in sums]
 
 
-def activity_label(frames: TraceFrames, idx: np.ndarray) -> list[str]:
-    """A readable name for each activity index: the kernel's name, ``graph <id>``, ``memcpy``."""
-    a = frames.activities
-    kind = a["kind"].to_numpy()[idx]
-    name_id = a["name_id"].to_numpy()[idx]
-    kernel_names = frames.strings.lookup(int(i) for i in name_id[kind == 0])
-    out = []
-    for k, n in zip(kind.tolist(), name_id.tolist()):
-        out.append(kernel_names.get(n, "?") if k == 0 else f"graph {n}" if k == 3 else
-                   ("memcpy" if k == 1 else "memset"))
-    return out
-
-
 def longest_gaps(
-    frames: TraceFrames, gaps: GapList, cats: np.ndarray, launch: np.ndarray, names: np.ndarray,
-    busy: np.ndarray, top: int,
+    frames: TraceFrames, gaps: GapList, cats: np.ndarray, launch: np.ndarray,
+    name_codes: np.ndarray, name_table: np.ndarray, busy: np.ndarray, top: int,
 ) -> list[dict]:
     """The ``top`` longest gaps of a level with their category and their surroundings: the
     activity that ended just before (its end is the gap's start), the one after, and the call
@@ -282,10 +269,10 @@ def longest_gaps(
     want = pd.DataFrame({"device": gaps.device[pick], "end": gaps.start[pick]})
     prev = want.merge(before, on=["device", "end"], how="left")["idx"].to_numpy()
     nxt = gaps.next_act[pick]
-    after_names = activity_label(frames, nxt)
+    after_names = frames.activity_names(nxt)
     has_prev = ~np.isnan(prev)
     prev_names = dict(zip(np.flatnonzero(has_prev).tolist(),
-                          activity_label(frames, prev[has_prev].astype(np.int64))))
+                          frames.activity_names(prev[has_prev].astype(np.int64))))
     call = launch[nxt]
     rows = []
     for j, i in enumerate(pick.tolist()):
@@ -297,6 +284,6 @@ def longest_gaps(
             "stream": int(a["stream"].to_numpy()[nxt[j]]),
             "before": prev_names.get(j),
             "after": after_names[j],
-            "launched_by": str(names[call[j]]) if call[j] >= 0 else None,
+            "launched_by": str(name_table[name_codes[call[j]]]) if call[j] >= 0 else None,
         })
     return rows

@@ -14,7 +14,7 @@ from gapscope.intervals import grouped_quantiles
 
 def launch_stats(
     launch: np.ndarray, act_start: np.ndarray, api_start: np.ndarray, api_end: np.ndarray,
-    names: np.ndarray,
+    name_codes: np.ndarray, name_table: np.ndarray,
 ) -> list[dict]:
     """One row per launch API name, most frequent first.
 
@@ -29,7 +29,10 @@ def launch_stats(
     first_start = np.full(api_start.size, np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(first_start, calls, act_start[linked])
     call_ids = np.flatnonzero(first_start < np.iinfo(np.int64).max)
-    name_codes, name_uniques = pd.factorize(names[call_ids])
+    # Calls -> their name's code -> the suffix-stripped name (two ids can share one name).
+    id_codes, ids = pd.factorize(name_codes[call_ids])
+    label_codes, name_uniques = pd.factorize(name_table[ids])
+    name_codes = label_codes[id_codes]
     n = len(name_uniques)
     host = api_end[call_ids] - api_start[call_ids]
     latency = first_start[call_ids] - api_end[call_ids]

@@ -135,7 +135,7 @@ def range_members(
     call_tid = api["tid"].to_numpy()[call]
     call_start = api["start"].to_numpy()[call]
     # Sort launches by (thread, call start); a range is then one slice of that order.
-    threads, t_inv = np.unique(np.concatenate([call_tid, rf["tid"].to_numpy()]), return_inverse=True)
+    t_inv, threads = pd.factorize(np.concatenate([call_tid, rf["tid"].to_numpy()]))
     t_call, t_rng = t_inv[: call.size].astype(np.int64), t_inv[call.size :].astype(np.int64)
     lo_t = min(call_start.min(), rf["start_ns"].min())
     hi_t = max(call_start.max(), rf["end_ns"].max())

@@ -72,7 +72,8 @@ class TraceFrames:
     """The typed frames an analysis needs, all times in integer nanoseconds.
 
     ``activities``: one row per kernel, memcpy, memset or graph-level execution with columns
-    start, end, device, stream, proc, corr, kind (ActivityKind), name_id, graph_node (-1 if none).
+    row (its rowid in its table), start, end, device, stream, proc, corr, kind (ActivityKind), and
+    name_id when loaded with ``all_calls`` (else names come from ``activity_names``).
     ``api``: CUDA runtime and driver calls: start, end, proc, tid (globalTid), corr, name_id.
     ``nvtx``: NVTX push/pop and start/end ranges: start, end, tid, event_type, name, domain.
     ``syncs``: CUPTI stream-wait-event records: start (inside the cudaStreamWaitEvent call that
@@ -87,6 +88,29 @@ class TraceFrames:
     nvtx: pd.DataFrame
     syncs: pd.DataFrame
     strings: "StringTable"
+
+    def activity_names(self, idx: np.ndarray) -> list[str]:
+        """A readable name per activity index: the kernel's short name, ``graph <id>``,
+        ``memcpy`` or ``memset``. Name ids are read for just these rows when not loaded."""
+        a = self.activities
+        idx = np.asarray(idx, dtype=np.int64)
+        kind = a["kind"].to_numpy()[idx]
+        if "name_id" in a:
+            name_id = a["name_id"].to_numpy()[idx]
+        else:
+            name_id = np.full(idx.size, -1, dtype=np.int64)
+            rows = a["row"].to_numpy()[idx]
+            for k, table in ((ActivityKind.KERNEL, KERNEL_TABLE), (ActivityKind.GRAPH, GRAPH_TABLE)):
+                sel = np.flatnonzero(kind == k)
+                if sel.size:
+                    found = self.strings.column_by_rowid(table, _name_column(set(self.strings.columns(table)), k),
+                                                         rows[sel])
+                    name_id[sel] = [found.get(int(r), -1) for r in rows[sel]]
+        kernel_names = self.strings.lookup(int(i) for i in name_id[kind == ActivityKind.KERNEL])
+        labels = {ActivityKind.MEMCPY: "memcpy", ActivityKind.MEMSET: "memset"}
+        return [kernel_names.get(n, "?") if k == ActivityKind.KERNEL else f"graph {n}"
+                if k == ActivityKind.GRAPH else labels[ActivityKind(k)]
+                for k, n in zip(kind.tolist(), name_id.tolist())]
 
 
 class StringTable:
@@ -111,6 +135,23 @@ class StringTable:
         for i in wanted:
             self._cache.setdefault(i, "[unknown]")
         return {i: self._cache[i] for i in ids}
+
+    def columns(self, table: str) -> set[str]:
+        """The columns of a table of the export (empty once closed)."""
+        return _columns(self._conn, table) if self._conn is not None else set()
+
+    def column_by_rowid(self, table: str, column: str, rowids: np.ndarray) -> dict[int, int]:
+        """``column`` of the rows with these rowids, as {rowid: value}."""
+        if self._conn is None or column == "NULL":
+            return {}
+        out: dict[int, int] = {}
+        todo = sorted({int(r) for r in rowids})
+        for chunk in range(0, len(todo), 900):
+            part = todo[chunk : chunk + 900]
+            marks = ",".join("?" * len(part))
+            for r, v in _sql(self._conn, f"SELECT rowid, {column} FROM {table} WHERE rowid IN ({marks})", part):
+                out[int(r)] = -1 if v is None else int(v)
+        return out
 
     def close(self) -> None:
         if self._conn is not None:
@@ -347,28 +388,36 @@ def _col(cols: set[str], name: str, fallback: str = "NULL") -> str:
     return name if name in cols else fallback
 
 
-def _activity_read(conn: sqlite3.Connection, table: str, kind: ActivityKind) -> Read:
+def _name_column(cols: set[str], kind: ActivityKind) -> str:
+    """The column that names an activity of this kind (a StringIds id, or a graph id)."""
+    if kind is ActivityKind.KERNEL:
+        return _col(cols, "shortName", _col(cols, "demangledName"))
+    if kind is ActivityKind.GRAPH:
+        return _col(cols, "graphId")
+    return "NULL"
+
+
+def _activity_read(conn: sqlite3.Connection, table: str, kind: ActivityKind, names: bool) -> Read:
     cols = _columns(conn, table)
     missing = {"start", "end", "deviceId", "streamId"} - cols
     if missing:
         raise GapscopeError(
             f"unknown export schema: {table} lacks column(s) {', '.join(sorted(missing))}"
         )
-    name = "NULL"
-    if kind is ActivityKind.KERNEL:
-        name = _col(cols, "shortName", _col(cols, "demangledName"))
-    elif kind is ActivityKind.GRAPH:
-        name = _col(cols, "graphId")
-    exprs = ["start", "end", "deviceId", "streamId", _col(cols, "globalPid"),
-             _col(cols, "correlationId"), name, _col(cols, "graphNodeId")]
-    return Read(table, _aliased(exprs, ACTIVITY_COLUMNS), ACTIVITY_COLUMNS)
+    exprs = ["rowid", "start", "end", "deviceId", "streamId", _col(cols, "globalPid"),
+             _col(cols, "correlationId")]
+    columns = ACTIVITY_COLUMNS
+    if names:
+        exprs.append(_name_column(cols, kind))
+        columns = (*ACTIVITY_COLUMNS, "name_id")
+    return Read(table, _aliased(exprs, columns), columns)
 
 
 def _aliased(exprs: list[str], names: tuple[str, ...]) -> str:
     return ", ".join(f"{e} AS {n}" for e, n in zip(exprs, names))
 
 
-ACTIVITY_COLUMNS = ("start", "end", "device", "stream", "proc", "corr", "name_id", "graph_node")
+ACTIVITY_COLUMNS = ("row", "start", "end", "device", "stream", "proc", "corr")
 API_COLUMNS = ("start", "end", "tid", "corr", "name_id")
 NVTX_COLUMNS = ("start", "end", "tid", "event_type", "domain_id", "name")
 SYNC_COLUMNS = ("start", "device", "stream", "proc")
@@ -381,7 +430,8 @@ def _empty(names: tuple[str, ...]) -> pd.DataFrame:
 def load_trace(path: str | Path, *, syncs: bool = False, all_calls: bool = False) -> TraceFrames:
     """Open an nsys SQLite export read-only and load the frames an analysis needs
     (``syncs``: also the stream-wait synchronization records, for gap attribution;
-    ``all_calls``: every CUDA API call, not only those that can launch or synchronize).
+    ``all_calls``: every CUDA API call, not only those that can launch or synchronize, and
+    every activity's name id).
 
     Raises GapscopeError (exit 2) for anything that is not a readable nsys export with CUDA
     activity in it.
@@ -426,7 +476,7 @@ def _load_frames(conn: sqlite3.Connection, reader: _Reader, meta: TraceMeta, wit
              MEMCPY_TABLE: ActivityKind.MEMCPY, MEMSET_TABLE: ActivityKind.MEMSET}
     for table, kind in kinds.items():
         if table in tables:
-            reads[table] = _activity_read(conn, table, kind)
+            reads[table] = _activity_read(conn, table, kind, names=all_calls)
     if RUNTIME_TABLE in tables:
         cols = _columns(conn, RUNTIME_TABLE)
         conds = [f"eventClass != {EVENT_CLASS_BACKTRACE}"] if "eventClass" in cols else []
