@@ -231,11 +231,14 @@ class Attributor:
             cat[lb[blocked]] = IdleCategory.SYNC
         cat[~self.linked[k]] = IdleCategory.UNKNOWN
         if self.mem_keys is not None:
-            d = self.acts.device_code[k]
-            g1 = g0 + gaps.length
-            covered = self._covered_before(_keyed(d, g1, self.width, self.lo)) - \
-                self._covered_before(_keyed(d, g0, self.width, self.lo))
-            cat[2 * covered >= gaps.length] = IdleCategory.MEMOP
+            bs, be, _ = self.mem_keys
+            k0 = _keyed(self.acts.device_code[k], g0, self.width, self.lo)
+            k1 = k0 + gaps.length
+            # Only gaps that some copy block overlaps: the first block ending after g0 starts before g1.
+            j = np.minimum(np.searchsorted(be, k0, "right"), be.size - 1)
+            hit = np.flatnonzero((be[j] > k0) & (bs[j] < k1))
+            covered = self._covered_before(k1[hit]) - self._covered_before(k0[hit])
+            cat[hit[2 * covered >= gaps.length[hit]]] = IdleCategory.MEMOP
         return cat
 
 
