@@ -7,6 +7,7 @@ Data flows one way: trace frames (gapscope.trace) -> launch links and range memb
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -133,19 +134,9 @@ def run_analysis(
     member_range, member_act = range_members(frames, launch, table)
     n_ranges = len(table.frame)
 
-    # Devices: the whole trace.
     every = np.arange(acts.start.size, dtype=np.int64)
     device_ids = acts.device_ids
     n_dev = device_ids.size
-    device_stats, device_gaps = level_stats(acts, every, acts.device_code, np.arange(n_dev), n_dev)
-
-    # Ranges: one pair per (range, device), numbered range * n_dev + device code.
-    pair_row = np.repeat(np.arange(n_ranges, dtype=np.int64), n_dev)
-    range_stats, range_gaps = level_stats(
-        acts, member_act, member_range * n_dev + acts.device_code[member_act], pair_row, n_ranges
-    )
-
-    # Streams: (process, device, stream).
     s_keys = acts.stream_keys
     stream_keys = pd.DataFrame({
         "pid": s_keys >> 40,
@@ -153,7 +144,21 @@ def run_analysis(
         "stream": s_keys & 0xFFFFFFFF,
     })
     n_str = len(stream_keys)
-    stream_stats, stream_gaps = level_stats(acts, every, acts.stream_code, np.arange(n_str), n_str)
+    # Three independent levels (and the attribution's indexes), on two threads: their numpy
+    # sorts and searches release the GIL.
+    with ThreadPoolExecutor(2) as pool:
+        attributor = pool.submit(Attributor, frames, acts, launch) if attribution else None
+        # Ranges: one pair per (range, device), numbered range * n_dev + device code.
+        ranged = pool.submit(
+            level_stats, acts, member_act, member_range * n_dev + acts.device_code[member_act],
+            np.repeat(np.arange(n_ranges, dtype=np.int64), n_dev), n_ranges,
+        )
+        devices = pool.submit(level_stats, acts, every, acts.device_code, np.arange(n_dev), n_dev)
+        streams = pool.submit(level_stats, acts, every, acts.stream_code, np.arange(n_str), n_str)
+        range_stats, range_gaps = ranged.result()
+        device_stats, device_gaps = devices.result()
+        stream_stats, stream_gaps = streams.result()
+        attributor = attributor.result() if attributor else None
 
     # Range names.
     rf = table.frame
@@ -189,7 +194,7 @@ def run_analysis(
     )
     if attribution:
         range_gaps, device_gaps, stream_gaps = _attribute(
-            result, frames, acts, launch, range_gaps, device_gaps, stream_gaps,
+            result, frames, acts, attributor, launch, range_gaps, device_gaps, stream_gaps,
                    name_codes.astype(np.int64), len(name_uniques), top)
     if ranges and not (range_stats["kernels"].to_numpy() > 0).any():
         raise GapscopeError(
@@ -203,16 +208,22 @@ def run_analysis(
 
 
 def _attribute(
-    result: AnalysisResult, frames: TraceFrames, acts: ActivityArrays, launch: np.ndarray,
+    result: AnalysisResult, frames: TraceFrames, acts: ActivityArrays, attributor: Attributor,
+    launch: np.ndarray,
     range_gaps: GapList, device_gaps: GapList, stream_gaps: GapList, name_codes: np.ndarray,
     n_names: int, top: int,
 ) -> tuple[GapList, GapList, GapList]:
     """Add gap categories, the graph payoff ceiling, launch statistics and the longest gaps to
     the result; return the three gap lists with their categories."""
-    attributor = Attributor(frames, acts, launch)
-    range_gaps, device_gaps, stream_gaps = (
-        replace(g, category=attributor.classify(g)) for g in (range_gaps, device_gaps, stream_gaps)
-    )
+    with ThreadPoolExecutor(2) as pool:
+        launches = pool.submit(
+            launch_stats, launch, acts.start, attributor.api_start, attributor.api_end,
+            attributor.name_codes, attributor.name_table,
+        )
+        range_gaps, device_gaps, stream_gaps = pool.map(
+            lambda g: replace(g, category=attributor.classify(g)), (range_gaps, device_gaps, stream_gaps)
+        )
+        result.extras["launch"] = launches.result()
     levels = (
         (result.ranges, range_gaps.row, range_gaps),
         (result.by_name, name_codes[range_gaps.row] if name_codes.size else range_gaps.row, range_gaps),
@@ -227,10 +238,6 @@ def _attribute(
         span, speedup = ceiling(row["gpu_span_ns"], row["gap_by_category_ns"])
         row["graph_ceiling_span_ns"] = span
         row["graph_ceiling_speedup"] = speedup
-    result.extras["launch"] = launch_stats(
-        launch, acts.start, attributor.api_start, attributor.api_end, attributor.name_codes,
-        attributor.name_table,
-    )
     result.extras["payoff"] = measured_pairs(result.by_name)
     result.extras["top_gaps"] = longest_gaps(
         frames, device_gaps, device_gaps.category, launch, attributor.name_codes,

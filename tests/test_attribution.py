@@ -122,3 +122,12 @@ def test_kernels_without_any_api_calls(tmp_path):
     assert r.ranges[0]["kernels"] == 0
     assert any("no CUDA API calls" in w for w in r.warnings)
     assert r.extras["launch"] == [] and r.extras["top_gaps"][0]["launched_by"] is None
+
+
+def test_longest_picks_like_a_stable_descending_sort():
+    from gapscope.attribution import longest_indices
+
+    rng = np.random.default_rng(7)
+    for size, top in ((1, 3), (10, 3), (1000, 10), (1000, 1000)):
+        lengths = rng.integers(0, 20, size)  # many ties
+        assert longest_indices(lengths, top).tolist() == np.argsort(-lengths, kind="stable")[:top].tolist()
