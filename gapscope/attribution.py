@@ -22,6 +22,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from gapscope.intervals import union_blocks
 from gapscope.metrics import ActivityArrays, GapList, stream_key
 from gapscope.trace import TraceFrames
 
@@ -113,16 +114,9 @@ class Attributor:
         if not m.any():
             self.mem_keys = None
             return
-        d = acts.device_code[m]
-        s = _keyed(d, acts.start[m], self.width, self.lo)
-        e = _keyed(d, acts.end[m], self.width, self.lo)
-        order = np.argsort(s, kind="stable")
-        s, e = s[order], e[order]
-        run = np.maximum.accumulate(e)
-        new = np.r_[True, s[1:] > run[:-1]]
-        heads = np.flatnonzero(new)
-        bs = s[heads]
-        be = np.maximum.reduceat(e, heads)
+        dev, start, end = union_blocks(acts.device_code[m], acts.start[m], acts.end[m])
+        bs = _keyed(dev, start, self.width, self.lo)
+        be = _keyed(dev, end, self.width, self.lo)
         self.mem_keys = (bs, be, np.r_[0, np.cumsum(be - bs)[:-1]])
 
     def _covered_before(self, t: np.ndarray) -> np.ndarray:

@@ -25,13 +25,12 @@ import numpy as np
 import pandas as pd
 
 from gapscope import __version__
-from gapscope.analysis import Analysis, run_analysis
+from gapscope.analysis import Analysis, analysis_of
 from gapscope.attribution import as_dicts, category_sums
 from gapscope.errors import GapscopeError
 from gapscope.executors import Executor, Outcome
 from gapscope.metrics import STATS_FIELDS, fraction, level_stats, rollup_stats
 from gapscope.result import clean_rows
-from gapscope.trace import load_trace
 
 SCHEMA = "gapscope.fleet/1"
 
@@ -95,13 +94,9 @@ def analyze_rank_file(path: str, *, ranges: Sequence[str] = (), count_memops: bo
     """Analyze one export for the fleet report: the trace facts, its per-device and per-stream
     rows (as ``gapscope analyze`` reports them), and per device its range names' figures and
     range instances. Small (no per-kernel data) and picklable; raises GapscopeError."""
-    frames = load_trace(path, syncs=attribution)
-    try:
-        analysis = run_analysis(frames, ranges=ranges, count_memops=count_memops,
-                                attribution=attribution, top=0)
-        names, steps = _per_device(analysis)
-    finally:
-        frames.strings.close()
+    analysis = analysis_of(path, ranges=ranges, count_memops=count_memops,
+                           attribution=attribution, top=0)
+    names, steps = _per_device(analysis)
     r = analysis.result
     return {
         "path": str(path),

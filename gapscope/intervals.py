@@ -45,7 +45,7 @@ class GroupTimelines:
         return self.span_ns - self.gap_ns
 
 
-def _grouped_running_max(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
+def grouped_running_max(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
     """Running maximum of ``values`` restarting at each group; ``groups`` must be sorted."""
     if values.size == 0:
         return values.copy()
@@ -86,7 +86,7 @@ def group_timelines(
         return GroupTimelines(n_groups, count, first_start, last_end, gap_ns, gap_count,
                               empty, empty, empty, empty)
 
-    running_end = _grouped_running_max(e, g)
+    running_end = grouped_running_max(e, g)
     new_group = np.empty(g.size, dtype=bool)
     new_group[0] = True
     np.not_equal(g[1:], g[:-1], out=new_group[1:])
@@ -118,6 +118,20 @@ def group_timelines(
         gaps_start=prev_end[idx],
         gaps_next=order[idx],
     )
+
+
+def union_blocks(keys: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Union of the intervals ``[start, end)`` of each key: (key, block start, block end) per
+    merged block, sorted by key then start. ``keys`` are non-negative integers."""
+    keys = np.asarray(keys, dtype=np.int64)
+    order = np.lexsort((start, keys))
+    k, s, e = keys[order], np.asarray(start)[order], np.asarray(end)[order]
+    run = grouped_running_max(e, k)
+    new = np.ones(k.size, dtype=bool)
+    new[1:] = (k[1:] != k[:-1]) | (s[1:] > run[:-1])
+    heads = np.flatnonzero(new)
+    tails = np.r_[heads[1:], k.size] - 1
+    return k[heads], s[heads], run[tails]
 
 
 def sort_within_groups(groups: np.ndarray, values: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray]:

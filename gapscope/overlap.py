@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gapscope.intervals import union_blocks
+
 
 @dataclass(frozen=True)
 class StreamOverlap:
@@ -44,24 +46,6 @@ class StreamOverlap:
         return np.minimum(self.stream_busy_ns - self.max_stream_ns, self.stream_busy_ns // 2)
 
 
-def _merge(keys: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Union of the intervals of each key: (key, block start, block end) per merged block,
-    sorted by key then start. ``keys`` are non-negative integers."""
-    order = np.lexsort((start, keys))
-    k, s, e = keys[order], start[order], end[order]
-    # Running maximum of the end within each key: lift every key above all earlier ones.
-    lo = int(e.min())
-    width = int(e.max()) - lo + 1
-    dense = np.r_[0, np.cumsum(k[1:] != k[:-1])]
-    lifted = (e - lo) + dense * width
-    run = np.maximum.accumulate(lifted) - dense * width + lo
-    new = np.ones(k.size, dtype=bool)
-    new[1:] = (k[1:] != k[:-1]) | (s[1:] > run[:-1])
-    heads = np.flatnonzero(new)
-    tails = np.r_[heads[1:], k.size] - 1
-    return k[heads], s[heads], run[tails]
-
-
 def stream_overlap(groups: np.ndarray, streams: np.ndarray, start: np.ndarray, end: np.ndarray,
                    n_groups: int) -> StreamOverlap:
     """Overlap figures for each group ``0..n_groups-1`` of intervals ``[start, end)`` on
@@ -80,7 +64,7 @@ def stream_overlap(groups: np.ndarray, streams: np.ndarray, start: np.ndarray, e
     pair_codes, pair_inv = np.unique(np.stack([groups, streams]), axis=1, return_inverse=True)
     pair_inv = pair_inv.reshape(-1)
     pair_group = pair_codes[0]
-    p, bs, be = _merge(pair_inv, start, end)
+    p, bs, be = union_blocks(pair_inv, start, end)
     block_group = pair_group[p]
     pair_busy = np.zeros(pair_group.size, dtype=np.int64)
     np.add.at(pair_busy, p, be - bs)
