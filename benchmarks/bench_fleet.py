@@ -5,7 +5,7 @@ real trace (benchmarks/tile_trace.py) and copies it --copies times (rank0.sqlite
 the whole multi-file analysis (every file analyzed with attribution, then merged) in a fresh
 process per run:
 
-* ``pool``: gapscope.executors.ProcessPool with N worker processes (pool start-up included);
+* ``pool``: gapscope.fleet.executors.ProcessPool with N worker processes (pool start-up included);
 * ``dask``: a dask.distributed LocalCluster of N single-threaded worker processes (cluster
   start-up excluded: a cluster outlives one analysis), when dask is installed, configured as
   docs/fleet.md advises (no ``MALLOC_TRIM_THRESHOLD_`` in the workers);
@@ -35,8 +35,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 CHILD = r"""
 import hashlib, json, sys, time
-from gapscope.executors import DaskCluster, ProcessPool
-from gapscope.fleet import analyze_fleet
+from gapscope.fleet.executors import DaskCluster, ProcessPool
+from gapscope.fleet.merge import analyze_fleet
 kind, n, paths = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 if kind == "pool":
     t = time.perf_counter()

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from gapscope.analysis import analyze
-from gapscope.attribution import IdleCategory, base_name, category_sums
+from gapscope.analysis.attribution import IdleCategory, base_name, category_sums
 from synthetic import Synthetic
 
 CLOVERLEAF = Path(__file__).resolve().parents[2] / "shared" / "thirdparty-traces" / "perlmutter-cloverleaf-cuda.sqlite"
@@ -103,12 +103,12 @@ def test_cloverleaf_device_synchronize_after_every_kernel():
     cats = r.devices[0]["gap_by_category_ns"]
     assert cats == {"launch": 25_119, "sync": 47_911_048, "dependency": 0, "memop": 0,
                     "pipeline": 0, "unknown": 0}
-    top = r.extras["top_gaps"]
+    top = r.top_gaps
     assert [g["gap_ns"] for g in top] == [2_863_896, 1_174_205, 1_148_317]
     assert top[0] == {"start_ns": 539_216_752, "gap_ns": 2_863_896, "category": "sync", "device": 0,
                       "stream": 7, "before": "par_ranged2d_kernel", "after": "par_ranged1d_kernel",
                       "launched_by": "cudaLaunchKernel"}
-    launch = {x["api"]: x for x in r.extras["launch"]}
+    launch = {x["api"]: x for x in r.launch}
     assert launch["cudaLaunchKernel"]["calls"] == 1312
     assert launch["cudaLaunchKernel"]["host_median_ns"] == 3687.0
 
@@ -121,11 +121,11 @@ def test_kernels_without_any_api_calls(tmp_path):
     assert r.devices[0]["gap_by_category_ns"]["unknown"] == 2_000
     assert r.ranges[0]["kernels"] == 0
     assert any("no CUDA API calls" in w for w in r.warnings)
-    assert r.extras["launch"] == [] and r.extras["top_gaps"][0]["launched_by"] is None
+    assert r.launch == [] and r.top_gaps[0]["launched_by"] is None
 
 
 def test_longest_picks_like_a_stable_descending_sort():
-    from gapscope.attribution import longest_indices
+    from gapscope.analysis.attribution import longest_indices
 
     rng = np.random.default_rng(7)
     for size, top in ((1, 3), (10, 3), (1000, 10), (1000, 1000)):

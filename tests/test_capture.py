@@ -13,10 +13,11 @@ from pathlib import Path
 import fakecupy  # tests/ is on sys.path under pytest's default rootdir import mode
 import pytest
 
-from gapscope import capture
+from gapscope.capture import nsys as capture
 from gapscope.errors import GapscopeError
-from gapscope.runner import RunOptions, SweepRow, run, sweep_rows
-from gapscope.workload import paths as P
+from gapscope.analysis.sweep import SweepRow, sweep_rows
+from gapscope.run.runner import RunOptions, run
+from gapscope.run.workload import paths as P
 
 TRACES = Path(__file__).resolve().parent.parent / "traces"
 
@@ -99,7 +100,7 @@ def test_build_command_exact() -> None:
     assert cmd == ["/opt/nsys", "profile", "-t", "cuda,nvtx", "--cuda-graph-trace=node",
                    "--sample=none", "--cpuctxsw=none", "--export", "sqlite",
                    "--force-overwrite", "true", "-o", "/out/gapscope_run", "/usr/bin/python3",
-                   "-m", "gapscope.workload", "--kernels", "300"]
+                   "-m", "gapscope.run.workload", "--kernels", "300"]
     assert capture.shell_line(["a b", "c"]) == "'a b' c"
     assert "--cuda-graph-trace=graph" in capture.build_command("nsys", "o", [], "graph")
     with pytest.raises(GapscopeError, match="--graph-trace"):
@@ -111,7 +112,7 @@ def test_workload_args_and_dry_run(tmp_path: Path) -> None:
                       repeat=2, dry_run=True, nsys=str(_exe(tmp_path / "nsys")))
     res = run(opts, progress=False)
     d = tmp_path / "r"
-    assert res.command[-16:] == ["-m", "gapscope.workload", "--plan", str(d / "plan.json"),
+    assert res.command[-16:] == ["-m", "gapscope.run.workload", "--plan", str(d / "plan.json"),
                                  "--kernels", "300", "--streams", "4", "--paths",
                                  "eager,multistream,graph", "--repeat", "2", "--device", "0",
                                  "--summary", str(d / "workload.json")]

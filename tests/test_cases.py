@@ -1,5 +1,5 @@
 """The seed's cases on their real H200 exports (traces/case_*.sqlite, provenance in
-traces/README.md): every figure gapscope.casefigures reports, asserted exactly, and checked
+traces/README.md): every figure gapscope.run.case_figures reports, asserted exactly, and checked
 against `Plain`, an independent computation in Python loops over rows read with the stdlib
 sqlite3 module (no numpy, none of gapscope's code but the ladder's `pad`).
 """
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from gapscope.casefigures import break_even, figures_from_trace
+from gapscope.run.case_figures import break_even, figures_from_trace
 from gapscope.errors import GapscopeError
-from gapscope.workload.ladder import pad
+from gapscope.run.workload.ladder import pad
 
 TRACES = Path(__file__).resolve().parents[1] / "traces"
 CASES = ["default_stream", "graph_pool", "graph_update", "piecewise", "instantiate", "multi_gpu"]
@@ -401,7 +401,7 @@ def fake_env(tmp_path, monkeypatch):
     import fakecupy
     from test_capture import FAKE_NSYS, _exe
 
-    from gapscope.workload import paths as P
+    from gapscope.run.workload import paths as P
 
     fakecupy.install(monkeypatch)
     monkeypatch.setattr(P, "_NVTX", None)
@@ -443,8 +443,8 @@ def test_bad_case_options_are_one_line_exit_2(tmp_path, fake_env, capsys, args, 
 
 
 def test_run_with_a_case_computes_its_figures(tmp_path, fake_env, monkeypatch, figs) -> None:
-    from gapscope.render.sweep import render_sweep, render_sweep_markdown
-    from gapscope.runner import RunOptions, run
+    from gapscope.render import render
+    from gapscope.run.runner import RunOptions, run
 
     monkeypatch.setenv("FAKE_NSYS_TRACE", str(TRACES / "case_graph_pool.sqlite"))
     opts = RunOptions(out_dir=tmp_path / "out", kernel_us=[10.0], paths=["graph-pool"], steps=48,
@@ -458,11 +458,13 @@ def test_run_with_a_case_computes_its_figures(tmp_path, fake_env, monkeypatch, f
     saved = json.loads((tmp_path / "out" / "run.json").read_text())
     assert saved["cases"] == json.loads(json.dumps(want)) and "host_timed_traced" in saved
     assert not (tmp_path / "out" / "timing.json").exists() and "timing" not in res.files
-    md = render_sweep_markdown(res)
-    assert "**case graph-pool**" in md and "- padded speedup vs eager: 2.24" in md
-    assert "| padded | 1 | 384 | 1277.30 | 1113.01 | 164.29 | 12.9% | 38968 |" in md
     import io
 
+    out = io.StringIO()
+    render(res, "markdown", out)
+    md = out.getvalue()
+    assert "**case graph-pool**" in md and "- padded speedup vs eager: 2.24" in md
+    assert "| padded | 1 | 384 | 1277.30 | 1113.01 | 164.29 | 12.9% | 38968 |" in md
     buf = io.StringIO()
-    render_sweep(res, buf, width=200)
+    render(res, "table", buf, width=200)
     assert "case graph-pool" in buf.getvalue() and "gaps saved us: 1595.57" in buf.getvalue()

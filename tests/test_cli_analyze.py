@@ -62,7 +62,7 @@ def test_saved_json_rerenders_the_same(tmp_path):
 def test_real_trace_report(tmp_path):
     proc = gapscope("analyze", str(CLOVERLEAF))
     assert proc.returncode == 0, proc.stderr
-    assert "1312" in proc.stdout and "14.0%" in proc.stdout
+    assert "1,312" in proc.stdout and "14.0%" in proc.stdout
 
 
 def test_bad_inputs_one_line_exit_2(tmp_path):

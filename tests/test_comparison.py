@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from gapscope.comparison import Comparison, compare, load_input
+from gapscope.compare.comparison import Comparison, compare, load_input
 from gapscope.errors import GapscopeError
-from gapscope.thresholds import ThresholdSet
+from gapscope.compare.thresholds import ThresholdSet
 
 
 def synthetic_stats(
@@ -320,7 +320,7 @@ def test_report_order_regressions_first_and_json_round_trip() -> None:
     c = compare([base], [cur], ThresholdSet.parse(["gap_fraction:+0.02"]), baseline_sources=["b.json"], current_sources=["c.json"])
     assert [(v.key, v.status) for v in c.ordered()] == [("c", "regression"), ("b", "improved"), ("a", "ok")]
     d = json.loads(json.dumps(c.to_dict(), allow_nan=False))
-    assert d["schema"] == "gapscope.comparison/1"
+    assert d["schema"] == "gapscope.compare.comparison/1"
     assert (d["passed"], d["exit_code"]) == (False, 1)
     assert d["headline"] == "FAIL: 1 regression: range c gap_fraction"
     assert d["baseline"] == {"runs": 1, "sources": ["b.json"]}
@@ -378,12 +378,12 @@ def test_load_input_json_and_errors(tmp_path: Path) -> None:
     good.write_text(json.dumps(synthetic_result()), encoding="utf-8")
     assert load_input(good)["schema"] == "gapscope.analysis/1"
     cases = {
-        "missing.json": (None, f"no such file: {tmp_path / 'missing.json'}"),
-        "broken.json": ("{", f"{tmp_path / 'broken.json'} is not valid JSON (line 1, column 2: Expecting property name enclosed in double quotes); expected a gapscope result JSON or an nsys SQLite export"),
-        "list.json": ("[]", f"{tmp_path / 'list.json'} is not a gapscope result (a JSON object was expected)"),
-        "other.json": ('{"schema": "x/1"}', f"{tmp_path / 'other.json'} is not a gapscope result (schema 'x/1'; expected gapscope.analysis/N)"),
-        "fake.sqlite": ("not sqlite", f"{tmp_path / 'fake.sqlite'} is not a SQLite file"),
-        "t.nsys-rep": ("x", f"{tmp_path / 't.nsys-rep'} is an Nsight Systems report; export it first: nsys export --type sqlite {tmp_path / 't.nsys-rep'}"),
+        "missing.json": (None, f"{tmp_path / 'missing.json'}: no such file"),
+        "broken.json": ("{", f"{tmp_path / 'broken.json'}: not valid JSON (line 1, column 2: Expecting property name enclosed in double quotes); expected a gapscope result JSON"),
+        "list.json": ("[]", f"{tmp_path / 'list.json'}: not a gapscope result (a JSON object was expected)"),
+        "other.json": ('{"schema": "x/1"}', f"{tmp_path / 'other.json'}: a JSON file but not a gapscope result (schema 'x/1'; expected gapscope.analysis/N)"),
+        "fake.sqlite": ("not sqlite", f"{tmp_path / 'fake.sqlite'}: not a SQLite file or a gapscope result JSON (gapscope reads an nsys SQLite export, a gapscope result JSON, or a `gapscope run` output folder)"),
+        "t.nsys-rep": ("x", f"{tmp_path / 't.nsys-rep'}: is an Nsight Systems report, not its SQLite export; run `nsys export --type sqlite {tmp_path / 't.nsys-rep'}` first"),
     }
     for name, (content, message) in cases.items():
         if content is not None:
@@ -393,18 +393,15 @@ def test_load_input_json_and_errors(tmp_path: Path) -> None:
         assert (info.value.message, info.value.exit_code) == (message, 2), name
     with pytest.raises(GapscopeError) as info:
         load_input(tmp_path)
-    assert info.value.message == f"{tmp_path} is a directory without analysis.json, not a result JSON or SQLite export"
+    assert info.value.message == (f"{tmp_path}: is a directory, not an nsys SQLite export or a `gapscope run` "
+                                  "output folder (no run.json in it)")
     run_dir = tmp_path / "gapscope-run"
     run_dir.mkdir()
     (run_dir / "analysis.json").write_text(json.dumps(synthetic_result({"x": (1, synthetic_stats(10, 5))})), encoding="utf-8")
     assert load_input(run_dir)["by_name"][0]["name"] == "x"
     (run_dir / "run.json").write_text('{"schema": "gapscope-run/1"}', encoding="utf-8")
-    with pytest.raises(GapscopeError) as info:
-        load_input(run_dir / "run.json")
-    assert info.value.message == (
-        f"{run_dir / 'run.json'} is a `gapscope run` record; compare the analysis.json beside it (or pass the run's folder)"
-    )
+    assert load_input(run_dir / "run.json")["by_name"][0]["name"] == "x"  # its analysis.json
     (tmp_path / "bin.json").write_bytes(b"\xff\xfe\x00garbage")
     with pytest.raises(GapscopeError) as info:
         load_input(tmp_path / "bin.json")
-    assert info.value.message == f"{tmp_path / 'bin.json'} is neither a result JSON nor an nsys SQLite export"
+    assert info.value.message == f"{tmp_path / 'bin.json'}: not a gapscope result JSON (not UTF-8 text)"

@@ -1,4 +1,4 @@
-"""Many traces at once (gapscope.fleet, gapscope.executors): the merged report on the real H200
+"""Many traces at once (gapscope.fleet, gapscope.fleet.executors): the merged report on the real H200
 exports through the process pool and a Dask LocalCluster equals the single-file figures
 exactly; stragglers on synthetic ranks computed by hand; failing files reported, exit 1."""
 
@@ -14,10 +14,12 @@ import pytest
 
 from gapscope.analysis import analyze
 from gapscope.errors import GapscopeError
-from gapscope.executors import DaskCluster, InProcess, Outcome, ProcessPool, choose_executor
-from gapscope.fleet import FleetResult, analyze_fleet, merge, trace_paths
-from gapscope.metrics import STATS_FIELDS
-from gapscope.render.progress import FileProgress
+from gapscope.fleet.executors import DaskCluster, InProcess, Outcome, ProcessPool, choose_executor
+from gapscope.fleet.merge import analyze_fleet, merge
+from gapscope.fleet.result import FleetResult
+from gapscope.inputs import expand as trace_paths
+from gapscope.analysis.metrics import STATS_FIELDS
+from gapscope.cli.progress import FileProgress
 from clirun import gapscope
 from synthetic import Synthetic
 
@@ -237,13 +239,13 @@ def test_failing_file_reported_others_complete_exit_1(tmp_path):
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr
     assert proc.stderr.splitlines() == [
-        f"gapscope: error: {bad}: not a SQLite file (expected an nsys SQLite export)",
+        f"gapscope: error: {bad}: not a SQLite file or a gapscope result JSON (gapscope reads an nsys SQLite export, a gapscope result JSON, or a `gapscope run` output folder)",
         "gapscope: error: 1 of 2 traces failed (listed above); the report covers the others",
     ]
     data = json.loads(proc.stdout)
     assert data["schema"] == "gapscope.fleet/1"
     files = {f["path"]: f for f in data["files"]}
-    assert files[str(bad)]["error"] == f"{bad}: not a SQLite file (expected an nsys SQLite export)"
+    assert files[str(bad)]["error"] == f"{bad}: not a SQLite file or a gapscope result JSON (gapscope reads an nsys SQLite export, a gapscope result JSON, or a `gapscope run` output folder)"
     assert files[str(bad)]["ranks"] == [] and files[good]["error"] is None
     (rank,) = data["devices"]
     assert {k: v for k, v in rank.items() if k not in RANK_KEYS} == analyze(good).to_dict()["devices"][0]
@@ -254,7 +256,7 @@ def test_failing_file_through_dask(cluster, tmp_path):
     bad.write_text("hello")
     fleet = analyze_fleet([REAL[0], str(bad)], DaskCluster(cluster.scheduler_address))
     assert [(f["path"], f["error"]) for f in fleet.files] == [
-        (REAL[0], None), (str(bad), f"{bad}: not a SQLite file (expected an nsys SQLite export)")]
+        (REAL[0], None), (str(bad), f"{bad}: not a SQLite file or a gapscope result JSON (gapscope reads an nsys SQLite export, a gapscope result JSON, or a `gapscope run` output folder)")]
     assert [r["file"] for r in fleet.devices] == [REAL[0]]
 
 

@@ -1,11 +1,11 @@
-"""gapscope.overlap on hand-made intervals, exactly, and against a brute-force count per
+"""gapscope.analysis.overlap on hand-made intervals, exactly, and against a brute-force count per
 nanosecond on random ones."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from gapscope.overlap import stream_overlap
+from gapscope.analysis.overlap import stream_overlap
 
 
 def _one(intervals: list[tuple[int, int, int]], n_groups: int = 1, group: list[int] | None = None):

@@ -287,7 +287,7 @@ def test_trace_without_api_calls_or_ranges(tmp_path):
     from gapscope.plots import write_plots
     from gapscope.plots.source import load_source
     from gapscope.plots.timeline import timeline_data
-    from gapscope.attribution import IdleCategory
+    from gapscope.analysis.attribution import IdleCategory
 
     t = Synthetic()
     for i in range(12):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gapscope.errors import GapscopeError
-from gapscope.thresholds import (
+from gapscope.compare.thresholds import (
     DEFAULT_THRESHOLDS,
     METRICS,
     Threshold,
@@ -127,7 +127,7 @@ def test_allowed_increase_absolute_and_relative() -> None:
 def test_describe_limit() -> None:
     assert parse_threshold("gap_fraction:+0.02").describe_limit() == "+2.0 pp"
     assert parse_threshold("gpu_span:+5%").describe_limit() == "+5%"
-    assert parse_threshold("gap_p99:+50us").describe_limit() == "+50.00 µs"
+    assert parse_threshold("gap_p99:+50us").describe_limit() == "+50 us"
     assert parse_threshold("kernels:+3").describe_limit() == "+3"
     assert parse_threshold("gpu_span:off").describe_limit() == "off"
 

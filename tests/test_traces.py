@@ -125,18 +125,18 @@ def test_categories_sum_to_gap_everywhere(results, name):
 
 
 def test_payoff_ceiling_beside_measured(results):
-    (small, large) = results["cupy_paths_node"].extras["payoff"]
+    (small, large) = results["cupy_paths_node"].payoff
     assert (small["eager"], small["graph"]) == ("eager/k=2us", "graph/k=2us")
     assert small["measured_speedup"] == pytest.approx(2_314_818 / 450_816)
     assert small["ceiling_speedup"] == pytest.approx(2_314_818 / (2_314_818 - 1_968_962))
     assert small["measured_speedup"] <= small["ceiling_speedup"]
     assert large["ceiling_speedup"] == 1.0
-    (torch_pair,) = results["torch_decode"].extras["payoff"]
+    (torch_pair,) = results["torch_decode"].payoff
     assert torch_pair["measured_speedup"] == pytest.approx(107_313_249 / 8_885_670)
 
 
 def test_launch_statistics(results):
-    launch = {r["api"]: r for r in results["torch_decode"].extras["launch"]}
+    launch = {r["api"]: r for r in results["torch_decode"].launch}
     assert launch["cudaLaunchKernel"]["calls"] == 1756
     assert launch["cudaGraphLaunch"]["calls"] == 32
     assert all("_v" not in api for api in launch)

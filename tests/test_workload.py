@@ -8,9 +8,9 @@ import sys
 import pytest
 
 from gapscope.errors import GapscopeError
-from gapscope.workload import range_name
-from gapscope.workload import kernels as K
-from gapscope.workload import paths as P
+from gapscope.run.workload import range_name
+from gapscope.run.workload import kernels as K
+from gapscope.run.workload import paths as P
 import fakecupy  # tests/ is on sys.path under pytest's default rootdir import mode
 
 
@@ -110,7 +110,7 @@ def test_no_gpu_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_workload_cli_without_cupy_exits_2(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
-    from gapscope.workload.__main__ import main
+    from gapscope.run.workload.__main__ import main
 
     monkeypatch.setitem(sys.modules, "cupy", None)
     assert main(["--kernel-us", "2", "--no-trace"]) == 2
@@ -194,7 +194,7 @@ def test_run_traced_names_ranges_and_keeps_warm_up_outside(fake_cupy) -> None:
 
 
 def test_untraced_timing_per_kernel(fake_cupy) -> None:
-    from gapscope.workload.timing import time_paths
+    from gapscope.run.workload.timing import time_paths
 
     ks = K.KernelSet()
     wl = P.Workload(ks, K.KernelPlan("spin", 2.0, 1000, 4, 128), n_kernels=8, n_streams=2)
@@ -206,7 +206,7 @@ def test_untraced_timing_per_kernel(fake_cupy) -> None:
 
 
 def test_workload_main_writes_plan_summary_and_timing(fake_cupy, tmp_path) -> None:
-    from gapscope.workload.__main__ import main
+    from gapscope.run.workload.__main__ import main
 
     rc = main(["--kernel-us", "2,50", "--kernels", "6", "--streams", "2", "--paths",
                "eager,multistream", "--save-plan", str(tmp_path / "plan.json"),
@@ -226,8 +226,8 @@ def test_workload_main_writes_plan_summary_and_timing(fake_cupy, tmp_path) -> No
 
 # ---------------------------------------------------------------- the seed's cases (fake GPU)
 
-from gapscope.workload import cases as C  # noqa: E402
-from gapscope.workload import ladder as L  # noqa: E402
+from gapscope.run.workload import cases as C  # noqa: E402
+from gapscope.run.workload import ladder as L  # noqa: E402
 
 
 def test_vllm_ladder_and_padding() -> None:

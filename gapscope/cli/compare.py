@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -12,9 +11,10 @@ import click
 
 from gapscope.cli import cli
 from gapscope.cli.output import output_file
-from gapscope.comparison import Comparison, compare_paths
+from gapscope.compare.comparison import Comparison, compare_paths
 from gapscope.errors import GapscopeError
-from gapscope.thresholds import DEFAULT_THRESHOLDS, resolve_thresholds
+from gapscope.render import render
+from gapscope.compare.thresholds import DEFAULT_THRESHOLDS, resolve_thresholds
 
 _SIDE_OPTIONS = {"-b", "--baseline", "-c", "--current"}
 
@@ -156,23 +156,13 @@ def compare_command(
         except GapscopeError as exc:  # the verdict stands; the summary page is a courtesy
             click.echo(f"gapscope: warning: $GITHUB_STEP_SUMMARY: {exc.message}", err=True)
     if junit is not None:
-        from gapscope.render.junit import render_junit
-
-        _write(junit, lambda fh: render_junit(comparison, fh))
+        _write(junit, lambda fh: render(comparison, "junit", fh))
     return comparison.exit_code
 
 
 def _render_main(comparison: Comparison, fh: TextIO, fmt: str, show_all: bool) -> None:
-    if fmt == "json":
-        json.dump(comparison.to_dict(), fh, indent=2, allow_nan=False)
-        fh.write("\n")
-    else:
-        from gapscope.render.comparison_table import render_comparison_table
-
-        render_comparison_table(comparison, fh, show_all=show_all)
+    render(comparison, fmt, fh, show_all=show_all)
 
 
 def _render_markdown(comparison: Comparison, fh: TextIO) -> None:
-    from gapscope.render.comparison_markdown import render_comparison_markdown
-
-    render_comparison_markdown(comparison, fh)
+    render(comparison, "markdown", fh)

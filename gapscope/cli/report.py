@@ -33,7 +33,7 @@ def report_command(source: str, output: str, ranges: tuple[str, ...], window: st
     from gapscope.plots.source import load_source
     from gapscope.plots.style import require_matplotlib
     from gapscope.plots.window import parse_window
-    from gapscope.render.report_markdown import render_report_markdown
+    from gapscope.render.markdown import render
 
     out = Path(output)
     if output == "-" or not out.parent.is_dir():
@@ -48,6 +48,6 @@ def report_command(source: str, output: str, ranges: tuple[str, ...], window: st
         for path in draw_source(src, fig_dir, ("png",), spec):
             links[path.stem] = Path(os.path.relpath(path, out.parent)).as_posix()
     with output_file(out) as fh:
-        render_report_markdown(fh, title=src.label, result=src.result, sweep=src.sweep,
-                               calibration=src.calibration, figures=links, limit=limit)
+        render(src.result, fh, title=src.label, sweep=src.sweep, calibration=src.calibration,
+               figures=links, limit=limit)
     click.echo(str(out))

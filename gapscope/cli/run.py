@@ -1,15 +1,14 @@
-"""`gapscope run`: parse options, call gapscope.runner.run, render the sweep table."""
+"""`gapscope run`: parse options, call gapscope.run.runner.run, render the sweep table."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import click
 
 from gapscope.cli import cli
-from gapscope.workload import CASES, KERNEL_KINDS, PATHS, parse_us_list
+from gapscope.run.workload import CASES, KERNEL_KINDS, PATHS, parse_us_list
 
 
 @cli.command("run")
@@ -56,8 +55,8 @@ def run_command(kernel_us: str, kernels: int, streams: int, paths: str, repeat: 
     cases) under nsys, then report the gap fraction of each path beside its untraced time per
     kernel, and each case's figures.
     """
-    from gapscope.runner import RunOptions, run
-    from gapscope.workload.ladder import parse_sizes
+    from gapscope.run.runner import RunOptions, run
+    from gapscope.run.workload.ladder import parse_sizes
 
     opts = RunOptions(
         out_dir=Path(output_dir), kernel_us=parse_us_list(kernel_us), kernels=kernels,
@@ -81,20 +80,13 @@ def _print(result, fmt: str, report: bool, dry_run: bool) -> None:
             click.echo(f"warning: {w}", err=True)
         click.echo(result.command_line)
         return
-    if fmt == "json":
-        json.dump(result.to_dict(), out, indent=2)
-        out.write("\n")
-        return
-    if fmt == "markdown":
-        from gapscope.render.sweep import render_sweep_markdown
+    from gapscope.render import render
 
-        out.write(render_sweep_markdown(result))
+    if fmt in ("json", "markdown"):
+        render(result, fmt, out)
         return
     if report:
-        from gapscope.render.table import render_table
-        from gapscope.result import load_result
+        from gapscope.analysis.result import load_result
 
-        render_table(load_result(result.files["analysis"]), out)
-    from gapscope.render.sweep import render_sweep
-
-    render_sweep(result, out)
+        render(load_result(result.files["analysis"]), "table", out)
+    render(result, "table", out)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gapscope.metrics import AMORTIZED, LAUNCH_BOUND
+from gapscope.analysis.verdicts import AMORTIZED, LAUNCH_BOUND
 from gapscope.plots import style
 from gapscope.plots.binning import SweepSeries, crossing, sweep_series
 from gapscope.plots.source import PlotSource

@@ -17,7 +17,7 @@ import pandas as pd
 from gapscope.plots import style
 from gapscope.plots.binning import log_edges, log_histogram, percentile_marks
 from gapscope.plots.source import PlotSource
-from gapscope.render.table import fmt_ns
+from gapscope.render.units import fmt_ns
 
 MAX_PANELS = 12
 COLS = 3
@@ -48,7 +48,7 @@ class HistogramData:
 
 def histogram_data(src: PlotSource, per_decade: int = 10, max_panels: int = MAX_PANELS) -> HistogramData:
     """Bin every range-level gap by its range's name (by_name order) and category."""
-    from gapscope.attribution import CATEGORY_LABELS
+    from gapscope.analysis.attribution import CATEGORY_LABELS
 
     a = src.analysis
     codes, uniques = pd.factorize(a.ranges.frame["name"].to_numpy(), sort=False)

@@ -2,20 +2,19 @@
 
 * an nsys SQLite export: analyzed here (`gapscope.analysis.run_analysis`), keeping the raw
   arrays the timeline and the histogram draw, and the gap categories of the device-level and
-  range-level gaps (`gapscope.attribution.Attributor`);
+  range-level gaps (`gapscope.analysis.attribution.Attributor`);
 * a result JSON of `gapscope analyze` (schema ``gapscope.analysis/1``): tables only, it holds no
   gap list;
 * a `gapscope run` result (``run.json``, schema ``gapscope-run/1``) or its output folder: the
   sweep rows, and the folder's ``gapscope_run.sqlite`` when it is there.
 
 A trace whose NVTX ranges are named ``<path>/k=<us>us`` (what `gapscope run` pushes) with two or
-more kernel times is a sweep too: its rows come from `gapscope.runner.sweep_rows` over the
+more kernel times is a sweep too: its rows come from `gapscope.run.runner.sweep_rows` over the
 analysis's range instances (without the untraced timing, which only run.json holds).
 """
 
 from __future__ import annotations
 
-import json
 import re
 import statistics
 from collections.abc import Sequence
@@ -25,12 +24,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gapscope.analysis.result import AnalysisResult
 from gapscope.errors import GapscopeError
-from gapscope.result import AnalysisResult
+from gapscope.inputs import Input, resolve
 
 if TYPE_CHECKING:
-    from gapscope.analysis import Analysis
-    from gapscope.runner import SweepRow
+    from gapscope.analysis.pipeline import Analysis
+    from gapscope.analysis.sweep import SweepRow
 
 _SWEEP_NAME = re.compile(r"^(?P<path>[^/]+)/k=(?P<us>[0-9.eE+-]+)us$")
 
@@ -64,7 +64,7 @@ def _patterns(ranges: Patterns) -> tuple[str, ...]:
 
 def analyze_trace(path: Path, ranges: Patterns, label: str | None = None, count_memops: bool = False) -> PlotSource:
     """Load and analyze a trace, keeping the arrays and the gap categories."""
-    from gapscope.analysis import analysis_of
+    from gapscope.analysis.pipeline import analysis_of
 
     analysis = analysis_of(path, ranges=_patterns(ranges), count_memops=count_memops)
     return source_from_analysis(analysis, label or path.name, ranges)
@@ -83,7 +83,7 @@ def source_from_analysis(analysis: Analysis, label: str, ranges: Patterns = None
 def sweep_from_ranges(ranges: list[dict[str, Any]]) -> list[SweepRow]:
     """Sweep rows from range instances named ``<path>/k=<us>us``; empty unless the names hold
     at least two kernel times and an ``eager`` path."""
-    from gapscope.runner import sweep_rows
+    from gapscope.analysis.sweep import sweep_rows
 
     found: dict[str, set[float]] = {}
     for r in ranges:
@@ -102,7 +102,7 @@ def sweep_from_ranges(ranges: list[dict[str, Any]]) -> list[SweepRow]:
 
 
 def _run_source(data: dict[str, Any], where: Path, ranges: Patterns, count_memops: bool) -> PlotSource:
-    from gapscope.runner import SweepRow
+    from gapscope.analysis.sweep import SweepRow
 
     try:
         rows = [SweepRow(**r) for r in data.get("rows", [])]
@@ -118,7 +118,7 @@ def _run_source(data: dict[str, Any], where: Path, ranges: Patterns, count_memop
         src = PlotSource(label=folder.name)
         analysis = folder / "analysis.json"
         if analysis.exists():
-            from gapscope.result import load_result
+            from gapscope.analysis.result import load_result
 
             src.result = load_result(analysis)
     src.sweep = rows
@@ -129,29 +129,12 @@ def _run_source(data: dict[str, Any], where: Path, ranges: Patterns, count_memop
 def load_source(path: str | Path, ranges: Patterns = None, *, count_memops: bool = False) -> PlotSource:
     """Read a trace, an analysis result JSON, a run.json or a `gapscope run` output folder;
     ``ranges``: only the NVTX ranges matching this name or glob (or these)."""
-    p = Path(path)
-    if p.is_dir():
-        run_json = p / "run.json"
-        if not run_json.exists():
-            raise GapscopeError(f"{p}: a folder without run.json (give a trace, a result JSON or "
-                                "a `gapscope run` output folder)")
-        return _run_source(_read_json(run_json), p, ranges, count_memops)
-    if p.suffix == ".json":
-        data = _read_json(p)
-        schema = data.get("schema") if isinstance(data, dict) else None
-        if isinstance(schema, str) and schema.startswith("gapscope-run/"):
-            return _run_source(data, p, ranges, count_memops)
+    found = resolve(path).require("trace", "analysis", "run", command="plot and report")
+    if found.kind == "run":
+        return _run_source(found.json(), found.path, ranges, count_memops)
+    if found.kind == "analysis":
         if _patterns(ranges):
             raise GapscopeError("--range applies to traces, not to a saved result JSON")
-        result = AnalysisResult.from_dict(data)
-        return PlotSource(label=p.name, result=result, sweep=sweep_from_ranges(result.ranges))
-    return analyze_trace(p, ranges, count_memops=count_memops)
-
-
-def _read_json(p: Path) -> Any:
-    try:
-        return json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise GapscopeError(f"{p}: no such file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise GapscopeError(f"{p}: not a gapscope result JSON ({exc})") from None
+        result = AnalysisResult.from_dict(found.json())
+        return PlotSource(label=found.label, result=result, sweep=sweep_from_ranges(result.ranges))
+    return analyze_trace(found.path, ranges, count_memops=count_memops)

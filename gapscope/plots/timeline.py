@@ -17,11 +17,12 @@ from typing import Any
 
 import numpy as np
 
+from gapscope.analysis.keys import unpack_stream_key
 from gapscope.plots import style
 from gapscope.plots.binning import TimelineBins, dominant, timeline_bins
 from gapscope.plots.source import PlotSource
 from gapscope.plots.window import Window, place_window
-from gapscope.render.table import fmt_ns
+from gapscope.render.units import fmt_ns
 
 WIDTH_IN = 14.0
 LEFT_IN, RIGHT_IN = 1.7, 0.3
@@ -38,12 +39,12 @@ def axes_columns() -> int:
 
 def timeline_data(src: PlotSource, spec: tuple[int | None, int | None]) -> tuple[Window, TimelineBins]:
     """The window and its per-pixel-column bins, from a loaded trace."""
-    from gapscope.attribution import IdleCategory
+    from gapscope.analysis.attribution import IdleCategory
 
     a = src.analysis
     acts = a.acts
     window = place_window(acts.start, acts.end, a.member_act, spec)
-    stream_device = (acts.stream_keys >> 32) & 0xFF
+    stream_device = unpack_stream_key(acts.stream_keys)[1]
     gaps = a.device_gaps
     if src.device_gap_cats is not None:
         cats, n_cats = src.device_gap_cats, len(IdleCategory)
@@ -112,7 +113,7 @@ def _subtitle(src: PlotSource, bins: TimelineBins, n_kernels: int) -> str:
 def draw_timeline(src: PlotSource, out_base: Path, formats: Sequence[str],
                   spec: tuple[int | None, int | None] = (None, None)) -> list[Path]:
     """Draw the timeline of ``src`` (a loaded trace) to ``out_base.<fmt>``."""
-    from gapscope.attribution import CATEGORY_LABELS
+    from gapscope.analysis.attribution import CATEGORY_LABELS
 
     window, bins = timeline_data(src, spec)
     acts = src.analysis.acts

@@ -1,1 +1,61 @@
-"""Renderers: each turns a result object into one output format, written to a given file."""
+"""Renderers chosen by name: each output format of each kind of result is one module of this
+package with one function, ``render(result, file, **options)``, that writes to ``file``.
+
+    from gapscope.render import render
+    render(result, "table", sys.stdout, limit=20)
+
+Kinds: ``analysis`` (AnalysisResult), ``fleet`` (FleetResult), ``comparison`` (Comparison),
+``run`` (RunResult). Modules are imported only when used, so choosing a renderer is cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, TextIO
+
+from gapscope.errors import GapscopeError
+
+#: (kind, format) -> module of gapscope.render holding its ``render``.
+RENDERERS: dict[tuple[str, str], str] = {
+    ("analysis", "table"): "table",
+    ("analysis", "json"): "json",
+    ("analysis", "csv"): "csv",
+    ("analysis", "markdown"): "markdown",
+    ("fleet", "table"): "fleet_table",
+    ("fleet", "json"): "json",
+    ("fleet", "csv"): "fleet_csv",
+    ("comparison", "table"): "comparison_table",
+    ("comparison", "json"): "json",
+    ("comparison", "markdown"): "comparison_markdown",
+    ("comparison", "junit"): "junit",
+    ("run", "table"): "run_table",
+    ("run", "json"): "json",
+    ("run", "markdown"): "run_markdown",
+}
+
+_KINDS = {"AnalysisResult": "analysis", "FleetResult": "fleet", "Comparison": "comparison",
+          "RunResult": "run"}
+
+
+def kind_of(result: Any) -> str:
+    """The kind of a result object (``analysis``, ``fleet``, ``comparison``, ``run``)."""
+    try:
+        return _KINDS[type(result).__name__]
+    except KeyError:
+        raise TypeError(f"no renderer takes a {type(result).__name__}") from None
+
+
+def formats(kind: str) -> tuple[str, ...]:
+    """The formats a kind of result renders to, in registry order."""
+    return tuple(f for k, f in RENDERERS if k == kind)
+
+
+def render(result: Any, fmt: str, file: TextIO, **options: Any) -> None:
+    """Write ``result`` in format ``fmt`` to ``file``; options go to that format's renderer,
+    which ignores the ones it does not use."""
+    kind = kind_of(result)
+    try:
+        module = RENDERERS[(kind, fmt)]
+    except KeyError:
+        raise GapscopeError(f"a {kind} result has no {fmt!r} format (it has: {', '.join(formats(kind))})") from None
+    importlib.import_module(f"gapscope.render.{module}").render(result, file, **options)

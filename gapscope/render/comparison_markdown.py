@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TextIO
+from typing import Any, TextIO
 
-from gapscope.comparison import Comparison, Verdict
-from gapscope.thresholds import METRICS
+from gapscope.compare.comparison import Comparison, Verdict
+from gapscope.compare.thresholds import METRICS
 
 ICON = {
     "regression": "❌",
@@ -57,7 +57,7 @@ def _row(v: Verdict) -> str:
     return "| " + " | ".join(cells) + " |\n"
 
 
-def render_comparison_markdown(comparison: Comparison, file: TextIO) -> None:
+def render(comparison: Comparison, file: TextIO, **_: Any) -> None:
     """Write the report as Markdown: a headline, the non-ok verdicts (regressions first), the ok
     ones folded in a ``<details>`` block, then unmatched entries and warnings."""
     ordered = comparison.ordered()

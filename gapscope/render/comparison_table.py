@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TextIO
+from typing import Any, TextIO
 
 from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gapscope.comparison import Comparison, Verdict
-from gapscope.thresholds import METRICS
+from gapscope.compare.comparison import Comparison, Verdict
+from gapscope.compare.thresholds import METRICS
 
 #: With more verdicts than this, ``ok`` rows are summarized in one line unless ``show_all``.
 MAX_ROWS_BEFORE_FOLDING_OK = 24
@@ -53,7 +53,7 @@ def _row(v: Verdict, with_noise: bool) -> list[Text | str]:
     return row
 
 
-def render_comparison_table(comparison: Comparison, file: TextIO, *, show_all: bool = False) -> None:
+def render(comparison: Comparison, file: TextIO, *, show_all: bool = False, **_: Any) -> None:
     """Write the verdict table to ``file``: one headline, then one row per range/device/stream and
     metric, regressions first; ``ok`` rows fold into a count on big reports unless ``show_all``."""
     console = Console(file=file, width=None if file.isatty() else 140, highlight=False)

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import csv
-from typing import TextIO
+from typing import Any, TextIO
 
-from gapscope.metrics import STATS_FIELDS
-from gapscope.result import AnalysisResult, clean_rows
+from gapscope.analysis.metrics import STATS_FIELDS
+from gapscope.analysis.result import AnalysisResult, clean_rows
 
 KEY_FIELDS = ("level", "id", "name", "count", "domain", "pid", "thread", "device", "stream",
               "start_ns", "end_ns", "depth")
 
 
-def render_csv(result: AnalysisResult, file: TextIO) -> None:
+def render(result: AnalysisResult, file: TextIO, **_: Any) -> None:
     """Write every timeline row of the result with the STATS columns of docs/schema.md."""
     writer = csv.DictWriter(file, fieldnames=[*KEY_FIELDS, *STATS_FIELDS], extrasaction="ignore",
                             lineterminator="\n")

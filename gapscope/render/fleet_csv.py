@@ -4,17 +4,17 @@ name, told apart by `level`; steps, spread and stragglers are in the JSON."""
 from __future__ import annotations
 
 import csv
-from typing import TextIO
+from typing import Any, TextIO
 
-from gapscope.fleet import FleetResult
-from gapscope.metrics import STATS_FIELDS
-from gapscope.result import clean_rows
+from gapscope.fleet.result import FleetResult
+from gapscope.analysis.metrics import STATS_FIELDS
+from gapscope.analysis.result import clean_rows
 
 KEY_FIELDS = ("level", "rank", "label", "file", "device", "name", "count")
 MERGED_FIELDS = ("excess_gap_ns", "slowest_steps", "worst_step", "worst_step_excess_ns")
 
 
-def render_fleet_csv(fleet: FleetResult, file: TextIO) -> None:
+def render(fleet: FleetResult, file: TextIO, **_: Any) -> None:
     """Write the ranks and the rank x range name rows with the STATS columns of docs/schema.md
     and the straggler columns of docs/metrics.md."""
     writer = csv.DictWriter(file, fieldnames=[*KEY_FIELDS, *STATS_FIELDS, *MERGED_FIELDS],

@@ -11,9 +11,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gapscope.fleet import FleetResult
-from gapscope.metrics import reading
-from gapscope.render.table import fmt_frac, fmt_ns
+from gapscope.analysis.verdicts import reading
+from gapscope.fleet.result import FleetResult
+from gapscope.render.table import share_text as fmt_frac
+from gapscope.render.units import fmt_ns
 
 #: Range names shown as columns of the per-rank matrix (those with the most gap time).
 MATRIX_NAMES = 6
@@ -27,7 +28,7 @@ def _table(title: str, columns: list[str], left: tuple[str, ...] = ()) -> Table:
     return t
 
 
-def render_fleet_table(fleet: FleetResult, file: TextIO, *, limit: int = 20, width: int | None = None) -> None:
+def render(fleet: FleetResult, file: TextIO, *, limit: int = 20, width: int | None = None, **_: Any) -> None:
     """Write the human report of a fleet: header and warnings, range names across ranks, the
     stragglers, the ``limit`` steps with the largest excess, a gap-% matrix and the ranks (first
     ``limit``), and the failed traces."""

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
-from typing import TextIO
+from typing import Any, TextIO
 
-from gapscope.comparison import Comparison, Verdict
-from gapscope.thresholds import METRICS
+from gapscope.compare.comparison import Comparison, Verdict
+from gapscope.compare.thresholds import METRICS
 
 # Characters XML 1.0 forbids; NVTX names are arbitrary text.
 _INVALID_XML = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
@@ -41,7 +41,7 @@ def _details(v: Verdict) -> str:
     return "\n".join(lines)
 
 
-def render_junit(comparison: Comparison, file: TextIO) -> None:
+def render(comparison: Comparison, file: TextIO, **_: Any) -> None:
     """Write JUnit XML: a ``<testsuite name="gapscope compare">`` with one ``<testcase>`` per
     verdict (classname ``gapscope.compare.<scope>``, name ``<entry>: <metric>``, the metric
     as users type it: ``gap_fraction``, ``gpu_span``)."""

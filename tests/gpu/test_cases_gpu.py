@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from gapscope.errors import GapscopeError
-from gapscope.runner import RunOptions, run
-from gapscope.workload.ladder import pad
+from gapscope.run.runner import RunOptions, run
+from gapscope.run.workload.ladder import pad
 
 pytestmark = pytest.mark.gpu
 

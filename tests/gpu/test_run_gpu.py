@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gapscope.runner import RunOptions, run
+from gapscope.run.runner import RunOptions, run
 
 pytestmark = pytest.mark.gpu
 

@@ -1,0 +1,103 @@
+"""Packing several small integers into one int64, so that numpy can sort, search and factorize
+them as one key. Every packed key of the analysis is made here.
+
+Bit layouts and limits (a value outside its field's limit would collide with another key; the
+packers check the ones the data can reach and raise GapscopeError):
+
+``stream_key``  ``pid << 40 | device_code << 32 | stream``
+    pid: 24 bits (nsys's globalPid keeps the process id in bits 24-47, so it fits by
+    construction); device_code: 8 bits (an index into the trace's sorted device ids, < 256
+    devices per trace); stream: 32 bits (CUDA stream ids are 32-bit).
+``pid_stream_key``  ``pid << 32 | stream``
+    the same process and stream fields without the device (nsys 2025.3 files a cross-device
+    stream wait under device 0, so waits match streams on these two only).
+``call_key``  ``proc_code << 40 | corr``
+    proc_code: an index into the trace's processes (< 2**23); corr: CUPTI correlation id, kept
+    to its low 40 bits (ids are 32-bit counters in practice).
+``TimeKeys``  ``group * width + (t - lo)``
+    a time ``t`` inside a group (a thread, a stream, a device): ``lo`` is the earliest time
+    and ``width`` the span of all times plus 2, so keys of one group sort by time and keys of
+    different groups never interleave; needs ``groups * width < 2**63`` (about 292 years of
+    nanoseconds for one group, or a 1 s trace with 9.2e9 groups).
+``pair_code``  ``row * n_devices + device_code``
+    one (range, device) pair; needs ``rows * n_devices < 2**63``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gapscope.errors import GapscopeError
+
+PID_BITS = 24
+DEVICE_BITS = 8
+STREAM_BITS = 32
+CORR_BITS = 40
+
+_PID_MASK = (1 << PID_BITS) - 1
+_DEVICE_MASK = (1 << DEVICE_BITS) - 1
+_STREAM_MASK = (1 << STREAM_BITS) - 1
+_CORR_MASK = (1 << CORR_BITS) - 1
+_LIMIT = 2**62  # headroom below 2**63 for the +1/+2 the callers add
+
+
+def stream_key(pid: np.ndarray, device_code: np.ndarray, stream: np.ndarray) -> np.ndarray:
+    """One integer per (process, device, stream)."""
+    device_code = np.asarray(device_code, dtype=np.int64)
+    if device_code.size and int(device_code.max()) > _DEVICE_MASK:
+        raise GapscopeError(f"the trace has more than {_DEVICE_MASK + 1} GPUs: gapscope counts at most 256")
+    return ((np.asarray(pid, dtype=np.int64) & _PID_MASK) << 40) | (device_code << 32) | \
+        (np.asarray(stream, dtype=np.int64) & _STREAM_MASK)
+
+
+def unpack_stream_key(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(pid, device_code, stream) of packed stream keys."""
+    keys = np.asarray(keys, dtype=np.int64)
+    return keys >> 40, (keys >> 32) & _DEVICE_MASK, keys & _STREAM_MASK
+
+
+def pid_stream_key(pid: np.ndarray, stream: np.ndarray) -> np.ndarray:
+    """One integer per (process, stream), the device left out."""
+    return ((np.asarray(pid, dtype=np.int64) & _PID_MASK) << 32) | (np.asarray(stream, dtype=np.int64) & _STREAM_MASK)
+
+
+def stream_key_without_device(keys: np.ndarray) -> np.ndarray:
+    """The ``pid_stream_key`` of packed stream keys."""
+    pid, _, stream = unpack_stream_key(keys)
+    return pid_stream_key(pid, stream)
+
+
+def call_key(proc_code: np.ndarray, corr: np.ndarray) -> np.ndarray:
+    """One integer per (process code, correlation id)."""
+    return (np.asarray(proc_code, dtype=np.int64) << CORR_BITS) | (np.asarray(corr, dtype=np.int64) & _CORR_MASK)
+
+
+def pair_code(row: np.ndarray, device_code: np.ndarray, n_devices: int) -> np.ndarray:
+    """One integer per (row, device): ``row * n_devices + device_code``."""
+    return np.asarray(row, dtype=np.int64) * n_devices + np.asarray(device_code, dtype=np.int64)
+
+
+class TimeKeys:
+    """Keys ``group * width + (t - lo)`` for times inside groups, from the bounds of the times
+    they will be built from; GapscopeError when the groups and span cannot fit in an int64."""
+
+    def __init__(self, times: list[np.ndarray], n_groups: int) -> None:
+        present = [np.asarray(t) for t in times if np.asarray(t).size]
+        self.lo = int(min(int(t.min()) for t in present)) if present else 0
+        hi = int(max(int(t.max()) for t in present)) if present else 0
+        self.width = hi - self.lo + 2
+        self.check(n_groups)
+
+    def check(self, n_groups: int) -> None:
+        """GapscopeError unless ``n_groups`` groups of this span fit in an int64 key."""
+        if self.width * max(int(n_groups), 1) >= _LIMIT:
+            raise GapscopeError("timestamps span too wide a range to analyze "
+                                f"({(self.width - 2) / 1e9:.3g} s across {n_groups} groups)")
+
+    def key(self, groups: np.ndarray, times: np.ndarray) -> np.ndarray:
+        """The key of each (group, time)."""
+        return np.asarray(groups, dtype=np.int64) * self.width + (np.asarray(times, dtype=np.int64) - self.lo)
+
+    def group_of(self, keys: np.ndarray) -> np.ndarray:
+        """The group part of keys."""
+        return np.asarray(keys, dtype=np.int64) // self.width

@@ -1,0 +1,184 @@
+"""Timeline metrics per group of GPU work: span, busy, gap, gap fraction, gap percentiles.
+
+The definitions (docs/metrics.md holds them once):
+
+* GPU span: first start to last end of the group's work on a device, summed over devices.
+* busy: the union of the work's busy intervals (overlapping streams count once).
+* gap: span - busy; gap fraction: gap / span.
+* gap count and percentiles: over the individual idle stretches inside the span.
+
+Work is given as membership rows (an activity index and the "pair" it belongs to: one group on
+one device); pairs roll up into output rows (a range, a device, a stream).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from gapscope.analysis.intervals import group_timelines, grouped_quantiles
+
+#: Columns every timeline row carries, in report order.
+STATS_FIELDS = (
+    "kernels",
+    "memops",
+    "memop_ns",
+    "gpu_span_ns",
+    "busy_ns",
+    "gap_ns",
+    "gap_fraction",
+    "gap_count",
+    "gap_p50_ns",
+    "gap_p90_ns",
+    "gap_p99_ns",
+    "gap_max_ns",
+    "kernel_median_ns",
+)
+
+QUANTILES = (0.5, 0.9, 0.99, 1.0)
+
+
+@dataclass(frozen=True)
+class ActivityArrays:
+    """Column arrays of the activity frame, plus the masks the metrics use."""
+
+    start: np.ndarray
+    end: np.ndarray
+    device: np.ndarray
+    is_kernel: np.ndarray  # kernels and graph-level executions
+    is_memop: np.ndarray
+    busy: np.ndarray  # counted in the busy union
+    device_code: np.ndarray  # index into device_ids
+    device_ids: np.ndarray  # sorted device ids
+    stream_code: np.ndarray  # index into stream_keys
+    stream_keys: np.ndarray  # sorted packed stream keys (gapscope.analysis.keys.stream_key)
+
+    @property
+    def duration(self) -> np.ndarray:
+        return self.end - self.start
+
+
+@dataclass(frozen=True)
+class GapList:
+    """Every gap of a level: its output row, device, length, start and the activity ending it."""
+
+    row: np.ndarray
+    device: np.ndarray
+    length: np.ndarray
+    start: np.ndarray
+    next_act: np.ndarray
+    category: np.ndarray | None = None  # IdleCategory per gap, once attributed
+
+
+def fraction(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """num / den as float, NaN where den is 0."""
+    num = np.asarray(num, dtype=np.float64)
+    den = np.asarray(den, dtype=np.float64)
+    out = np.full(num.shape, np.nan)
+    np.divide(num, den, out=out, where=den > 0)
+    return out
+
+
+def _sum_to(rows: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    out = np.zeros(n, dtype=np.int64)
+    np.add.at(out, rows, values.astype(np.int64))
+    return out
+
+
+def level_stats(
+    acts: ActivityArrays,
+    member_act: np.ndarray,
+    member_pair: np.ndarray,
+    pair_row: np.ndarray,
+    n_rows: int,
+    *,
+    percentiles: bool = True,
+) -> tuple[pd.DataFrame, GapList]:
+    """STATS columns for ``n_rows`` output rows, plus the list of their gaps.
+
+    ``member_act[i]`` is an activity that belongs to pair ``member_pair[i]``; each pair is one
+    row on one device (``pair_row[p]`` gives its row) and is the unit whose span and gaps are
+    measured. A row's span, busy and gap are the sums over its pairs. Without ``percentiles``
+    the gap percentiles and kernel median are left NaN (and ``gap_max_ns`` 0): for rows that
+    are only rolled up further (:func:`rollup_stats` computes them over the groups).
+    """
+    n_pairs = pair_row.size
+    busy_m = acts.busy[member_act]
+    b_act = member_act[busy_m]
+    tl = group_timelines(member_pair[busy_m], acts.start[b_act], acts.end[b_act], n_pairs)
+
+    span = _sum_to(pair_row, tl.span_ns, n_rows)
+    gap = _sum_to(pair_row, tl.gap_ns, n_rows)
+    gap_count = _sum_to(pair_row, tl.gap_count, n_rows)
+    member_row = pair_row[member_pair]
+    kern_m = acts.is_kernel[member_act]
+    mem_m = acts.is_memop[member_act]
+    kernels = np.bincount(member_row[kern_m], minlength=n_rows).astype(np.int64)
+    memops = np.bincount(member_row[mem_m], minlength=n_rows).astype(np.int64)
+    memop_ns = _sum_to(member_row[mem_m], acts.duration[member_act[mem_m]], n_rows)
+
+    gaps = GapList(
+        row=pair_row[tl.gaps_group],
+        device=acts.device[b_act[tl.gaps_next]] if tl.gaps_next.size else np.zeros(0, np.int64),
+        length=tl.gaps_len,
+        start=tl.gaps_start,
+        next_act=b_act[tl.gaps_next],
+    )
+    if percentiles:
+        gq = grouped_quantiles(gaps.row, gaps.length, n_rows, QUANTILES)
+        kq = grouped_quantiles(member_row[kern_m], acts.duration[member_act[kern_m]], n_rows, (0.5,))
+    else:
+        gq, kq = np.full((n_rows, len(QUANTILES)), np.nan), np.full((n_rows, 1), np.nan)
+    table = pd.DataFrame(
+        {
+            "kernels": kernels,
+            "memops": memops,
+            "memop_ns": memop_ns,
+            "gpu_span_ns": span,
+            "busy_ns": span - gap,
+            "gap_ns": gap,
+            "gap_fraction": fraction(gap, span),
+            "gap_count": gap_count,
+            "gap_p50_ns": gq[:, 0],
+            "gap_p90_ns": gq[:, 1],
+            "gap_p99_ns": gq[:, 2],
+            "gap_max_ns": np.nan_to_num(gq[:, 3], nan=0.0).astype(np.int64),
+            "kernel_median_ns": kq[:, 0],
+        }
+    )
+    return table, gaps
+
+
+def rollup_stats(
+    rows: pd.DataFrame,
+    row_group: np.ndarray,
+    n_groups: int,
+    gaps: GapList,
+    acts: ActivityArrays,
+    member_act: np.ndarray,
+    member_row: np.ndarray,
+) -> pd.DataFrame:
+    """STATS for groups of rows (ranges grouped by name): sums of the rows' totals, with
+    percentiles and the kernel median taken over all the rows' gaps and kernels."""
+    sums = {
+        col: _sum_to(row_group, rows[col].to_numpy(), n_groups)
+        for col in ("kernels", "memops", "memop_ns", "gpu_span_ns", "busy_ns", "gap_ns", "gap_count")
+    }
+    gq = grouped_quantiles(row_group[gaps.row], gaps.length, n_groups, QUANTILES)
+    kern_m = acts.is_kernel[member_act]
+    kq = grouped_quantiles(
+        row_group[member_row[kern_m]], acts.duration[member_act[kern_m]], n_groups, (0.5,)
+    )
+    return pd.DataFrame(
+        {
+            **sums,
+            "gap_fraction": fraction(sums["gap_ns"], sums["gpu_span_ns"]),
+            "gap_p50_ns": gq[:, 0],
+            "gap_p90_ns": gq[:, 1],
+            "gap_p99_ns": gq[:, 2],
+            "gap_max_ns": np.nan_to_num(gq[:, 3], nan=0.0).astype(np.int64),
+            "kernel_median_ns": kq[:, 0],
+        }
+    )[list(STATS_FIELDS)]

@@ -1,0 +1,302 @@
+"""The analysis pipeline: from a trace's frames to an AnalysisResult, in one pass.
+
+Data flows one way: frames (gapscope.trace) -> launch links and range membership
+(gapscope.analysis.ranges) -> timeline metrics per (range, device) pair, device and stream
+(gapscope.analysis.metrics) -> gap categories (gapscope.analysis.attribution), launch statistics
+(gapscope.analysis.launches) and the graph payoff (gapscope.analysis.payoff) -> one
+AnalysisResult, built once at the end (gapscope.analysis.result).
+
+:class:`Analysis` keeps the arrays computed on the way (gap lists with their categories, the
+per-pair statistics) for transforms that need more than the result: plots, the many-trace merge
+and the case figures use them instead of computing them again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from gapscope.analysis.attribution import (
+    Attributor, IdleCategory, api_names, as_dicts, category_sums, longest_gaps,
+)
+from gapscope.analysis.keys import pair_code, stream_key, unpack_stream_key
+from gapscope.analysis.launches import launch_stats
+from gapscope.analysis.metrics import STATS_FIELDS, ActivityArrays, GapList, level_stats, rollup_stats
+from gapscope.analysis.payoff import ceiling, measured_pairs
+from gapscope.analysis.ranges import CallIndex, RangeTable, link_launches, range_members, range_table
+from gapscope.analysis.result import AnalysisResult, clean_rows
+from gapscope.errors import GapscopeError
+from gapscope.trace.cuda_api import GRAPH_LAUNCH_CALLS, base_name
+from gapscope.trace.frames import ActivityKind, TraceFrames
+from gapscope.trace.nsys_sqlite import KNOWN_SCHEMA_MAJORS
+
+
+@dataclass(frozen=True)
+class RangePairs:
+    """Range work split by device: one *pair* per (range instance, device), numbered
+    ``range * n_devices + device code``. ``stats``: STATS per pair (span, busy, gap, counts;
+    percentiles left NaN, as they only make sense over the groups pairs roll up into);
+    ``gaps``: every range-level gap with ``row`` = its pair; ``categories``: gap time per pair
+    and IdleCategory (None without attribution)."""
+
+    n_devices: int
+    stats: pd.DataFrame
+    gaps: GapList
+    categories: np.ndarray | None
+
+    @property
+    def range_of(self) -> np.ndarray:
+        """The range instance of each pair."""
+        return np.arange(len(self.stats)) // self.n_devices
+
+    @property
+    def device_code_of(self) -> np.ndarray:
+        """The device code (index into ActivityArrays.device_ids) of each pair."""
+        return np.arange(len(self.stats)) % self.n_devices
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Everything computed on the way to the result: the frames, launch links, range
+    membership, per-pair statistics and the gap lists of every level with their categories."""
+
+    frames: TraceFrames
+    acts: ActivityArrays
+    launch: np.ndarray
+    ranges: RangeTable
+    member_range: np.ndarray
+    member_act: np.ndarray
+    pairs: RangePairs
+    range_gaps: GapList
+    device_gaps: GapList
+    stream_keys: pd.DataFrame
+    stream_gaps: GapList
+    result: AnalysisResult
+
+
+def activity_arrays(frames: TraceFrames, count_memops: bool) -> ActivityArrays:
+    """The activity columns as arrays, with kernels (and graph executions) always busy and
+    memcpy/memset busy only when ``count_memops`` is set, and device and stream codes."""
+    a = frames.activities
+    kind = a["kind"].to_numpy()
+    is_kernel = (kind == ActivityKind.KERNEL) | (kind == ActivityKind.GRAPH)
+    is_memop = (kind == ActivityKind.MEMCPY) | (kind == ActivityKind.MEMSET)
+    dev_codes, device_ids = pd.factorize(a["device"].to_numpy(), sort=True)
+    dev_codes = dev_codes.astype(np.int64)
+    s_codes, s_keys = pd.factorize(
+        stream_key(a["proc"].to_numpy(), dev_codes, a["stream"].to_numpy()), sort=True
+    )
+    return ActivityArrays(
+        start=a["start"].to_numpy(),
+        end=np.maximum(a["end"].to_numpy(), a["start"].to_numpy()),
+        device=a["device"].to_numpy(),
+        is_kernel=is_kernel,
+        is_memop=is_memop,
+        busy=is_kernel | (is_memop & count_memops),
+        device_code=dev_codes,
+        device_ids=np.asarray(device_ids, dtype=np.int64),
+        stream_code=s_codes.astype(np.int64),
+        stream_keys=np.asarray(s_keys, dtype=np.int64),
+    )
+
+
+def _rows(keys: pd.DataFrame, stats: pd.DataFrame) -> list[dict]:
+    return clean_rows(
+        pd.concat([keys.reset_index(drop=True), stats[list(STATS_FIELDS)]], axis=1).to_dict("records")
+    )
+
+
+def _graph_trace_mode(frames: TraceFrames, launch: np.ndarray) -> str:
+    """How graphs were traced: ``node`` when kernels were launched by a graph launch call
+    (nsys's --cuda-graph-trace=node), ``graph`` when graph executions are opaque rows."""
+    kind = frames.activities["kind"].to_numpy()
+    graph_level = bool((kind == ActivityKind.GRAPH).any())
+    node_level = False
+    kernel_calls = launch[(kind == ActivityKind.KERNEL) & (launch >= 0)]
+    if kernel_calls.size:
+        ids = pd.unique(frames.api["name_id"].to_numpy()[kernel_calls])
+        names = frames.names.lookup(int(i) for i in ids)
+        node_level = any(base_name(n) in GRAPH_LAUNCH_CALLS for n in names.values())
+    if graph_level and node_level:
+        return "mixed"
+    return "graph" if graph_level else "node" if node_level else "none"
+
+
+def _warnings(frames: TraceFrames, launch: np.ndarray, ranges: RangeTable, mode: str) -> list[str]:
+    out = []
+    major = (frames.meta.export_schema or "").split(".")[0]
+    if major.isdigit() and int(major) not in KNOWN_SCHEMA_MAJORS:
+        checked = ", ".join(f"{m}.x" for m in KNOWN_SCHEMA_MAJORS)
+        out.append(f"export schema {frames.meta.export_schema} is not one gapscope was checked on ({checked})")
+    if mode in ("graph", "mixed"):
+        out.append(
+            "CUDA graphs were traced at graph level: each graph launch is one opaque busy "
+            "interval, so gaps inside graphs are invisible; record with "
+            "`nsys profile --cuda-graph-trace=node` to see them"
+        )
+    if len(frames.nvtx) == 0:
+        out.append("no NVTX ranges in this trace: per-range figures are empty; devices and streams cover the whole trace")
+    elif len(ranges.frame) == 0:
+        out.append("the trace has NVTX events but no closed NVTX ranges")
+    if len(frames.api) == 0:
+        out.append("no CUDA API calls in this trace (record with -t cuda): GPU work cannot be tied to NVTX ranges")
+    else:
+        unlinked = int((launch < 0).sum())
+        if unlinked:
+            out.append(f"{unlinked} GPU activities have no launching API call in the trace and belong to no range")
+    return out
+
+
+def _with_categories(rows: list[dict], sums: np.ndarray, with_ceiling: bool) -> list[dict]:
+    """Rows with their ``gap_by_category_ns`` (and the graph ceiling fields) added."""
+    out = []
+    for row, by_cat in zip(rows, as_dicts(sums)):
+        row = {**row, "gap_by_category_ns": by_cat}
+        if with_ceiling:
+            span, speedup = ceiling(row["gpu_span_ns"], by_cat)
+            row["graph_ceiling_span_ns"] = span
+            row["graph_ceiling_speedup"] = speedup
+        out.append(row)
+    return out
+
+
+def run_analysis(
+    frames: TraceFrames, *, ranges: Sequence[str] = (), count_memops: bool = False,
+    attribution: bool = True, top: int = 10,
+) -> Analysis:
+    """Compute every metric of docs/metrics.md on loaded frames (``attribution``: also the
+    gap categories, graph payoff and the ``top`` longest gaps)."""
+    acts = activity_arrays(frames, count_memops)
+    calls = CallIndex(frames.api)
+    launch = link_launches(frames, calls)
+    table = range_table(frames, ranges)
+    member_range, member_act = range_members(frames, launch, table)
+    n_ranges = len(table.frame)
+    name_codes, name_table = api_names(frames)
+
+    every = np.arange(acts.start.size, dtype=np.int64)
+    device_ids = acts.device_ids
+    n_dev = device_ids.size
+    pid, dev_code, stream = unpack_stream_key(acts.stream_keys)
+    stream_keys = pd.DataFrame({"pid": pid, "device": device_ids[dev_code], "stream": stream})
+    n_str = len(stream_keys)
+    n_pairs = n_ranges * n_dev
+    member_pair = pair_code(member_range, acts.device_code[member_act], n_dev)
+    # The levels and the attribution's indexes on two threads: their numpy sorts and searches
+    # release the GIL.
+    with ThreadPoolExecutor(2) as pool:
+        attributor = pool.submit(Attributor, frames, acts, launch, (name_codes, name_table)) \
+            if attribution else None
+        launches = pool.submit(launch_stats, launch, acts.start, frames.api["start"].to_numpy(),
+                               frames.api["end"].to_numpy(), name_codes, name_table)
+        paired = pool.submit(level_stats, acts, member_act, member_pair, np.arange(n_pairs), n_pairs,
+                             percentiles=False)
+        devices = pool.submit(level_stats, acts, every, acts.device_code, np.arange(n_dev), n_dev)
+        streams = pool.submit(level_stats, acts, every, acts.stream_code, np.arange(n_str), n_str)
+        pair_stats, pair_gaps = paired.result()
+        device_stats, device_gaps = devices.result()
+        stream_stats, stream_gaps = streams.result()
+        attributor = attributor.result() if attributor else None
+        launch_rows = launches.result()
+
+    pair_range = np.arange(n_pairs, dtype=np.int64) // max(n_dev, 1)
+    rf = table.frame
+    codes, name_uniques = pd.factorize(rf["name"].to_numpy(), sort=False)
+    range_name = codes.astype(np.int64)
+    n_names = len(name_uniques)
+    range_stats = rollup_stats(pair_stats, pair_range, n_ranges, pair_gaps, acts, member_act, member_pair)
+    name_stats = rollup_stats(pair_stats, range_name[pair_range] if n_pairs else pair_range, n_names,
+                              pair_gaps, acts, member_act, member_pair)
+    if ranges and not (range_stats["kernels"].to_numpy() > 0).any():
+        raise GapscopeError(
+            f"the ranges matching {', '.join(repr(r) for r in ranges)} launched no GPU work"
+        )
+
+    mode = _graph_trace_mode(frames, launch)
+    range_keys = rf[["name", "domain", "pid", "thread", "start_ns", "end_ns", "depth"]].copy()
+    range_keys.insert(0, "id", np.arange(n_ranges))
+    range_rows = _rows(range_keys, range_stats)
+    name_rows = _rows(
+        pd.DataFrame({"name": np.asarray(name_uniques, dtype=object),
+                      "count": np.bincount(range_name, minlength=n_names)}),
+        name_stats,
+    )
+    device_rows = _rows(pd.DataFrame({"device": np.asarray(device_ids)}), device_stats)
+    stream_rows = _rows(stream_keys, stream_stats)
+
+    pair_cats = None
+    payoff = top_gaps = None
+    if attributor is not None:
+        with ThreadPoolExecutor(2) as pool:
+            pair_gaps, device_gaps, stream_gaps = pool.map(
+                lambda g: replace(g, category=attributor.classify(g)), (pair_gaps, device_gaps, stream_gaps)
+            )
+        pair_cats = category_sums(pair_gaps.row, pair_gaps.length, pair_gaps.category, n_pairs)
+        gap_range = pair_range[pair_gaps.row]
+        range_rows = _with_categories(
+            range_rows, category_sums(gap_range, pair_gaps.length, pair_gaps.category, n_ranges), True)
+        name_rows = _with_categories(
+            name_rows, category_sums(range_name[gap_range] if gap_range.size else gap_range,
+                                     pair_gaps.length, pair_gaps.category, n_names), True)
+        device_rows = _with_categories(
+            device_rows, category_sums(device_gaps.row, device_gaps.length, device_gaps.category, n_dev), True)
+        stream_rows = _with_categories(
+            stream_rows, category_sums(stream_gaps.row, stream_gaps.length, stream_gaps.category, n_str), False)
+        payoff = measured_pairs(name_rows)
+        top_gaps = longest_gaps(frames, device_gaps, device_gaps.category, launch, name_codes, name_table,
+                                acts.busy, top)
+
+    result = AnalysisResult(
+        trace={
+            "path": frames.meta.path,
+            "name": Path(frames.meta.path).name,
+            "nsys_version": frames.meta.nsys_version,
+            "export_schema": frames.meta.export_schema,
+            "graph_trace": mode,
+            "gpus": {str(k): v for k, v in sorted(frames.meta.gpu_names.items())},
+        },
+        options={"count_memops": count_memops, "range_filter": list(ranges)},
+        warnings=_warnings(frames, launch, table, mode),
+        ranges=range_rows,
+        by_name=name_rows,
+        devices=device_rows,
+        streams=stream_rows,
+        launch=launch_rows,
+        payoff=payoff,
+        top_gaps=top_gaps,
+    )
+    return Analysis(
+        frames=frames, acts=acts, launch=launch, ranges=table, member_range=member_range,
+        member_act=member_act, pairs=RangePairs(n_dev, pair_stats, pair_gaps, pair_cats),
+        range_gaps=replace(pair_gaps, row=pair_range[pair_gaps.row]),
+        device_gaps=device_gaps, stream_keys=stream_keys, stream_gaps=stream_gaps, result=result,
+    )
+
+
+def analysis_of(
+    path: str | Path, *, ranges: Sequence[str] = (), count_memops: bool = False,
+    attribution: bool = True, top: int = 10,
+) -> Analysis:
+    """Open, read and analyze one trace, keeping the raw arrays beside the result (for
+    transforms such as plots that need the gaps themselves). The trace is closed on return."""
+    from gapscope.trace.handle import open_trace
+
+    with open_trace(path) as trace:
+        frames = trace.frames(syncs=attribution)
+        return run_analysis(frames, ranges=ranges, count_memops=count_memops,
+                            attribution=attribution, top=top)
+
+
+def analyze(
+    path: str | Path, *, ranges: Sequence[str] = (), count_memops: bool = False,
+    attribution: bool = True, top: int = 10,
+) -> AnalysisResult:
+    """Analyze one trace: gap fraction per NVTX range, range name, device and stream, and
+    (``attribution``) why the GPU sat idle."""
+    return analysis_of(path, ranges=ranges, count_memops=count_memops,
+                       attribution=attribution, top=top).result

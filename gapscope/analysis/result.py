@@ -1,0 +1,121 @@
+"""The one serializable analysis result, and its JSON form (schema ``gapscope.analysis/1``).
+
+An AnalysisResult is built once, by the pipeline (gapscope.analysis.pipeline), and never changed
+afterwards; renderers take it, and ``to_dict``/``from_dict`` round-trip it through JSON so a
+saved result can be re-rendered or compared without the trace. docs/schema.md documents it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gapscope import __version__
+from gapscope.errors import GapscopeError
+
+SCHEMA = "gapscope.analysis/1"
+SCHEMA_PREFIX = "gapscope.analysis/"
+
+#: Optional sections, in the order the JSON writes them (docs/schema.md).
+SECTIONS = ("launch", "payoff", "top_gaps")
+_CORE = ("schema", "gapscope_version", "trace", "nsys_version", "options", "warnings",
+         "ranges", "by_name", "devices", "streams")
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe scalars: NaN becomes None, numpy scalars become Python ones."""
+    if hasattr(value, "item") and not isinstance(value, (list, dict, str)):
+        value = value.item()
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+def clean_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows with every value made JSON-safe."""
+    return [{k: _clean(v) for k, v in row.items()} for row in rows]
+
+
+@dataclass(frozen=True)
+class AnalysisResult:
+    """What `gapscope analyze` learned from one trace.
+
+    ``ranges``: one row per NVTX range instance in start order; ``by_name``: one per range name;
+    ``devices`` and ``streams``: the whole trace's timelines. Each row is a plain dict of the
+    fields docs/schema.md lists. ``launch`` (launch statistics per API), ``payoff`` (measured
+    graph speedups) and ``top_gaps`` (longest gaps) are None when not computed; ``extras`` keeps
+    sections this version does not know (from a newer gapscope's JSON) as they were.
+    """
+
+    trace: dict[str, Any]
+    options: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+    ranges: list[dict[str, Any]] = field(default_factory=list)
+    by_name: list[dict[str, Any]] = field(default_factory=list)
+    devices: list[dict[str, Any]] = field(default_factory=list)
+    streams: list[dict[str, Any]] = field(default_factory=list)
+    launch: list[dict[str, Any]] | None = None
+    payoff: list[dict[str, Any]] | None = None
+    top_gaps: list[dict[str, Any]] | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+    gapscope_version: str = __version__
+
+    @property
+    def nsys_version(self) -> str | None:
+        return self.trace.get("nsys_version")
+
+    @property
+    def attributed(self) -> bool:
+        """True when the gaps carry categories (attribution ran)."""
+        return any("gap_by_category_ns" in r for r in self.devices)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object of docs/schema.md."""
+        out = {
+            "schema": SCHEMA,
+            "gapscope_version": self.gapscope_version,
+            "trace": self.trace,
+            "nsys_version": self.nsys_version,
+            "options": self.options,
+            "warnings": list(self.warnings),
+            "ranges": clean_rows(self.ranges),
+            "by_name": clean_rows(self.by_name),
+            "devices": clean_rows(self.devices),
+            "streams": clean_rows(self.streams),
+        }
+        for name in SECTIONS:
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        return {**out, **self.extras}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "AnalysisResult":
+        """Rebuild a result from its JSON object; GapscopeError if it is not one."""
+        schema = data.get("schema") if isinstance(data, dict) else None
+        if not isinstance(schema, str) or not schema.startswith(SCHEMA_PREFIX):
+            raise GapscopeError("not a gapscope analysis result (no 'schema: gapscope.analysis/N')")
+        if schema != SCHEMA:
+            raise GapscopeError(f"result schema {schema!r} is not supported (this gapscope reads {SCHEMA})")
+        known = {*_CORE, *SECTIONS}
+        return cls(
+            trace=data.get("trace", {}),
+            options=data.get("options", {}),
+            warnings=list(data.get("warnings", [])),
+            ranges=list(data.get("ranges", [])),
+            by_name=list(data.get("by_name", [])),
+            devices=list(data.get("devices", [])),
+            streams=list(data.get("streams", [])),
+            **{name: data.get(name) for name in SECTIONS},
+            extras={k: v for k, v in data.items() if k not in known},
+            gapscope_version=data.get("gapscope_version", "?"),
+        )
+
+
+def load_result(path: str | Path) -> AnalysisResult:
+    """Read a result JSON written by `gapscope analyze --format json` or `gapscope run`."""
+    from gapscope.inputs import read_json
+
+    return AnalysisResult.from_dict(read_json(Path(path)))

@@ -1,0 +1,1 @@
+"""Driving Nsight Systems: finding nsys, building and running the profile command (``nsys``)."""

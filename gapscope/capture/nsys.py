@@ -1,0 +1,206 @@
+"""Capture: find Nsight Systems, build the `nsys profile` command, run it, keep what it wrote.
+
+Discovery order for nsys: `--nsys PATH`, the environment variable GAPSCOPE_NSYS, PATH, then the
+usual install places: /opt/nvidia/nsight-systems/*/bin (newest first), /usr/local/cuda/bin, and
+the copy inside Nsight Compute (/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import platform
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+from gapscope.errors import GapscopeError
+
+NSYS_ENV = "GAPSCOPE_NSYS"
+INSTALL_GLOBS: tuple[str, ...] = (
+    "/opt/nvidia/nsight-systems/*/bin/nsys",
+    "/usr/local/cuda/bin/nsys",
+    "/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys",
+)
+GRAPH_TRACE_MODES: tuple[str, ...] = ("node", "graph")
+
+
+def _version_key(path: str) -> list[tuple[int, object]]:
+    """Natural sort key: '2025.3.1' sorts after '2024.10.2' (numbers compared as numbers)."""
+    return [(0, int(t)) if t.isdigit() else (1, t) for t in re.split(r"(\d+)", path)]
+
+
+def _executable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
+
+
+def find_nsys(explicit: str | os.PathLike[str] | None = None,
+              environ: Mapping[str, str] | None = None,
+              install_globs: Sequence[str] = INSTALL_GLOBS) -> Path:
+    """Path of the nsys to use; raise GapscopeError naming every place that was searched."""
+    env = os.environ if environ is None else environ
+    for origin, value in (("--nsys", explicit), (NSYS_ENV, env.get(NSYS_ENV))):
+        if value:
+            p = Path(value)
+            if p.is_dir():
+                p = p / "nsys"
+            if not _executable(p):
+                raise GapscopeError(f"{origin} {value}: no executable nsys there")
+            return p
+    on_path = shutil.which("nsys", path=env.get("PATH", ""))
+    if on_path:
+        return Path(on_path)
+    for pattern in install_globs:
+        for hit in sorted(glob.glob(pattern), key=_version_key, reverse=True):
+            if _executable(Path(hit)):
+                return Path(hit)
+    raise GapscopeError(
+        "nsys (Nsight Systems) not found: searched --nsys, $" + NSYS_ENV + ", PATH and "
+        + ", ".join(install_globs) + "; install Nsight Systems or pass --nsys PATH")
+
+
+def nsys_version(nsys: Path) -> str | None:
+    """'2025.3.1.0' from `nsys --version`, or None if it cannot be read."""
+    try:
+        out = subprocess.run([str(nsys), "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"(\d{4}\.\d+(?:\.\d+)*)", out.stdout + out.stderr)
+    return m.group(1) if m else None
+
+
+def build_command(nsys: str | os.PathLike[str], output_base: str | os.PathLike[str],
+                  workload_args: Sequence[str], graph_trace: str = "node",
+                  python: str | None = None) -> list[str]:
+    """The nsys profile command that records `python -m gapscope.run.workload ARGS` to output_base.
+
+    nsys writes output_base.nsys-rep and, through --export sqlite, output_base.sqlite.
+    """
+    if graph_trace not in GRAPH_TRACE_MODES:
+        raise GapscopeError(f"--graph-trace must be node or graph, got {graph_trace!r}")
+    return [
+        str(nsys), "profile", "-t", "cuda,nvtx", f"--cuda-graph-trace={graph_trace}",
+        "--sample=none", "--cpuctxsw=none", "--export", "sqlite", "--force-overwrite", "true",
+        "-o", str(output_base), python or sys.executable, "-m", "gapscope.run.workload",
+        *map(str, workload_args),
+    ]
+
+
+def shell_line(command: Sequence[str]) -> str:
+    """The command as one copy-pasteable shell line."""
+    return shlex.join(command)
+
+
+def workload_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment for the profiled child: gapscope importable even when not installed."""
+    env = dict(os.environ if base is None else base)
+    root = str(Path(__file__).resolve().parent.parent)
+    parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if root not in parts:
+        env["PYTHONPATH"] = os.pathsep.join([root, *parts])
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+@dataclass
+class CaptureFiles:
+    """What one nsys run wrote: the report, its SQLite export and nsys's own output."""
+
+    report: Path
+    sqlite: Path
+    log: Path
+
+
+def nsys_phase(line: str) -> tuple[str, int | None] | None:
+    """Read one line of nsys output: ('capture', None) while the program runs, ('report', pct)
+    while it writes .nsys-rep, ('export', pct) while it writes the SQLite export; else None."""
+    m = re.search(r"\[(1|2)/2\].*?(\d+)%", line)
+    if m:
+        return ("report" if m.group(1) == "1" else "export", int(m.group(2)))
+    if "Collecting data" in line or "Generating '" in line:
+        return ("report", 0)
+    return None
+
+
+def run_capture(command: Sequence[str], output_base: Path, log_path: Path,
+                env: Mapping[str, str] | None = None,
+                on_phase: Callable[[str, int | None], None] | None = None) -> CaptureFiles:
+    """Run the nsys command, streaming its output into log_path; check what it wrote.
+
+    On failure nothing is deleted: the GapscopeError says which files nsys left and where.
+    """
+    output_base = Path(output_base)
+    files = CaptureFiles(Path(f"{output_base}.nsys-rep"), Path(f"{output_base}.sqlite"), log_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        proc = subprocess.Popen(list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                env=dict(env) if env is not None else None)
+    except OSError as exc:
+        raise GapscopeError(f"cannot start nsys ({command[0]}): {exc.strerror}") from None
+    assert proc.stdout is not None
+    with log_path.open("wb") as log:
+        pending = b""
+        while chunk := proc.stdout.read1(65536):
+            log.write(chunk)
+            pending += chunk
+            *lines, pending = re.split(rb"[\r\n]", pending)
+            if on_phase:
+                for raw in lines:
+                    phase = nsys_phase(raw.decode(errors="replace"))
+                    if phase:
+                        on_phase(*phase)
+    rc = proc.wait()
+    if rc != 0 or not files.sqlite.is_file() or files.sqlite.stat().st_size == 0:
+        raise GapscopeError(_failure_message(rc, files))
+    return files
+
+
+def _failure_message(rc: int, files: CaptureFiles) -> str:
+    folder = files.sqlite.parent
+    stem = files.sqlite.stem
+    left = sorted(p.name for p in folder.glob(f"{stem}*")) if folder.is_dir() else []
+    tail = ""
+    try:
+        lines = [ln for ln in re.split(r"[\r\n]", files.log.read_text(errors="replace")) if ln.strip()]
+        tail = f"; its last line: {lines[-1].strip()[:200]}" if lines else ""
+    except OSError:
+        pass
+    what = f"nsys exited with {rc}" if rc != 0 else "nsys wrote no SQLite export"
+    kept = ", ".join(left) if left else "no report files"
+    return f"{what}; kept what it wrote in {folder} ({kept}); its output is in {files.log}{tail}"
+
+
+def environment(nsys: Path | None, device: int = 0) -> dict[str, str | int | None]:
+    """GPU, driver, CUDA, CuPy, nsys and Python versions, each None where it cannot be read."""
+    env: dict[str, str | int | None] = {
+        "python": platform.python_version(), "platform": platform.platform(),
+        "gpu": None, "driver": None, "cuda_driver_api": None, "cuda_runtime": None,
+        "cupy": None, "nsys": nsys_version(nsys) if nsys else None,
+        "nsys_path": str(nsys) if nsys else None,
+    }
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", f"--id={device}", "--query-gpu=name,driver_version",
+             "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
+        if out.returncode == 0 and out.stdout.strip():
+            name, _, driver = out.stdout.strip().splitlines()[0].rpartition(",")
+            env["gpu"], env["driver"] = name.strip(), driver.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        import cupy
+
+        env["cupy"] = cupy.__version__
+        env["cuda_runtime"] = cupy.cuda.runtime.runtimeGetVersion()
+        env["cuda_driver_api"] = cupy.cuda.runtime.driverGetVersion()
+        if env["gpu"] is None:
+            name = cupy.cuda.runtime.getDeviceProperties(device)["name"]
+            env["gpu"] = name.decode() if isinstance(name, bytes) else str(name)
+    except Exception:  # no CuPy or no GPU: leave the fields empty
+        pass
+    return env

@@ -1,0 +1,73 @@
+"""The merged result of several traces (schema ``gapscope.fleet/1``, docs/schema.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gapscope import __version__
+from gapscope.errors import GapscopeError
+
+SCHEMA = "gapscope.fleet/1"
+
+
+@dataclass
+class FleetResult:
+    """One report across ranks (schema ``gapscope.fleet/1``, docs/schema.md).
+
+    ``files``: every input in order, failed ones with their error. ``devices``: one row per rank
+    (a device of a file) with that device's whole-trace figures. ``rank_names``: per rank and
+    range name. ``by_name``: per range name, pooled over ranks. ``spread``: min/median/max across
+    ranks. ``steps``: range instances aligned across ranks by name and occurrence.
+    ``stragglers``: per range name, the ranks whose gap time is furthest above the step medians.
+    """
+
+    options: dict[str, Any]
+    files: list[dict[str, Any]] = field(default_factory=list)
+    devices: list[dict[str, Any]] = field(default_factory=list)
+    rank_names: list[dict[str, Any]] = field(default_factory=list)
+    by_name: list[dict[str, Any]] = field(default_factory=list)
+    spread: list[dict[str, Any]] = field(default_factory=list)
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    stragglers: list[dict[str, Any]] = field(default_factory=list)
+    streams: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    gapscope_version: str = __version__
+
+    SECTIONS = ("files", "devices", "rank_names", "by_name", "spread", "steps", "stragglers", "streams")
+
+    @property
+    def failed(self) -> list[dict[str, Any]]:
+        """The inputs that could not be analyzed."""
+        return [f for f in self.files if f.get("error")]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object of docs/schema.md (``gapscope.fleet/1``)."""
+        return {
+            "schema": SCHEMA,
+            "gapscope_version": self.gapscope_version,
+            "options": self.options,
+            "warnings": list(self.warnings),
+            **{s: list(getattr(self, s)) for s in self.SECTIONS},
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "FleetResult":
+        """Rebuild a fleet result from its JSON object; GapscopeError if it is not one."""
+        schema = data.get("schema") if isinstance(data, dict) else None
+        if schema != SCHEMA:
+            raise GapscopeError(f"not a gapscope fleet result (schema {schema!r}; this gapscope reads {SCHEMA})")
+        return cls(
+            options=data.get("options", {}),
+            warnings=list(data.get("warnings", [])),
+            gapscope_version=data.get("gapscope_version", "?"),
+            **{s: list(data.get(s, [])) for s in cls.SECTIONS},
+        )
+
+
+def load_fleet(path: str | Path) -> FleetResult:
+    """Read a fleet JSON written by `gapscope analyze A B ... --format json`."""
+    from gapscope.inputs import read_json
+
+    return FleetResult.from_dict(read_json(Path(path)))

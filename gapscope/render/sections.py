@@ -1,0 +1,191 @@
+"""The sections of an analysis report, defined once as data: a title, columns and rows of cells.
+
+The terminal table (gapscope.render.table) and the Markdown report (gapscope.render.markdown)
+draw the same sections; each decides only how a cell looks (colour, code spans, escaping).
+Cells are plain strings, :class:`Share` (a gap fraction, which the table colours by the design
+text's criterion) or :class:`Name` (text from the trace, never markup).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from gapscope.analysis.result import AnalysisResult
+from gapscope.analysis.verdicts import reading
+from gapscope.render.units import fmt_count, fmt_ns, fmt_pct, fmt_share, fmt_speedup
+
+
+@dataclass(frozen=True)
+class Share:
+    """A gap fraction cell."""
+
+    value: float | None
+
+    def __str__(self) -> str:
+        return fmt_pct(self.value)
+
+
+@dataclass(frozen=True)
+class Name:
+    """A name from the trace (range, kernel, API): shown as text, never interpreted."""
+
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+Cell = Union[str, Share, Name]
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column: its header, and whether its cells are numbers (right-aligned)."""
+
+    header: str
+    number: bool = True
+
+
+@dataclass(frozen=True)
+class Section:
+    """One table of the report. ``key`` names it (``by_name``, ``ranges``, ``devices``, ...)."""
+
+    key: str
+    title: str
+    columns: tuple[Column, ...]
+    rows: list[list[Cell]] = field(default_factory=list)
+    note: str | None = None
+
+
+STATS_COLUMNS = tuple(Column(h) for h in (
+    "kernels", "span", "busy", "gap", "gap %", "gaps", "p50", "p90", "p99", "max gap", "kernel p50"))
+
+
+def stats_cells(r: dict[str, Any]) -> list[Cell]:
+    """The timeline figures of a result row, in STATS_COLUMNS order."""
+    return [fmt_count(r["kernels"]), fmt_ns(r["gpu_span_ns"]), fmt_ns(r["busy_ns"]), fmt_ns(r["gap_ns"]),
+            Share(r["gap_fraction"]), fmt_count(r["gap_count"]), fmt_ns(r["gap_p50_ns"]),
+            fmt_ns(r["gap_p90_ns"]), fmt_ns(r["gap_p99_ns"]),
+            fmt_ns(r["gap_max_ns"]) if r["gap_count"] else "-", fmt_ns(r["kernel_median_ns"])]
+
+
+def _with_work(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if r["kernels"] > 0]
+
+
+def by_name(result: AnalysisResult) -> Section | None:
+    """One row per NVTX range name that launched GPU work, with its reading."""
+    if not result.by_name:
+        return None
+    rows = _with_work(result.by_name) or result.by_name
+    return Section(
+        "by_name", f"NVTX ranges by name ({len(_with_work(result.by_name))} of {len(result.by_name)} "
+        "launched GPU work)",
+        (Column("name", False), Column("count"), *STATS_COLUMNS, Column("reading", False)),
+        [[Name(str(r["name"])), fmt_count(r["count"]), *stats_cells(r), reading(r)] for r in rows],
+    )
+
+
+def ranges(result: AnalysisResult, limit: int) -> Section | None:
+    """The first ``limit`` range instances with GPU work."""
+    work = _with_work(result.ranges)
+    shown = work[:max(limit, 0)]
+    if not shown:
+        return None
+    more = f", first {len(shown)}; --limit N or --format json for more" if len(work) > len(shown) else ""
+    return Section(
+        "ranges", f"Range instances ({len(work)} with GPU work{more})",
+        (Column("id"), Column("name", False), Column("thread"), *STATS_COLUMNS),
+        [[str(r["id"]), Name(str(r["name"])), str(r["thread"]), *stats_cells(r)] for r in shown],
+    )
+
+
+def devices(result: AnalysisResult) -> Section | None:
+    """The whole trace's timeline per device, with its reading."""
+    if not result.devices:
+        return None
+    return Section("devices", "Devices (whole trace)", (Column("device"), *STATS_COLUMNS, Column("reading", False)),
+                   [[str(r["device"]), *stats_cells(r), reading(r)] for r in result.devices])
+
+
+def streams(result: AnalysisResult) -> Section | None:
+    """The whole trace's timeline per (process, device, stream)."""
+    if not result.streams:
+        return None
+    return Section("streams", "Streams (whole trace)",
+                   (Column("pid"), Column("device"), Column("stream"), *STATS_COLUMNS),
+                   [[str(r["pid"]), str(r["device"]), str(r["stream"]), *stats_cells(r)] for r in result.streams])
+
+
+def idle(result: AnalysisResult) -> Section | None:
+    """Why the GPU sat idle: each range name's and device's gap time split by category, and
+    its CUDA Graph ceiling."""
+    from gapscope.analysis.attribution import CATEGORY_LABELS
+
+    labelled: list[tuple[Cell, dict[str, Any]]] = [
+        (Name(f"range {r['name']} (x{r['count']})"), r)
+        for r in _with_work(result.by_name) if "gap_by_category_ns" in r]
+    labelled += [(f"device {r['device']}", r) for r in result.devices if "gap_by_category_ns" in r]
+    if not labelled:
+        return None
+    rows: list[list[Cell]] = []
+    for label, r in labelled:
+        cats = r["gap_by_category_ns"]
+        rows.append([label, fmt_ns(r["gap_ns"]), *(fmt_share(cats.get(c, 0), r["gap_ns"]) for c in CATEGORY_LABELS),
+                     fmt_speedup(r.get("graph_ceiling_speedup"))])
+    return Section(
+        "idle", "Why the GPU sat idle (share of gap time)",
+        (Column("timeline", False), Column("gap"), *(Column(c) for c in CATEGORY_LABELS), Column("graph ceiling")),
+        rows, note="Categories and the ceiling are defined in docs/metrics.md (\"Gap attribution\", "
+                   "\"CUDA Graph payoff\").",
+    )
+
+
+def launch(result: AnalysisResult) -> Section | None:
+    """Launch overhead per launch API."""
+    if not result.launch:
+        return None
+    return Section(
+        "launch", "Launch calls",
+        (Column("api", False), Column("calls"), Column("host p50"), Column("host p90"),
+         Column("launch->start p50"), Column("p90"), Column("calls/s")),
+        [[Name(r["api"]), fmt_count(r["calls"]), fmt_ns(r["host_median_ns"]), fmt_ns(r["host_p90_ns"]),
+          fmt_ns(r["latency_median_ns"]), fmt_ns(r["latency_p90_ns"]), f"{r['per_second']:,.0f}"]
+         for r in result.launch],
+    )
+
+
+def payoff(result: AnalysisResult) -> Section | None:
+    """Measured graph speedups of eager/graph range twins beside the eager range's ceiling."""
+    if not result.payoff:
+        return None
+    return Section(
+        "payoff", "CUDA Graph payoff: measured against the ceiling",
+        (Column("eager range", False), Column("graph range", False), Column("eager span"),
+         Column("graph span"), Column("measured"), Column("ceiling")),
+        [[Name(p["eager"]), Name(p["graph"]), fmt_ns(p["eager_span_ns"]), fmt_ns(p["graph_span_ns"]),
+          fmt_speedup(p["measured_speedup"]), fmt_speedup(p["ceiling_speedup"])] for p in result.payoff],
+    )
+
+
+def top_gaps(result: AnalysisResult) -> Section | None:
+    """The longest device-level gaps with what surrounds them."""
+    if not result.top_gaps:
+        return None
+    return Section(
+        "top_gaps", f"Longest gaps ({len(result.top_gaps)})",
+        (Column("gap"), Column("category", False), Column("device"), Column("stream"), Column("at"),
+         Column("before", False), Column("after", False), Column("launched by", False)),
+        [[fmt_ns(g["gap_ns"]), g["category"], str(g["device"]), str(g["stream"]), fmt_ns(g["start_ns"]),
+          Name(g["before"]) if g["before"] else "-", Name(g["after"]),
+          Name(g["launched_by"]) if g["launched_by"] else "-"] for g in result.top_gaps],
+    )
+
+
+#: Every section builder by key; those taking ``limit`` say so in their signature.
+BUILDERS: dict[str, Callable[..., Section | None]] = {
+    "by_name": by_name, "ranges": ranges, "devices": devices, "streams": streams, "idle": idle,
+    "launch": launch, "payoff": payoff, "top_gaps": top_gaps,
+}

@@ -1,0 +1,115 @@
+"""The typed frames every trace format becomes, and what the analysis asks of a trace's names.
+
+All times are integer nanoseconds on one clock; integer columns use -1 for "none". A reader
+(one module per format in this package) fills these frames with exactly the columns below, so
+every metric, category and renderer works the same whatever file the trace came from.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import pandas as pd
+
+
+class ActivityKind(enum.IntEnum):
+    """What a row of the GPU activity frame is."""
+
+    KERNEL = 0
+    MEMCPY = 1
+    MEMSET = 2
+    GRAPH = 3  # one whole graph launch, as nsys records it with --cuda-graph-trace=graph
+
+
+@dataclass(frozen=True)
+class TraceMeta:
+    """Facts about the trace file itself: where it is, which format and tool wrote it."""
+
+    path: str
+    format: str
+    nsys_version: str | None
+    export_schema: str | None
+    tables: frozenset[str] = frozenset()
+    gpu_names: dict[int, str] = field(default_factory=dict)
+
+
+class Names(Protocol):
+    """Name lookups a trace answers while it is open (a closed trace raises ClosedTraceError)."""
+
+    def lookup(self, ids: Iterable[int]) -> dict[int, str]:
+        """Map each string id to its text ('[unknown]' where the trace has none)."""
+
+    def activity_name_ids(self, kind: ActivityKind, rows: np.ndarray) -> np.ndarray:
+        """The name id (kernels) or graph id (graph executions) of activities of one kind, by
+        their ``row`` numbers; -1 where there is none."""
+
+
+class ClosedTraceError(RuntimeError):
+    """A trace's names were asked for after the trace was closed: a bug in the caller."""
+
+
+#: Columns of each frame (docs/architecture.md, "Frames").
+ACTIVITY_COLUMNS = ("row", "start", "end", "device", "stream", "proc", "corr")
+API_COLUMNS = ("start", "end", "tid", "corr", "name_id")
+NVTX_COLUMNS = ("start", "end", "tid", "event_type", "domain_id", "name")
+SYNC_COLUMNS = ("start", "device", "stream", "proc")
+
+#: NVTX_EVENTS.eventType values (nsys's ENUM_NSYS_EVENT_TYPE), used by every format's nvtx frame.
+NVTX_PUSH_POP = 59
+NVTX_START_END = 60
+NVTX_DOMAIN_CREATE = 75
+
+
+def empty_frame(names: tuple[str, ...]) -> pd.DataFrame:
+    """A frame with these columns and no rows (text for ``name``, int64 otherwise)."""
+    return pd.DataFrame({c: np.zeros(0, dtype=object if c == "name" else np.int64) for c in names})
+
+
+@dataclass
+class TraceFrames:
+    """The typed frames an analysis needs, all times in integer nanoseconds.
+
+    ``activities``: one row per kernel, memcpy, memset or graph-level execution with columns
+    row (its row number in its source table), start, end, device, stream, proc, corr, kind
+    (ActivityKind), and name_id when loaded with ``all_calls`` (else names come from
+    ``activity_names``).
+    ``api``: CUDA runtime and driver calls: start, end, tid (globalTid), corr, name_id, proc.
+    ``nvtx``: NVTX push/pop and start/end ranges and domain creations: start, end, tid,
+    event_type, domain_id, name.
+    ``syncs``: stream-wait-event records: start (inside the cudaStreamWaitEvent call that issued
+    the wait), device, stream, proc.
+    ``proc`` is the process part of nsys's globalPid/globalTid (``>> 24``): the key that makes
+    correlation ids unique across processes.
+    """
+
+    meta: TraceMeta
+    activities: pd.DataFrame
+    api: pd.DataFrame
+    nvtx: pd.DataFrame
+    syncs: pd.DataFrame
+    names: Names
+
+    def activity_names(self, idx: np.ndarray) -> list[str]:
+        """A readable name per activity index: the kernel's short name, ``graph <id>``,
+        ``memcpy`` or ``memset``. Name ids are read for just these rows when not loaded."""
+        a = self.activities
+        idx = np.asarray(idx, dtype=np.int64)
+        kind = a["kind"].to_numpy()[idx]
+        if "name_id" in a:
+            name_id = a["name_id"].to_numpy()[idx]
+        else:
+            name_id = np.full(idx.size, -1, dtype=np.int64)
+            rows = a["row"].to_numpy()[idx]
+            for k in (ActivityKind.KERNEL, ActivityKind.GRAPH):
+                sel = np.flatnonzero(kind == k)
+                if sel.size:
+                    name_id[sel] = self.names.activity_name_ids(k, rows[sel])
+        kernel_names = self.names.lookup(int(i) for i in name_id[kind == ActivityKind.KERNEL])
+        labels = {ActivityKind.MEMCPY: "memcpy", ActivityKind.MEMSET: "memset"}
+        return [kernel_names.get(n, "?") if k == ActivityKind.KERNEL else f"graph {n}"
+                if k == ActivityKind.GRAPH else labels[ActivityKind(k)]
+                for k, n in zip(kind.tolist(), name_id.tolist())]
