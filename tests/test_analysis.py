@@ -13,9 +13,6 @@ from gapscope.analysis import analyze
 from gapscope.errors import GapscopeError
 from synthetic import Synthetic
 
-THIRDPARTY = Path(__file__).resolve().parents[1].parent / "shared" / "thirdparty-traces"
-CLOVERLEAF = THIRDPARTY / "perlmutter-cloverleaf-cuda.sqlite"
-SAXPY = THIRDPARTY / "saxpy-mpi-cuda_nsys_perlmutter0.sqlite"
 
 
 def by(rows, key, value):
@@ -148,25 +145,25 @@ def test_multi_device_range_sums_per_device_spans(tmp_path):
 
 # ---------------------------------------------------------------- real third-party exports
 
-def test_cloverleaf_device_and_stream_exact():
-    r = analyze(CLOVERLEAF)
+def test_cloverleaf_device_and_stream_exact(cloverleaf):
+    r = analyze(cloverleaf)
     assert r.trace["nsys_version"] == "2024.5.1.113" and r.trace["export_schema"] == "3.13.2"
     assert r.ranges == [] and any("no NVTX" in w for w in r.warnings)
     (d,) = r.devices
     assert (d["kernels"], d["memops"], d["gpu_span_ns"], d["busy_ns"], d["gap_ns"], d["gap_count"]) == (
         1312, 279, 342_340_707, 294_404_540, 47_936_167, 1311)
-    span, gap, gaps = reference.by_device(reference.kernels(str(CLOVERLEAF)))[0]
+    span, gap, gaps = reference.by_device(reference.kernels(str(cloverleaf)))[0]
     assert (span, gap, len(gaps)) == (d["gpu_span_ns"], d["gap_ns"], d["gap_count"])
     assert d["gap_p50_ns"] == pytest.approx(np.percentile(gaps, 50))
     assert d["gap_p99_ns"] == pytest.approx(np.percentile(gaps, 99))
     assert d["gap_max_ns"] == max(gaps) == 2_863_896
 
 
-def test_saxpy_old_schema_ranges_match_reference():
-    r = analyze(SAXPY)
+def test_saxpy_old_schema_ranges_match_reference(saxpy):
+    r = analyze(saxpy)
     assert r.trace["export_schema"] == "2.9.1"
-    ks = reference.kernels(str(SAXPY))
-    refs = reference.ranges(str(SAXPY))
+    ks = reference.kernels(str(saxpy))
+    refs = reference.ranges(str(saxpy))
     assert len(r.ranges) == len(refs) == 22
     for got, want in zip(r.ranges, refs):
         assert got["name"] == want["name"]

@@ -11,7 +11,6 @@ from gapscope.analysis import analyze
 from gapscope.analysis.attribution import IdleCategory, base_name, category_sums
 from synthetic import Synthetic
 
-CLOVERLEAF = Path(__file__).resolve().parents[2] / "shared" / "thirdparty-traces" / "perlmutter-cloverleaf-cuda.sqlite"
 
 
 def device_categories(t: Synthetic, tmp_path: Path, **kw) -> dict[str, int]:
@@ -98,8 +97,8 @@ def test_category_sums_and_names():
     assert base_name("cuLaunchKernelEx") == "cuLaunchKernelEx"
 
 
-def test_cloverleaf_device_synchronize_after_every_kernel():
-    r = analyze(CLOVERLEAF, top=3)
+def test_cloverleaf_device_synchronize_after_every_kernel(cloverleaf):
+    r = analyze(cloverleaf, top=3)
     cats = r.devices[0]["gap_by_category_ns"]
     assert cats == {"launch": 25_119, "sync": 47_911_048, "dependency": 0, "memop": 0,
                     "pipeline": 0, "unknown": 0}

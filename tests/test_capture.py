@@ -13,13 +13,13 @@ from pathlib import Path
 import fakecupy  # tests/ is on sys.path under pytest's default rootdir import mode
 import pytest
 
+from paths import TRACES
 from gapscope.capture import nsys as capture
 from gapscope.errors import GapscopeError
 from gapscope.analysis.sweep import SweepRow, sweep_rows
 from gapscope.run.runner import RunOptions, run
 from gapscope.run.workload import paths as P
 
-TRACES = Path(__file__).resolve().parent.parent / "traces"
 
 
 def _exe(path: Path, body: str = "#!/bin/sh\nexit 0\n") -> Path:

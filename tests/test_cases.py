@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from paths import TRACES
 from gapscope.run.case_figures import break_even, figures_from_trace
 from gapscope.errors import GapscopeError
 from gapscope.run.workload.ladder import pad
 
-TRACES = Path(__file__).resolve().parents[1] / "traces"
 CASES = ["default_stream", "graph_pool", "graph_update", "piecewise", "instantiate", "multi_gpu"]
 
 

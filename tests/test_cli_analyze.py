@@ -10,13 +10,12 @@ import shutil
 import sqlite3
 from pathlib import Path
 
+from paths import ROOT
 import pytest
 
 from clirun import assert_one_line_error, gapscope
 from synthetic import Synthetic
 
-ROOT = Path(__file__).resolve().parents[1]
-CLOVERLEAF = ROOT.parent / "shared" / "thirdparty-traces" / "perlmutter-cloverleaf-cuda.sqlite"
 
 
 
@@ -59,13 +58,13 @@ def test_saved_json_rerenders_the_same(tmp_path):
     assert direct == again
 
 
-def test_real_trace_report(tmp_path):
-    proc = gapscope("analyze", str(CLOVERLEAF))
+def test_real_trace_report(cloverleaf):
+    proc = gapscope("analyze", str(cloverleaf))
     assert proc.returncode == 0, proc.stderr
     assert "1,312" in proc.stdout and "14.0%" in proc.stdout
 
 
-def test_bad_inputs_one_line_exit_2(tmp_path):
+def test_bad_inputs_one_line_exit_2(tmp_path, cloverleaf):
     assert_one_line_error(gapscope("analyze", str(tmp_path / "missing.sqlite")), "no such file")
     assert_one_line_error(gapscope("analyze", str(tmp_path)), "is a directory")
     text = tmp_path / "notes.sqlite"
@@ -86,21 +85,21 @@ def test_bad_inputs_one_line_exit_2(tmp_path):
     assert_one_line_error(gapscope("analyze", str(nokern)), "no CUDA kernels")
 
     trunc = tmp_path / "truncated.sqlite"
-    data = CLOVERLEAF.read_bytes()
+    data = cloverleaf.read_bytes()
     trunc.write_bytes(data[: len(data) // 2])
     assert_one_line_error(gapscope("analyze", str(trunc)), "truncated")
 
     assert_one_line_error(gapscope("analyze", str(small_trace(tmp_path)), "--range", "nope*"),
                           "no NVTX range matches 'nope*'")
-    assert_one_line_error(gapscope("analyze", str(CLOVERLEAF), "--range", "x"), "has no NVTX ranges")
+    assert_one_line_error(gapscope("analyze", str(cloverleaf), "--range", "x"), "has no NVTX ranges")
     rep = tmp_path / "x.nsys-rep"
     rep.write_bytes(b"\0" * 200)
     assert_one_line_error(gapscope("analyze", str(rep)), "nsys export --type sqlite")
 
 
-def test_trace_is_never_written(tmp_path):
+def test_trace_is_never_written(tmp_path, cloverleaf):
     copy = tmp_path / "cloverleaf.sqlite"
-    shutil.copy(CLOVERLEAF, copy)
+    shutil.copy(cloverleaf, copy)
     copy.chmod(0o444)
     before = (hashlib.sha256(copy.read_bytes()).hexdigest(), copy.stat().st_mtime_ns)
     assert gapscope("analyze", str(copy), "-f", "json").returncode == 0

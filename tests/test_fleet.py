@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from paths import ROOT, TRACES
 from gapscope.analysis import analyze
 from gapscope.errors import GapscopeError
 from gapscope.fleet.executors import DaskCluster, InProcess, Outcome, ProcessPool, choose_executor
@@ -23,9 +24,6 @@ from gapscope.cli.progress import FileProgress
 from clirun import gapscope
 from synthetic import Synthetic
 
-ROOT = Path(__file__).resolve().parents[1]
-TRACES = ROOT / "traces"
-SAXPY = ROOT.parent / "shared" / "thirdparty-traces" / "saxpy-mpi-cuda_nsys_perlmutter0.sqlite"
 # The real H200 exports of traces/README.md, in natural order; one GPU each.
 REAL = [str(TRACES / f"{n}.sqlite") for n in
         ("cupy_paths_graph", "cupy_paths_node", "run_sweep_node", "torch_decode", "torch_decode_sync")]
@@ -134,9 +132,9 @@ def test_spread_of_device_gap_fraction(pooled, singles):
     }
 
 
-def test_ranges_without_gpu_work_are_not_ranks_rows():
+def test_ranges_without_gpu_work_are_not_ranks_rows(saxpy):
     """saxpy-mpi: 5 saxpy ranges launched kernels; the MPI_* ranges launched none."""
-    fleet = analyze_fleet([str(SAXPY), REAL[0]], InProcess())
+    fleet = analyze_fleet([str(saxpy), REAL[0]], InProcess())
     names = [(r["name"], r["count"], r["kernels"]) for r in fleet.rank_names if r["rank"] == 0]
     assert names == [("saxpy", 5, 5)]
 

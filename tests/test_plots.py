@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from paths import ROOT, TRACES
 from gapscope.errors import GapscopeError
 from gapscope.plots.binning import (
     column_coverage, crossing, log_edges, log_histogram, percentile_marks, sweep_series, timeline_bins,
@@ -23,8 +24,6 @@ from gapscope.plots.window import parse_time, parse_window, place_window
 
 from clirun import assert_one_line_error, gapscope
 
-ROOT = Path(__file__).resolve().parents[1]
-TRACES = ROOT / "traces"
 
 
 # -- pixel columns -----------------------------------------------------------------------------

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 import reference
+from paths import TRACES
 from gapscope.analysis import analyze
 
-TRACES = Path(__file__).resolve().parents[1] / "traces"
 REAL = ["cupy_paths_node", "cupy_paths_graph", "torch_decode", "torch_decode_sync"]
 
 

@@ -6,7 +6,8 @@ packers check the ones the data can reach and raise GapscopeError):
 
 ``stream_key``  ``pid << 40 | device_code << 32 | stream``
     pid: 24 bits (nsys's globalPid keeps the process id in bits 24-47, so it fits by
-    construction); device_code: 8 bits (an index into the trace's sorted device ids, < 256
+    construction; a pid of 2**23 or more sets the sign bit, which still unpacks and groups
+    right but sorts that process's streams first); device_code: 8 bits (an index into the trace's sorted device ids, < 256
     devices per trace); stream: 32 bits (CUDA stream ids are 32-bit).
 ``pid_stream_key``  ``pid << 32 | stream``
     the same process and stream fields without the device (nsys 2025.3 files a cross-device
@@ -53,7 +54,7 @@ def stream_key(pid: np.ndarray, device_code: np.ndarray, stream: np.ndarray) -> 
 def unpack_stream_key(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(pid, device_code, stream) of packed stream keys."""
     keys = np.asarray(keys, dtype=np.int64)
-    return keys >> 40, (keys >> 32) & _DEVICE_MASK, keys & _STREAM_MASK
+    return (keys >> 40) & _PID_MASK, (keys >> 32) & _DEVICE_MASK, keys & _STREAM_MASK
 
 
 def pid_stream_key(pid: np.ndarray, stream: np.ndarray) -> np.ndarray:

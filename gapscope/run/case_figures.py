@@ -9,7 +9,7 @@ phase) and `summary` (the headline figures). Times from the trace are integer na
 
 Sources inside the trace: GPU work per range and its span, busy and gap (the analyzer's range
 rows); NVTX range durations (host wall time, under the profiler); the CUDA API calls a range's
-thread made inside it (names, durations); kernel launch shapes (gapscope.kernelshapes); stream
+thread made inside it (names, durations); kernel launch shapes (Trace.kernel_shapes); stream
 overlap (gapscope.analysis.overlap); gap categories (gapscope.analysis.attribution) per device.
 """
 

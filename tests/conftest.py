@@ -1,0 +1,48 @@
+"""Shared fixtures: analyses of the shipped traces, computed once per test session."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests' helper modules (paths, clirun, ...)
+
+from paths import CLOVERLEAF_NAME, FSDP_NAME, SAXPY_NAME, TRACES, thirdparty  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def analyzed() -> Callable[..., object]:
+    """``analyzed(name, **options)``: the AnalysisResult of ``traces/<name>.sqlite`` with those
+    options, computed once per session (tests must not change it: it is shared)."""
+    from gapscope.analysis.pipeline import analyze
+
+    cache: dict[tuple, object] = {}
+
+    def get(name: str, **options: object) -> object:
+        key = (name, tuple(sorted(options.items())))
+        if key not in cache:
+            cache[key] = analyze(TRACES / f"{name}.sqlite", **options)
+        return cache[key]
+
+    return get
+
+
+@pytest.fixture
+def cloverleaf() -> Path:
+    """CloverLeaf on Perlmutter (nsys 2024.5, no NVTX table), from ../shared/thirdparty-traces."""
+    return thirdparty(CLOVERLEAF_NAME)
+
+
+@pytest.fixture
+def saxpy() -> Path:
+    """MPI + CUDA saxpy on Perlmutter (nsys 2022.2), from ../shared/thirdparty-traces."""
+    return thirdparty(SAXPY_NAME)
+
+
+@pytest.fixture
+def fsdp() -> Path:
+    """Two-GPU FSDP training window on H100s (nsys 2026.2), from ../shared/thirdparty-traces."""
+    return thirdparty(FSDP_NAME)
