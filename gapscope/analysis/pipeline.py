@@ -128,7 +128,7 @@ def _graph_trace_mode(frames: TraceFrames, launch: np.ndarray) -> str:
 
 
 def _warnings(frames: TraceFrames, launch: np.ndarray, ranges: RangeTable, mode: str) -> list[str]:
-    out = []
+    out = list(frames.warnings)  # damaged rows the reader left out come first
     major = (frames.meta.export_schema or "").split(".")[0]
     if major.isdigit() and int(major) not in KNOWN_SCHEMA_MAJORS:
         checked = ", ".join(f"{m}.x" for m in KNOWN_SCHEMA_MAJORS)

@@ -1,8 +1,10 @@
 """The typed frames every trace format becomes, and what the analysis asks of a trace's names.
 
-All times are integer nanoseconds on one clock; integer columns use -1 for "none". A reader
-(one module per format in this package) fills these frames with exactly the columns below, so
-every metric, category and renderer works the same whatever file the trace came from.
+All times are integer nanoseconds on one clock, counted from the session's start; integer
+columns use -1 for "none". A reader (one module per format in this package) fills these frames
+with exactly the columns below and hands them to gapscope.trace.validation, which leaves out
+damaged rows, so every metric, category and renderer works the same whatever file the trace
+came from.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ class TraceMeta:
     export_schema: str | None
     tables: frozenset[str] = frozenset()
     gpu_names: dict[int, str] = field(default_factory=dict)
+    #: The session's end as the trace records it (ns), if it does: bounds valid timestamps
+    #: (gapscope.trace.validation).
+    session_end_ns: int | None = None
 
 
 class Names(Protocol):
@@ -84,6 +89,8 @@ class TraceFrames:
     the wait), device, stream, proc.
     ``proc`` is the process part of nsys's globalPid/globalTid (``>> 24``): the key that makes
     correlation ids unique across processes.
+    ``warnings``: what the reader found damaged and left out (gapscope.trace.validation); every
+    analysis of these frames repeats them.
     """
 
     meta: TraceMeta
@@ -92,6 +99,7 @@ class TraceFrames:
     nvtx: pd.DataFrame
     syncs: pd.DataFrame
     names: Names
+    warnings: list[str] = field(default_factory=list)
 
     def activity_names(self, idx: np.ndarray) -> list[str]:
         """A readable name per activity index: the kernel's short name, ``graph <id>``,
