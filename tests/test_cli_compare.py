@@ -234,9 +234,9 @@ def test_unmatched_ranges_listed(run: Run, tmp_path: Path) -> None:
         (("compare", "{base}", "{cur}", "--fail", "gapfraction:+0.02"), "bad threshold 'gapfraction:+0.02': unknown metric 'gapfraction' (known: gap_fraction, gpu_span, busy, gap, gap_count, gap_p50, gap_p90, gap_p99, gap_max, kernels, kernel_median, memops)"),
         (("compare", "{base}", "{cur}", "--config", "{tmp}/none.toml"), "config file not found: {tmp}/none.toml"),
         (("compare", "{base}", "{cur}", "-o", "{tmp}/no/dir/out.txt"), "{tmp}/no/dir: no such folder for the output file"),
-        (("compare", "{base}", "{cur}", "-o", "{cur}"), "refusing to overwrite input {cur} with a report"),
+        (("compare", "{base}", "{cur}", "-o", "{cur}"), "refusing to overwrite input {cur} with a report; give another output file"),
         (("compare", "{base}", "{cur}", "--markdown", "-"), "only one report can go to stdout, not the main report and --markdown"),
-        (("compare", "{base}", "{cur}", "-o", "r.txt", "--junit", "./r.txt"), "two reports cannot go to the same file"),
+        (("compare", "{base}", "{cur}", "-o", "r.txt", "--junit", "./r.txt"), "two reports cannot go to the same file (r.txt and ./r.txt)"),
     ],
 )
 def test_bad_input_exit_2_one_line(run: Run, files: dict[str, str], tmp_path: Path, args: tuple[str, ...], message: str) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from gapscope.cli import cli
-from gapscope.cli.output import output_file
+from gapscope.cli.output import output_file, refuse_overwriting
 from gapscope.errors import GapscopeError
 from gapscope.inputs import KIND_WORDS, Input, expand, resolve
 
@@ -76,6 +76,7 @@ def analyze_command(traces: tuple[str, ...], ranges: tuple[str, ...], fmt: str, 
     from gapscope.render import render
 
     paths = expand(traces)
+    refuse_overwriting(paths, [output, *(_figures(plot_dir) if plot_dir else [])])
     if len(paths) > 1:
         if plot_dir:
             raise GapscopeError("--plot draws one trace; run `gapscope plot` on each")
@@ -96,6 +97,12 @@ def analyze_command(traces: tuple[str, ...], ranges: tuple[str, ...], fmt: str, 
         render(result, fmt, fh, limit=limit)
     if plot_dir:
         _plot(found, analysis, ranges, plot_dir)
+
+
+def _figures(plot_dir: str) -> list[Any]:
+    from gapscope.plots import figure_paths
+
+    return figure_paths(plot_dir, ("png",))
 
 
 def _plot(found: Input, analysis: Any, ranges: tuple[str, ...], plot_dir: str) -> None:

@@ -26,7 +26,9 @@ def plot_command(source: str, out_dir: str, ranges: tuple[str, ...], window: str
     TRACE_OR_RESULT is an nsys SQLite export, a `gapscope run` output folder (or its run.json),
     or a result JSON of `gapscope analyze` (a sweep's crossover only: it holds no gap list).
     """
-    from gapscope.plots import write_plots
+    from gapscope.cli.output import refuse_overwriting
+    from gapscope.plots import figure_paths, write_plots
 
+    refuse_overwriting([source], figure_paths(out_dir, fmt.split(",")))
     for path in write_plots(source, out_dir, fmt.split(","), range_name=ranges, window=window):
         click.echo(str(path))

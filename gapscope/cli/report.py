@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from gapscope.cli import cli
-from gapscope.cli.output import output_file
+from gapscope.cli.output import output_file, refuse_overwriting
 from gapscope.errors import GapscopeError
 
 
@@ -29,7 +29,7 @@ def report_command(source: str, output: str, ranges: tuple[str, ...], window: st
     TRACE_OR_RESULT is an nsys SQLite export, a `gapscope run` output folder (or its run.json),
     or a result JSON of `gapscope analyze` (tables only: it holds no gap list to draw).
     """
-    from gapscope.plots import draw_source
+    from gapscope.plots import draw_source, figure_paths
     from gapscope.plots.source import load_source
     from gapscope.plots.style import require_matplotlib
     from gapscope.plots.window import parse_window
@@ -38,13 +38,14 @@ def report_command(source: str, output: str, ranges: tuple[str, ...], window: st
     out = Path(output)
     if output == "-" or not out.parent.is_dir():
         raise GapscopeError(f"{output}: the report needs a file in an existing folder (-o report.md)")
+    fig_dir = out.parent / f"{out.stem}_files"
+    refuse_overwriting([source], [out, *(figure_paths(fig_dir, ("png",)) if figures else [])])
     spec = parse_window(window)
     if figures:
         require_matplotlib()
     src = load_source(source, ranges)
     links: dict[str, str] = {}
     if figures and (src.has_trace or src.sweep):
-        fig_dir = out.parent / f"{out.stem}_files"
         for path in draw_source(src, fig_dir, ("png",), spec):
             links[path.stem] = Path(os.path.relpath(path, out.parent)).as_posix()
     with output_file(out) as fh:
