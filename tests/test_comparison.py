@@ -347,11 +347,12 @@ def test_option_mismatch_warns() -> None:
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
-        (lambda r: r.pop("schema"), "baseline[0] is not a gapscope result (no 'schema' field; expected gapscope.analysis/N)"),
-        (lambda r: r.update(schema="other/1"), "baseline[0] is not a gapscope result (schema 'other/1'; expected gapscope.analysis/N)"),
+        (lambda r: r.pop("schema"), "baseline[0] is not a gapscope result (no 'schema' field; expected gapscope.analysis/1)"),
+        (lambda r: r.update(schema="other/1"), "baseline[0] is not a gapscope result (schema 'other/1'; expected gapscope.analysis/1)"),
         (lambda r: r.pop("streams"), "baseline[0]: result has no 'streams' list"),
         (lambda r: r["by_name"][0].pop("gap_fraction"), "baseline[0]: range d has no 'gap_fraction' field"),
-        (lambda r: r["by_name"][0].update(gap_fraction="x"), "baseline[0]: range d has a bad gap_fraction 'x'"),
+        (lambda r: r["by_name"][0].update(gap_fraction="x"),
+         "baseline[0]: by_name[0].gap_fraction is 'x', not a fraction in [0, 1]; not a result gapscope wrote"),
         (lambda r: r["by_name"][0].pop("name"), "baseline[0]: by_name[0] has no 'name' field"),
         (lambda r: r["devices"].append({"gap_fraction": 0.1}), "baseline[0]: devices[0] has no 'device' field"),
     ],

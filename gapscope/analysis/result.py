@@ -14,9 +14,8 @@ from typing import Any
 
 from gapscope import __version__
 from gapscope.errors import GapscopeError
-
-SCHEMA = "gapscope.analysis/1"
-SCHEMA_PREFIX = "gapscope.analysis/"
+from gapscope.schema import ANALYSIS_SCHEMA as SCHEMA
+from gapscope.schema import check_result, require_fields
 
 #: Optional sections, in the order the JSON writes them (docs/schema.md).
 SECTIONS = ("launch", "payoff", "top_gaps")
@@ -92,13 +91,12 @@ class AnalysisResult:
         return {**out, **self.extras}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "AnalysisResult":
-        """Rebuild a result from its JSON object; GapscopeError if it is not one."""
-        schema = data.get("schema") if isinstance(data, dict) else None
-        if not isinstance(schema, str) or not schema.startswith(SCHEMA_PREFIX):
-            raise GapscopeError("not a gapscope analysis result (no 'schema: gapscope.analysis/N')")
-        if schema != SCHEMA:
-            raise GapscopeError(f"result schema {schema!r} is not supported (this gapscope reads {SCHEMA})")
+    def from_dict(cls, data: dict[str, Any], source: str = "result") -> "AnalysisResult":
+        """Rebuild a result from its JSON object (``source`` names it in errors); GapscopeError
+        if it is not one this gapscope wrote, checked by gapscope.schema before anything is read."""
+        if check_result(data, source) != "analysis":
+            raise GapscopeError(f"{source}: a many-trace result, not a single analysis")
+        require_fields(data, source)
         known = {*_CORE, *SECTIONS}
         return cls(
             trace=data.get("trace", {}),
@@ -118,4 +116,4 @@ def load_result(path: str | Path) -> AnalysisResult:
     """Read a result JSON written by `gapscope analyze --format json` or `gapscope run`."""
     from gapscope.inputs import read_json
 
-    return AnalysisResult.from_dict(read_json(Path(path)))
+    return AnalysisResult.from_dict(read_json(Path(path)), str(path))

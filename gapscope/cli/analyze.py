@@ -33,10 +33,10 @@ def load_input(found: Input, ranges: tuple[str, ...] = (), count_memops: bool = 
     if found.kind == "fleet":
         from gapscope.fleet.result import FleetResult
 
-        return FleetResult.from_dict(found.json()), None
+        return FleetResult.from_dict(found.json(), found.given), None
     from gapscope.analysis.result import AnalysisResult
 
-    return AnalysisResult.from_dict(found.json()), None
+    return AnalysisResult.from_dict(found.json(), found.given), None
 
 
 @cli.command("analyze")

@@ -35,6 +35,7 @@ from typing import Any
 from gapscope import __version__
 from gapscope.errors import GapscopeError
 from gapscope.compare.thresholds import METRICS, Threshold, ThresholdSet
+from gapscope.schema import check_result
 
 __all__ = [
     "COMPARISON_SCHEMA",
@@ -48,10 +49,8 @@ __all__ = [
 ]
 
 COMPARISON_SCHEMA = "gapscope.compare.comparison/1"
-RESULT_SCHEMA_PREFIX = "gapscope.analysis/"
-#: A merged report of many traces (gapscope.fleet): its by_name, devices (one per rank) and
-#: streams sections have the fields compare reads; ranks match in order (docs/schema.md).
-FLEET_SCHEMA_PREFIX = "gapscope.fleet/"
+# A merged report of many traces (gapscope.fleet) is read like a result: its by_name, devices
+# (one per rank) and streams sections have the fields compare reads; ranks match in order.
 SCOPES = ("range", "device", "stream")
 #: Statuses in report order: what needs attention first.
 STATUSES = ("regression", "within-noise", "improved", "new", "missing", "ok")
@@ -234,23 +233,9 @@ def _run_analysis(found: Any) -> dict[str, Any]:
 
 
 def _check_result(data: Any, source: str | Path) -> None:
-    if not isinstance(data, dict):
-        raise GapscopeError(f"{source} is not a gapscope result (a JSON object was expected)", 2)
-    schema = data.get("schema")
-    if isinstance(schema, str) and schema.startswith(("gapscope-run/", "gapscope.run/")):
-        raise GapscopeError(
-            f"{source} is a `gapscope run` record; compare the analysis.json beside it "
-            "(or pass the run's folder)",
-            2,
-        )
-    if not isinstance(schema, str) or not schema.startswith((RESULT_SCHEMA_PREFIX, FLEET_SCHEMA_PREFIX)):
-        found = "no 'schema' field" if schema is None else f"schema {schema!r}"
-        raise GapscopeError(
-            f"{source} is not a gapscope result ({found}; expected {RESULT_SCHEMA_PREFIX}N)", 2
-        )
-    for section in _SECTIONS.values():
-        if not isinstance(data.get(section), list):
-            raise GapscopeError(f"{source}: result has no '{section}' list", 2)
+    """The one check analyze's loader makes too (gapscope.schema): schema, shape, types and the
+    domain of every figure, so a value outside its domain is bad input, never a regression."""
+    check_result(data, str(source))
 
 
 def compare_paths(

@@ -8,8 +8,8 @@ from typing import Any
 
 from gapscope import __version__
 from gapscope.errors import GapscopeError
-
-SCHEMA = "gapscope.fleet/1"
+from gapscope.schema import FLEET_SCHEMA as SCHEMA
+from gapscope.schema import check_result
 
 
 @dataclass
@@ -53,11 +53,11 @@ class FleetResult:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "FleetResult":
-        """Rebuild a fleet result from its JSON object; GapscopeError if it is not one."""
-        schema = data.get("schema") if isinstance(data, dict) else None
-        if schema != SCHEMA:
-            raise GapscopeError(f"not a gapscope fleet result (schema {schema!r}; this gapscope reads {SCHEMA})")
+    def from_dict(cls, data: dict[str, Any], source: str = "result") -> "FleetResult":
+        """Rebuild a fleet result from its JSON object (``source`` names it in errors);
+        GapscopeError if it is not one this gapscope wrote (gapscope.schema checks it)."""
+        if check_result(data, source) != "fleet":
+            raise GapscopeError(f"{source}: a single analysis, not a many-trace result")
         return cls(
             options=data.get("options", {}),
             warnings=list(data.get("warnings", [])),
@@ -70,4 +70,4 @@ def load_fleet(path: str | Path) -> FleetResult:
     """Read a fleet JSON written by `gapscope analyze A B ... --format json`."""
     from gapscope.inputs import read_json
 
-    return FleetResult.from_dict(read_json(Path(path)))
+    return FleetResult.from_dict(read_json(Path(path)), str(path))
