@@ -10,6 +10,7 @@ import click
 from gapscope.cli import cli
 from gapscope.cli.output import output_file, refuse_overwriting
 from gapscope.errors import GapscopeError
+from gapscope.text import printable
 from gapscope.inputs import KIND_WORDS, Input, expand, resolve
 
 
@@ -115,7 +116,7 @@ def _plot(found: Input, analysis: Any, ranges: tuple[str, ...], plot_dir: str) -
     else:
         written = draw_source(source_from_analysis(analysis, found.label, ranges), plot_dir, ("png",))
     for p in written:
-        click.echo(f"wrote {p}", err=True)
+        click.echo(f"wrote {printable(p)}", err=True)
 
 
 def _analyze_many(paths: list[str], ranges: tuple[str, ...], count_memops: bool, top: int,

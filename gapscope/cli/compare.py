@@ -12,6 +12,7 @@ from gapscope.cli import cli
 from gapscope.cli.output import output_file, refuse_overwriting
 from gapscope.compare.comparison import Comparison, compare_paths
 from gapscope.errors import GapscopeError
+from gapscope.text import printable
 from gapscope.render import render
 from gapscope.compare.thresholds import DEFAULT_THRESHOLDS, resolve_thresholds
 
@@ -142,7 +143,7 @@ def compare_command(
 
     _write(output, lambda fh: _render_main(comparison, fh, fmt, show_all))
     if not to_stdout:  # every report went to a file: still say the outcome
-        click.echo(comparison.headline())
+        click.echo(printable(comparison.headline()))
     if markdown is not None:
         _write(markdown, lambda fh: _render_markdown(comparison, fh))
     if summary:

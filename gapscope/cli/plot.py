@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from gapscope.cli import cli
+from gapscope.text import printable
 
 
 @cli.command("plot")
@@ -31,4 +32,4 @@ def plot_command(source: str, out_dir: str, ranges: tuple[str, ...], window: str
 
     refuse_overwriting([source], figure_paths(out_dir, fmt.split(",")))
     for path in write_plots(source, out_dir, fmt.split(","), range_name=ranges, window=window):
-        click.echo(str(path))
+        click.echo(printable(path))

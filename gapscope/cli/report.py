@@ -10,6 +10,7 @@ import click
 from gapscope.cli import cli
 from gapscope.cli.output import output_file, refuse_overwriting
 from gapscope.errors import GapscopeError
+from gapscope.text import printable
 
 
 @cli.command("report")
@@ -51,4 +52,4 @@ def report_command(source: str, output: str, ranges: tuple[str, ...], window: st
     with output_file(out) as fh:
         render(src.result, fh, title=src.label, sweep=src.sweep, calibration=src.calibration,
                figures=links, limit=limit)
-    click.echo(str(out))
+    click.echo(printable(out))

@@ -36,6 +36,7 @@ from gapscope import __version__
 from gapscope.errors import GapscopeError
 from gapscope.compare.thresholds import METRICS, Threshold, ThresholdSet
 from gapscope.schema import check_result
+from gapscope.text import name as display_name
 
 __all__ = [
     "COMPARISON_SCHEMA",
@@ -174,7 +175,7 @@ class Comparison:
             checked = sum(c[s] for s in ("ok", "within-noise", "improved"))
             return f"PASS: no regression in {checked} checks" + (f" ({', '.join(parts)})" if parts else "")
         regs = self.regressions
-        names = ", ".join(f"{v.scope} {v.key} {METRICS[v.metric].short}" for v in regs[:3])
+        names = ", ".join(f"{v.scope} {display_name(v.key)} {METRICS[v.metric].short}" for v in regs[:3])
         more = f", and {len(regs) - 3} more" if len(regs) > 3 else ""
         noun = "regression" if len(regs) == 1 else "regressions"
         return f"FAIL: {len(regs)} {noun}: {names}{more}"

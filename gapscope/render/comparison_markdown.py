@@ -6,6 +6,7 @@ from typing import Any, TextIO
 
 from gapscope.compare.comparison import Comparison, Verdict
 from gapscope.compare.thresholds import METRICS
+from gapscope.render.markdown_text import code, prose
 
 ICON = {
     "regression": "❌",
@@ -17,18 +18,7 @@ ICON = {
 }
 
 
-def _cell(text: str) -> str:
-    """Text safe inside a table cell: pipes escaped, no line breaks, HTML brackets escaped."""
-    return (
-        text.replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
-        .replace("\r", " ").replace("\n", " ")
-    )
-
-
-def _code(text: str) -> str:
-    """An inline code span that survives backticks and pipes in range names."""
-    text = _cell(text).replace("`", "'")
-    return f"`{text}`"
+_code = code
 
 
 _HEADER = (
@@ -62,7 +52,7 @@ def render(comparison: Comparison, file: TextIO, **_: Any) -> None:
     ones folded in a ``<details>`` block, then unmatched entries and warnings."""
     ordered = comparison.ordered()
     icon = "✅" if comparison.passed else "❌"
-    file.write(f"### {icon} gapscope compare — {_cell(comparison.headline())}\n\n")
+    file.write(f"### {icon} gapscope compare — {prose(comparison.headline())}\n\n")
     file.write(
         f"Baseline: {', '.join(_code(s) for s in comparison.baseline_sources)} · "
         f"current: {', '.join(_code(s) for s in comparison.current_sources)} · "
@@ -95,4 +85,4 @@ def render(comparison: Comparison, file: TextIO, **_: Any) -> None:
             "both its limit and the spread (max − min) of the runs on either side.\n\n"
         )
     for w in comparison.warnings:
-        file.write(f"> ⚠️ {_cell(w)}\n\n")
+        file.write(f"> ⚠️ {prose(w)}\n\n")

@@ -1,4 +1,7 @@
-"""A terminal report of a Comparison (rich): headline, then a table with regressions first."""
+"""A terminal report of a Comparison (rich): headline, then a table with regressions first.
+
+Range names and sources come from files: printed as text (no markup), made printable and cut
+by gapscope.text."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from rich.text import Text
 
 from gapscope.compare.comparison import Comparison, Verdict
 from gapscope.compare.thresholds import METRICS
+from gapscope.text import name, printable
 
 #: With more verdicts than this, ``ok`` rows are summarized in one line unless ``show_all``.
 MAX_ROWS_BEFORE_FOLDING_OK = 24
@@ -40,7 +44,7 @@ def _row(v: Verdict, with_noise: bool) -> list[Text | str]:
     row: list[Text | str] = [
         Text(STATUS_LABEL[v.status], style=style),
         v.scope,
-        Text(v.key, style="bold" if v.failed else ""),
+        Text(name(v.key), style="bold" if v.failed else ""),
         m.short,
         m.format(v.baseline),
         m.format(v.current),
@@ -56,8 +60,8 @@ def _row(v: Verdict, with_noise: bool) -> list[Text | str]:
 def render(comparison: Comparison, file: TextIO, *, show_all: bool = False, **_: Any) -> None:
     """Write the verdict table to ``file``: one headline, then one row per range/device/stream and
     metric, regressions first; ``ok`` rows fold into a count on big reports unless ``show_all``."""
-    console = Console(file=file, width=None if file.isatty() else 140, highlight=False)
-    headline = comparison.headline()
+    console = Console(file=file, width=None if file.isatty() else 140, highlight=False, markup=False)
+    headline = printable(comparison.headline())
     console.print(Text(headline, style="bold red" if not comparison.passed else "bold green"))
     nb, nc = len(comparison.baseline_sources), len(comparison.current_sources)
     console.print(
@@ -76,11 +80,11 @@ def render(comparison: Comparison, file: TextIO, *, show_all: bool = False, **_:
         table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
         table.add_column("status", no_wrap=True)
         table.add_column("scope", no_wrap=True)
-        longest = max(len(v.key) for v in rows)
+        longest = max(len(name(v.key)) for v in rows)
         table.add_column("name", overflow="fold", min_width=min(longest, 28), max_width=48)
         table.add_column("metric", no_wrap=True)
-        for name in ("baseline", "current", "Δ", "Δ%", "limit"):
-            table.add_column(name, justify="right", no_wrap=True)
+        for header in ("baseline", "current", "Δ", "Δ%", "limit"):
+            table.add_column(header, justify="right", no_wrap=True)
         if with_noise:
             table.add_column("noise", justify="right", no_wrap=True)
         for v in rows:
@@ -94,7 +98,7 @@ def render(comparison: Comparison, file: TextIO, *, show_all: bool = False, **_:
 
     unmatched = comparison.unmatched()
     for status, label in (("new", "only in current"), ("missing", "only in baseline")):
-        keys = [f"{scope} {key}" for scope, key, st in unmatched if st == status]
+        keys = [f"{scope} {name(key)}" for scope, key, st in unmatched if st == status]
         if keys:
             console.print(Text(f"{label} ({status}, not failed): ", style=STATUS_STYLE[status]), end="")
             console.print(Text(", ".join(keys)))
@@ -109,10 +113,10 @@ def render(comparison: Comparison, file: TextIO, *, show_all: bool = False, **_:
     if any(v.scope == "range" for v in comparison.verdicts):
         console.print(Text("range spans, gaps and counts are per instance", style="dim"))
     for w in comparison.warnings:
-        console.print(Text(f"warning: {w}", style="yellow"))
+        console.print(Text(f"warning: {printable(w)}", style="yellow"))
 
 
 def _sources(sources: list[str]) -> str:
     if len(sources) <= 2:
-        return ", ".join(sources)
-    return f"{sources[0]} … ({len(sources)} runs)"
+        return ", ".join(name(s) for s in sources)
+    return f"{name(sources[0])} … ({len(sources)} runs)"

@@ -1,5 +1,6 @@
 """Terminal tables for a FleetResult (rich): range names across ranks, stragglers, the steps
-that differ most, the ranks, and the traces that failed."""
+that differ most, the ranks, and the traces that failed. Names, labels and paths are printed as
+text (no markup), made printable and cut by gapscope.text."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from gapscope.analysis.verdicts import reading
 from gapscope.fleet.result import FleetResult
 from gapscope.render.table import share_text as fmt_frac
 from gapscope.render.units import fmt_ns
+from gapscope.text import name, printable
 
 #: Range names shown as columns of the per-rank matrix (those with the most gap time).
 MATRIX_NAMES = 6
@@ -32,16 +34,17 @@ def render(fleet: FleetResult, file: TextIO, *, limit: int = 20, width: int | No
     """Write the human report of a fleet: header and warnings, range names across ranks, the
     stragglers, the ``limit`` steps with the largest excess, a gap-% matrix and the ranks (first
     ``limit``), and the failed traces."""
-    console = Console(file=file, width=width or 160, highlight=False, soft_wrap=False)
+    console = Console(file=file, width=width or 160, highlight=False, soft_wrap=False, markup=False)
     ok = [f for f in fleet.files if not f.get("error")]
     versions = ", ".join(sorted({str(f.get("nsys_version")) for f in ok})) or "?"
     modes = ", ".join(sorted({str(f.get("graph_trace")) for f in ok})) or "?"
-    console.print(
-        f"[bold]gapscope[/bold] {len(fleet.files)} traces ({len(fleet.failed)} failed), "
-        f"{len(fleet.devices)} ranks  nsys {versions}  graphs traced: {modes}"
-    )
+    console.print(Text.assemble(
+        ("gapscope", "bold"),
+        printable(f" {len(fleet.files)} traces ({len(fleet.failed)} failed), "
+                  f"{len(fleet.devices)} ranks  nsys {versions}  graphs traced: {modes}"),
+    ))
     for w in fleet.warnings:
-        console.print(f"[yellow]warning:[/yellow] {w}", markup=True)
+        console.print(Text.assemble(("warning:", "yellow"), f" {printable(w)}"))
     labels = [r["label"] for r in fleet.devices]
     if fleet.by_name:
         _names(console, fleet, labels)
@@ -52,7 +55,7 @@ def render(fleet: FleetResult, file: TextIO, *, limit: int = 20, width: int | No
     if fleet.failed:
         t = _table(f"Failed traces ({len(fleet.failed)})", ["trace", "error"], left=("trace", "error"))
         for f in fleet.failed:
-            t.add_row(f["path"], f["error"])
+            t.add_row(name(f["path"]), printable(f["error"]))
         console.print(t)
 
 
@@ -62,7 +65,7 @@ def _spread_cells(s: dict[str, Any] | None, labels: list[str], fmt: Callable[[An
         return ["-", "-", "-"]
     top = fmt(s["max"])
     top = top if isinstance(top, Text) else Text(str(top))
-    return [fmt(s["min"]), fmt(s["median"]), top + Text(f" {labels[s['max_rank']]}", style="dim")]
+    return [fmt(s["min"]), fmt(s["median"]), top + Text(f" {name(labels[s['max_rank']])}", style="dim")]
 
 
 def _names(console: Console, fleet: FleetResult, labels: list[str]) -> None:
@@ -72,7 +75,7 @@ def _names(console: Console, fleet: FleetResult, labels: list[str]) -> None:
                 "gap/rank min", "median", "max"], left=("name",))
     for n in fleet.by_name:
         s = spread.get(n["name"], {})
-        t.add_row(n["name"], str(n["ranks"]), str(n["count"]), fmt_frac(n["gap_fraction"]),
+        t.add_row(name(n["name"]), str(n["ranks"]), str(n["count"]), fmt_frac(n["gap_fraction"]),
                   *_spread_cells(s.get("gap_fraction"), labels, fmt_frac),
                   *_spread_cells(s.get("gap_ns"), labels, fmt_ns))
     console.print(t)
@@ -86,7 +89,7 @@ def _stragglers(console: Console, fleet: FleetResult) -> None:
                ["name", "rank", "excess gap", "slowest steps", "worst step", "its excess", "rank gap %",
                 "its gaps are mostly"], left=("name", "rank", "its gaps are mostly"))
     for s in fleet.stragglers:
-        t.add_row(s["name"], s["label"], fmt_ns(s["excess_gap_ns"]), f"{s['slowest_steps']} of {s['steps']}",
+        t.add_row(name(s["name"]), name(s["label"]), fmt_ns(s["excess_gap_ns"]), f"{s['slowest_steps']} of {s['steps']}",
                   f"#{s['worst_step']}", fmt_ns(s["worst_step_excess_ns"]), fmt_frac(s["gap_fraction"]),
                   _dominant(cats.get((s["rank"], s["name"])), s["gap_ns"]))
     console.print(t)
@@ -111,8 +114,8 @@ def _steps(console: Console, fleet: FleetResult, limit: int) -> None:
                left=("step", "slowest rank"))
     for s in shown:
         g = s["gap_ns"]
-        t.add_row(f"{s['name']} #{s['occurrence']}", str(s["ranks"]), fmt_ns(g["min"]), fmt_ns(g["median"]),
-                  fmt_ns(g["max"]), s["slowest_label"], fmt_ns(s["excess_gap_ns"]),
+        t.add_row(f"{name(s['name'])} #{s['occurrence']}", str(s["ranks"]), fmt_ns(g["min"]), fmt_ns(g["median"]),
+                  fmt_ns(g["max"]), name(s["slowest_label"]), fmt_ns(s["excess_gap_ns"]),
                   fmt_ns(s["gpu_span_ns"]["median"]))
     console.print(t)
 
@@ -125,9 +128,9 @@ def _matrix(console: Console, fleet: FleetResult, limit: int) -> None:
     ranks = fleet.devices[:limit]
     more = f", first {len(ranks)} of {len(fleet.devices)}" if len(fleet.devices) > len(ranks) else ""
     t = _table(f"Gap % per rank and range name (the {len(top)} names with the most gap time{more})",
-               ["rank", *top], left=("rank",))
+               ["rank", *(name(n) for n in top)], left=("rank",))
     for r in ranks:
-        t.add_row(r["label"], *(fmt_frac(cell[(r["rank"], n)]["gap_fraction"]) if (r["rank"], n) in cell
+        t.add_row(name(r["label"]), *(fmt_frac(cell[(r["rank"], n)]["gap_fraction"]) if (r["rank"], n) in cell
                                 else "-" for n in top))
     console.print(t)
 
@@ -141,7 +144,7 @@ def _ranks(console: Console, fleet: FleetResult, limit: int) -> None:
                ["rank", "device", "kernels", "span", "busy", "gap", "gap %", "gaps", "max gap", "reading"],
                left=("rank", "reading"))
     for r in ranks:
-        t.add_row(r["label"], str(r["device"]), str(r["kernels"]), fmt_ns(r["gpu_span_ns"]), fmt_ns(r["busy_ns"]),
+        t.add_row(name(r["label"]), str(r["device"]), str(r["kernels"]), fmt_ns(r["gpu_span_ns"]), fmt_ns(r["busy_ns"]),
                   fmt_ns(r["gap_ns"]), fmt_frac(r["gap_fraction"]), str(r["gap_count"]),
                   fmt_ns(r["gap_max_ns"]) if r["gap_count"] else "-", reading(r))
     console.print(t)

@@ -15,6 +15,7 @@ from typing import Any, TextIO
 from gapscope.analysis.result import AnalysisResult
 from gapscope.analysis.verdicts import reading
 from gapscope.render import sections
+from gapscope.render.markdown_text import cell, code, prose
 from gapscope.render.sections import Cell, Name, Section
 from gapscope.render.units import fmt_ns, fmt_pct
 
@@ -28,15 +29,7 @@ FIGURE_CAPTIONS = {
 }
 
 
-def _cell(value: Any) -> str:
-    """Text safe inside a table cell: pipes and HTML brackets escaped, one line."""
-    text = str(value)
-    return (text.replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
-            .replace("\r", " ").replace("\n", " "))
-
-
-def _code(value: Any) -> str:
-    return f"`{_cell(value).replace('`', chr(39))}`"
+_cell, _code = cell, code
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Sequence[bool]) -> str:
@@ -81,7 +74,7 @@ def render(
     figures = figures or {}
     if title is None:
         title = str(result.trace.get("name")) if result is not None else "gapscope"
-    file.write(f"# gapscope report: {_cell(title)}\n\n")
+    file.write(f"# gapscope report: {prose(title)}\n\n")
     if result is not None:
         _header(file, result)
     _figure(file, figures, "timeline")
@@ -101,12 +94,12 @@ def render(
 def _header(file: TextIO, result: AnalysisResult) -> None:
     tr = result.trace
     gpus = ", ".join(sorted(set((tr.get("gpus") or {}).values()))) or "?"
-    file.write(f"nsys {_cell(tr.get('nsys_version') or '?')} · export schema "
-               f"{_cell(tr.get('export_schema') or '?')} · CUDA graphs traced: "
-               f"{_cell(tr.get('graph_trace') or '?')} · GPU: {_cell(gpus)} · gapscope "
-               f"{_cell(result.gapscope_version)}\n\n")
+    file.write(f"nsys {prose(tr.get('nsys_version') or '?')} · export schema "
+               f"{prose(tr.get('export_schema') or '?')} · CUDA graphs traced: "
+               f"{prose(tr.get('graph_trace') or '?')} · GPU: {prose(gpus)} · gapscope "
+               f"{prose(result.gapscope_version)}\n\n")
     for w in result.warnings:
-        file.write(f"> ⚠️ {_cell(w)}\n\n")
+        file.write(f"> ⚠️ {prose(w)}\n\n")
     rows = [r for r in result.by_name if r["kernels"] > 0]
     if rows:
         file.write("## Readings\n\n")

@@ -1,6 +1,7 @@
 """Terminal tables for an AnalysisResult (rich): the report sections of gapscope.render.sections.
 
-Text from the trace (range, kernel and API names, paths) is printed as text, never as markup.
+Text from the trace (range, kernel and API names, paths) is printed as text, never as markup
+(the console parses no markup at all), made printable and cut by gapscope.text.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from gapscope.analysis.result import AnalysisResult
 from gapscope.analysis.verdicts import AMORTIZED, LAUNCH_BOUND
 from gapscope.render import sections
 from gapscope.render.sections import Name, Section, Share
+from gapscope.text import name, printable
 
 #: The order of the sections on the terminal.
 ORDER = ("by_name", "ranges", "devices", "streams", "idle", "launch", "payoff", "top_gaps")
@@ -32,7 +34,9 @@ def share_text(f: float | None) -> Text:
 def _cell(cell: Any) -> Text:
     if isinstance(cell, Share):
         return share_text(cell.value)
-    return Text(str(cell))
+    if isinstance(cell, Name):
+        return Text(name(cell.text))
+    return Text(printable(cell))
 
 
 def section_table(section: Section) -> Table:
@@ -55,8 +59,8 @@ def header_text(result: AnalysisResult) -> Text:
     gpus = ", ".join(sorted(set((tr.get("gpus") or {}).values()))) or "?"
     return Text.assemble(
         ("gapscope", "bold"),
-        f" {tr.get('name')}  nsys {tr.get('nsys_version') or '?'}  export schema "
-        f"{tr.get('export_schema') or '?'}  graphs traced: {tr.get('graph_trace')}  GPU: {gpus}",
+        printable(f" {tr.get('name')}  nsys {tr.get('nsys_version') or '?'}  export schema "
+                  f"{tr.get('export_schema') or '?'}  graphs traced: {tr.get('graph_trace')}  GPU: {gpus}"),
     )
 
 
@@ -66,10 +70,10 @@ def render(result: AnalysisResult, file: TextIO, *, limit: int = 20, width: int 
     instances shown)."""
     if width is None and not (hasattr(file, "isatty") and file.isatty()):
         width = 160  # a file or a pipe: wide enough for every table
-    console = Console(file=file, width=width, highlight=False, soft_wrap=False)
+    console = Console(file=file, width=width, highlight=False, soft_wrap=False, markup=False)
     console.print(header_text(result))
     for w in result.warnings:
-        console.print(Text.assemble(("warning:", "yellow"), f" {w}"))
+        console.print(Text.assemble(("warning:", "yellow"), f" {printable(w)}"))
     for key in ORDER:
         build = sections.BUILDERS[key]
         section = build(result, limit) if key == "ranges" else build(result)
