@@ -128,7 +128,7 @@ def check_result(data: Any, source: str) -> str:
     gpus = (data.get("trace") or {}).get("gpus")
     if gpus is not None and not (isinstance(gpus, dict) and all(isinstance(v, str) for v in gpus.values())):
         raise _bad(source, "trace.gpus", gpus, "an object of GPU names")
-    _check_values(data, source)
+    _check_values(data, source, spreads=kind == "fleet")
     return kind
 
 
@@ -144,16 +144,17 @@ def require_fields(data: Mapping[str, Any], source: str) -> None:
                     raise _bad(source, f"{section}[{i}].{name}", None, "a value")
 
 
-def _check_values(data: Any, source: str) -> None:
+def _check_values(data: Any, source: str, spreads: bool) -> None:
     """Every known field, at any depth, of the right type and inside its domain; every number
-    finite. Walks with a stack (the depth is bounded by gapscope.inputs.read_json)."""
+    finite (``spreads``: a figure may also be a spread over ranks, as a fleet result writes).
+    Walks with a stack (the depth is bounded by gapscope.inputs.read_json)."""
     todo: list[tuple[Any, str]] = [(data, "")]
     while todo:
         value, where = todo.pop()
         if isinstance(value, dict):
             for key, v in value.items():
                 path = f"{where}.{key}" if where else str(key)
-                _check_field(str(key), v, path, source)
+                _check_field(str(key), v, path, source, spreads)
                 if isinstance(v, (dict, list)):
                     todo.append((v, path))
         elif isinstance(value, list):
@@ -163,15 +164,18 @@ def _check_values(data: Any, source: str) -> None:
                     raise _bad(source, f"{where}[{i}]", v, "a finite number")
 
 
-def _check_field(key: str, v: Any, where: str, source: str) -> None:
+_SPREAD = ("min", "median", "max")
+
+
+def _check_field(key: str, v: Any, where: str, source: str, spreads: bool) -> None:
     if isinstance(v, float) and not math.isfinite(v):
         raise _bad(source, where, v, "a finite number")
     if key in DOMAINS and v is not None:
         lo, hi, what = DOMAINS[key]
-        if isinstance(v, dict):  # a spread over ranks: {min, median, max, min_rank, max_rank}
-            for part in ("min", "median", "max"):
-                if part in v and v[part] is not None:
-                    _check_field(key, v[part], f"{where}.{part}", source)
+        if spreads and isinstance(v, dict) and all(p in v for p in _SPREAD):  # {min, median, max, *_rank}
+            for part in _SPREAD:
+                if v[part] is not None:
+                    _check_field(key, v[part], f"{where}.{part}", source, False)
             return
         if not _is_number(v) or not lo <= v <= hi:
             raise _bad(source, where, v, what)

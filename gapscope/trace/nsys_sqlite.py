@@ -218,6 +218,10 @@ class NsysSqlite:
 # opening
 
 
+#: What a read of a damaged file can raise (an undecodable SQLite message is a UnicodeDecodeError).
+_DB_ERRORS = (sqlite3.Error, UnicodeDecodeError, OverflowError)
+
+
 class _Connection(sqlite3.Connection):
     """A connection that knows which file it reads, for error messages."""
 
@@ -227,7 +231,7 @@ class _Connection(sqlite3.Connection):
 def _sql(conn: sqlite3.Connection, query: str, params: Iterable = ()) -> list[tuple]:
     try:
         return conn.execute(query, tuple(params)).fetchall()
-    except (sqlite3.Error, UnicodeDecodeError, OverflowError) as exc:
+    except _DB_ERRORS as exc:
         raise _read_error(getattr(conn, "path", ""), exc) from None
 
 
@@ -308,7 +312,7 @@ class _Source:
         self._snapshot: Path | None = None
         pending = _pending(path)
         if pending is None:
-            self.uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro&immutable=1"
+            self.uri = "file:" + urllib.parse.quote(os.fsencode(path.resolve())) + "?mode=ro&immutable=1"
             return
         kind, side = pending
         self._snapshot = Path(tempfile.mkdtemp(prefix="gapscope-snapshot-"))
@@ -320,7 +324,7 @@ class _Source:
             self.close()
             raise GapscopeError(f"{path}: cannot copy the export to read it with its {side.name} "
                                 f"({exc.strerror or exc})") from None
-        self.uri = "file:" + urllib.parse.quote(str(copy))
+        self.uri = "file:" + urllib.parse.quote(os.fsencode(copy))
         if kind == "journal":
             self.warnings.append(
                 f"the export was left with an unfinished write ({side.name} beside it): read from a "
@@ -330,13 +334,13 @@ class _Source:
         """The reader's own connection (stdlib sqlite3); undecodable text reads as U+FFFD."""
         try:
             conn = sqlite3.connect(self.uri, uri=True, check_same_thread=False, factory=_Connection)
-        except sqlite3.Error as exc:
+        except _DB_ERRORS as exc:
             raise _read_error(str(self.path), exc) from None
         conn.path = str(self.path)
         conn.text_factory = lambda b: b.decode("utf-8", "replace")
         try:
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        except sqlite3.Error as exc:
+        except _DB_ERRORS as exc:
             conn.close()
             raise GapscopeError(f"{self.path}: cannot open as SQLite "
                                 f"({printable(str(exc).splitlines()[0] if str(exc) else exc, 200)})") from None

@@ -10,8 +10,10 @@ integer at all: text, a blob, a real number). :func:`validate` then applies one 
 * a value that only ties rows together or names them (a correlation id, a process, a name id):
   it is read as unknown (-1), so the row is kept but tied to nothing;
 * either way the result carries one warning per frame that says how many rows and why;
-* when more than :data:`REFUSE_SHARE` of a frame's rows are damaged the trace is refused
-  (GapscopeError, exit 2): figures computed from what is left would not describe the run.
+* text that is not UTF-8 (a name) is kept with U+FFFD in place of the bad bytes, and warned;
+* when more than :data:`REFUSE_SHARE` of a frame's rows are damaged (left out, or a value read
+  as unknown) the trace is refused (GapscopeError, exit 2): figures computed from what is left
+  would not describe the run.
 
 Times must lie in ``[0, time limit]``: twice the session's end when the trace records one
 (``TraceMeta.session_end_ns``), and :data:`TIME_LIMIT_NS` in any case.
@@ -107,9 +109,11 @@ ROW_WORDS = {"activities": "GPU activity rows", "api": "CUDA API call rows", "nv
              "syncs": "stream-wait rows"}
 UNKNOWN_MEANS = {"proc": "tied to no API call", "corr": "tied to no API call",
                  "name_id": "named [unknown]", "domain_id": "in no NVTX domain",
-                 "name": "shown with U+FFFD in place of the bytes that were not UTF-8"}
+                 "name": "shown with U+FFFD in place of the bytes that were not UTF-8",
+                 "api corr": "tied to no GPU work", "syncs proc": "matched to no stream"}
 
 CellCodes = Mapping[str, Mapping[str, np.ndarray]]
+_KEPT = frozenset(r.column for rules in RULES.values() for r in rules if r.bad == KEEP)
 
 
 def time_limit(session_end_ns: int | None) -> int:
@@ -131,10 +135,18 @@ class _Findings:
 
     @property
     def damaged(self) -> int:
+        """Rows left out or with a value read as unknown (text kept as decoded is not counted:
+        a name is not a figure)."""
         hit = self.drop.copy()
-        for mask in self.unknown.values():
-            hit |= mask
+        for column, mask in self.unknown.items():
+            if column not in _KEPT:
+                hit |= mask
         return int(hit.sum())
+
+    @property
+    def touched(self) -> bool:
+        """Whether anything at all was found (kept text included)."""
+        return bool(self.drop.any() or self.unknown)
 
 
 def _out_of_range(values: np.ndarray, lo: int, hi: int, none_ok: bool) -> np.ndarray | None:
@@ -217,7 +229,7 @@ def _warnings(name: str, f: _Findings) -> list[str]:
         count = int((f.unknown[column] & ~f.drop).sum())
         if count:
             out.append(f"{count:,} of {f.n:,} {rows} had a damaged {column} ({_listing(by)}): "
-                       f"kept, {UNKNOWN_MEANS.get(column, 'read as unknown')}")
+                       f"kept, {UNKNOWN_MEANS.get(f'{name} {column}', UNKNOWN_MEANS.get(column))}")
     return out
 
 
@@ -233,12 +245,12 @@ def validate(frames: TraceFrames, cells: CellCodes | None = None) -> TraceFrames
     for name in RULES:
         frame = getattr(frames, name)
         f = _examine(name, frame, cells.get(name, {}), limit)
-        damaged = f.damaged
-        if damaged == 0:
+        if not f.touched:
             continue
+        damaged = f.damaged
         if damaged > REFUSE_SHARE * f.n:
             why = _listing({**f.reasons, **{f"{c} {r}": k for c, by in f.unknown_reasons.items()
-                                            for r, k in by.items()}})
+                                            for r, k in by.items() if c not in _KEPT}})
             raise GapscopeError(
                 f"{frames.meta.path}: {damaged:,} of {f.n:,} {ROW_WORDS[name]} are damaged ({why}): "
                 f"more than {REFUSE_SHARE:.0%}, too many to analyze the rest; re-export the trace"
