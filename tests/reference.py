@@ -159,13 +159,10 @@ def _expected(conn: sqlite3.Connection, syncs: bool) -> dict:
     def cols(table):
         return {r[1].decode("utf-8", "replace") for r in conn.execute(f"PRAGMA table_info({table})")}
 
-    def pick(table, *names):
-        """The columns as SQL, -1 for an optional one the table lacks (NULL for nvtx's end)."""
+    def pick(table, *names, missing="-1"):
+        """The columns as SQL; ``missing`` for an optional one the table lacks."""
         have = cols(table)
-        return ", ".join(n if n in have else ("NULL" if n in ("end", "text", "textId", "eventClass", "syncType")
-                                               and table in ("NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_RUNTIME",
-                                                             "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION") else "-1")
-                         for n in names)
+        return ", ".join(n if n in have else missing for n in names)
 
     limit = TIME_LIMIT
     if "ANALYSIS_DETAILS" in tables:
@@ -177,7 +174,8 @@ def _expected(conn: sqlite3.Connection, syncs: bool) -> dict:
 
     # API calls: backtrace repeats and quiet calls are not selected.
     quiet = set()
-    if "StringIds" in tables:
+    names = "StringIds" in tables and {"id", "value"} <= cols("StringIds")
+    if names:
         from gapscope.trace.cuda_api import QUIET_CALLS
 
         for name in QUIET_CALLS:
@@ -187,7 +185,8 @@ def _expected(conn: sqlite3.Connection, syncs: bool) -> dict:
     calls = {}
     bad_api = n_api = 0
     if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
-        select = pick("CUPTI_ACTIVITY_KIND_RUNTIME", "start", "end", "globalTid", "correlationId", "nameId", "eventClass")
+        select = (pick("CUPTI_ACTIVITY_KIND_RUNTIME", "start", "end", "globalTid", "correlationId", "nameId") + ", "
+                  + pick("CUPTI_ACTIVITY_KIND_RUNTIME", "eventClass", missing="NULL"))
         for s, e, tid, corr, name_id, cls in conn.execute(
                 f"SELECT {select} FROM CUPTI_ACTIVITY_KIND_RUNTIME ORDER BY rowid"):
             if cls == 67 or (_is_int(name_id) and name_id in quiet):
@@ -225,12 +224,12 @@ def _expected(conn: sqlite3.Connection, syncs: bool) -> dict:
     rngs, bad_nvtx, n_nvtx = [], 0, 0
     if "NVTX_EVENTS" in tables:
         nc = cols("NVTX_EVENTS")
-        strings = dict(conn.execute("SELECT id, value FROM StringIds")) if "StringIds" in tables else {}
+        strings = dict(conn.execute("SELECT id, value FROM StringIds")) if names else {}
         text = "CAST(text AS BLOB)" if "text" in nc else "NULL"
         domain = "domainId" if "domainId" in nc else "0"
-        select = pick("NVTX_EVENTS", "start", "end", "eventType")
+        select = pick("NVTX_EVENTS", "start", "end", "eventType", missing="NULL")
         for s, e, typ, txt, tid_, tid, dom in conn.execute(
-                f"SELECT {select}, {text}, {pick('NVTX_EVENTS', 'textId')}, globalTid, {domain} "
+                f"SELECT {select}, {text}, {pick('NVTX_EVENTS', 'textId', missing='NULL')}, globalTid, {domain} "
                 "FROM NVTX_EVENTS ORDER BY rowid"):
             if not (_is_int(typ) and typ in EVENT_TYPES):
                 continue
@@ -239,7 +238,7 @@ def _expected(conn: sqlite3.Connection, syncs: bool) -> dict:
             ok = (_ok_time(s, limit) and _is_int(tid) and tid >= 0
                   and (open_end or (_ok_time(e, limit) and e >= s)))
             _, bad_dom = (0, False) if dom is None else _optional(dom, 2**63 - 1)
-            if txt is None and _is_int(tid_):
+            if txt is None and _is_int(tid_) and "textId" in nc:
                 txt = strings.get(tid_)
             name, _ = _text(txt)
             bad_nvtx += (not ok) or bad_dom  # a name that is not UTF-8 is kept (and warned)
