@@ -86,32 +86,25 @@ def _mutation(path: Path, rng: random.Random) -> str:
     except (sqlite3.Error, UnicodeDecodeError):  # an earlier mutation broke the file
         n = 0
     row = rng.randint(1, max(n, 1))
+    k = rng.randint(2, 60)
+    j = rng.randint(0, k - 1)
+    if kind == "drop table":
+        table = rng.choice(READ_TABLES)
+    statements = {
+        "cell": f"UPDATE {table} SET {column} = {value} WHERE rowid = {row}",
+        "cells": f"UPDATE {table} SET {column} = {value} WHERE rowid % {k} = {j}",
+        "column": f"UPDATE {table} SET {column} = {value}",
+        "rowid": f"UPDATE OR REPLACE {table} SET rowid = {rng.choice(ROWIDS)} WHERE rowid = {row}",
+        "delete": f"DELETE FROM {table} WHERE rowid % {k} = {j}",
+        "duplicate": f"INSERT INTO {table} SELECT * FROM {table} WHERE rowid = {row}",
+        "drop column": f"ALTER TABLE {table} DROP COLUMN {column}",
+        "drop table": f"DROP TABLE {table}",
+        "session": f"UPDATE ANALYSIS_DETAILS SET {rng.choice(('stopTime', 'duration'))} = {value}",
+        "strings": f"UPDATE StringIds SET value = {value} WHERE id = (SELECT shortName FROM {KERNEL} WHERE rowid = {row})",
+    }
     try:
-        if kind == "cell":
-            _sql(path, f"UPDATE {table} SET {column} = {value} WHERE rowid = {row}")
-        elif kind == "cells":
-            k = rng.randint(2, 60)
-            _sql(path, f"UPDATE {table} SET {column} = {value} WHERE rowid % {k} = {rng.randint(0, k - 1)}")
-        elif kind == "column":
-            _sql(path, f"UPDATE {table} SET {column} = {value}")
-        elif kind == "rowid":
-            _sql(path, f"UPDATE OR REPLACE {table} SET rowid = {rng.choice(ROWIDS)} WHERE rowid = {row}")
-        elif kind == "delete":
-            k = rng.randint(2, 40)
-            _sql(path, f"DELETE FROM {table} WHERE rowid % {k} = {rng.randint(0, k - 1)}")
-        elif kind == "duplicate":
-            _sql(path, f"INSERT INTO {table} SELECT * FROM {table} WHERE rowid = {row}")
-        elif kind == "drop column":
-            _sql(path, f"ALTER TABLE {table} DROP COLUMN {column}")
-        elif kind == "drop table":
-            table = rng.choice(READ_TABLES)
-            _sql(path, f"DROP TABLE {table}")
-        elif kind == "session":
-            column = rng.choice(("stopTime", "duration"))
-            _sql(path, f"UPDATE ANALYSIS_DETAILS SET {column} = {value}")
-        elif kind == "strings":
-            _sql(path, f"UPDATE StringIds SET value = {value} WHERE id = "
-                       f"(SELECT shortName FROM {KERNEL} WHERE rowid = {row})")
+        if kind in statements:
+            _sql(path, statements[kind])
         elif kind == "flip":
             data = bytearray(path.read_bytes())
             flips = [rng.randrange(len(data)) for _ in range(rng.choice((1, 1, 2, 4, 8)))]

@@ -185,12 +185,16 @@ def _expected(conn: sqlite3.Connection, syncs: bool) -> dict:
     calls = {}
     bad_api = n_api = 0
     if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
-        select = (pick("CUPTI_ACTIVITY_KIND_RUNTIME", "start", "end", "globalTid", "correlationId", "nameId") + ", "
-                  + pick("CUPTI_ACTIVITY_KIND_RUNTIME", "eventClass", missing="NULL"))
-        for s, e, tid, corr, name_id, cls in conn.execute(
-                f"SELECT {select} FROM CUPTI_ACTIVITY_KIND_RUNTIME ORDER BY rowid"):
-            if cls == 67 or (_is_int(name_id) and name_id in quiet):
-                continue
+        select = pick("CUPTI_ACTIVITY_KIND_RUNTIME", "start", "end", "globalTid", "correlationId", "nameId")
+        # Selected in SQL as the reader selects them, so that a damaged record of a row neither
+        # reads is not read here either.
+        rc = cols("CUPTI_ACTIVITY_KIND_RUNTIME")
+        where = ["eventClass IS NOT 67"] if "eventClass" in rc else []
+        if quiet and "nameId" in rc:
+            where.append(f"nameId IS NULL OR nameId NOT IN ({', '.join(map(str, sorted(quiet)))})")
+        where_sql = f" WHERE {' AND '.join(f'({w})' for w in where)}" if where else ""
+        for s, e, tid, corr, name_id in conn.execute(
+                f"SELECT {select} FROM CUPTI_ACTIVITY_KIND_RUNTIME{where_sql} ORDER BY rowid"):
             n_api += 1
             ok = _ok_time(s, limit) and _ok_time(e, limit) and e >= s and _is_int(tid) and tid >= 0
             corr, bad_corr = _optional(corr, 2**40 - 1)
@@ -230,9 +234,7 @@ def _expected(conn: sqlite3.Connection, syncs: bool) -> dict:
         select = pick("NVTX_EVENTS", "start", "end", "eventType", missing="NULL")
         for s, e, typ, txt, tid_, tid, dom in conn.execute(
                 f"SELECT {select}, {text}, {pick('NVTX_EVENTS', 'textId', missing='NULL')}, globalTid, {domain} "
-                "FROM NVTX_EVENTS ORDER BY rowid"):
-            if not (_is_int(typ) and typ in EVENT_TYPES):
-                continue
+                f"FROM NVTX_EVENTS WHERE eventType IN {EVENT_TYPES} ORDER BY rowid"):
             n_nvtx += 1
             open_end = e is None or e == -1
             ok = (_ok_time(s, limit) and _is_int(tid) and tid >= 0

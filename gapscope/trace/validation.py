@@ -69,37 +69,22 @@ class Rule:
     bad: str
 
 
+_START = Rule("start", 0, _TIME, DROP, DROP)
+_END = Rule("end", 0, _TIME, DROP, DROP)
+_DEVICE = Rule("device", 0, 2**31 - 1, DROP, DROP)
+_STREAM = Rule("stream", 0, 2**32 - 1, DROP, DROP)
+_THREAD = Rule("tid", 0, _I63, DROP, DROP)
+_PROCESS = Rule("proc", 0, 2**40 - 1, UNKNOWN, UNKNOWN)  # the process part of a global id
+_CORRELATION = Rule("corr", 0, 2**40 - 1, UNKNOWN, UNKNOWN)  # gapscope.analysis.keys.call_key's field
+_NAME_ID = Rule("name_id", 0, _I63, UNKNOWN, UNKNOWN)
+
+#: The rule of every column, per frame (docs/robustness.md, "Values: one rule per column").
 RULES: dict[str, tuple[Rule, ...]] = {
-    "activities": (
-        Rule("start", 0, _TIME, DROP, DROP),
-        Rule("end", 0, _TIME, DROP, DROP),
-        Rule("device", 0, 2**31 - 1, DROP, DROP),
-        Rule("stream", 0, 2**32 - 1, DROP, DROP),
-        Rule("proc", 0, 2**40 - 1, UNKNOWN, UNKNOWN),
-        Rule("corr", 0, 2**40 - 1, UNKNOWN, UNKNOWN),
-        Rule("name_id", 0, _I63, UNKNOWN, UNKNOWN),
-    ),
-    "api": (
-        Rule("start", 0, _TIME, DROP, DROP),
-        Rule("end", 0, _TIME, DROP, DROP),
-        Rule("tid", 0, _I63, DROP, DROP),
-        Rule("corr", 0, 2**40 - 1, UNKNOWN, UNKNOWN),
-        Rule("name_id", 0, _I63, UNKNOWN, UNKNOWN),
-    ),
-    "nvtx": (
-        Rule("start", 0, _TIME, DROP, DROP),
-        Rule("end", 0, _TIME, NONE, DROP),
-        Rule("tid", 0, _I63, DROP, DROP),
-        Rule("event_type", 0, 2**31 - 1, DROP, DROP),
-        Rule("domain_id", 0, _I63, NONE, UNKNOWN),
-        Rule("name", 0, 0, NONE, KEEP),
-    ),
-    "syncs": (
-        Rule("start", 0, _TIME, DROP, DROP),
-        Rule("device", 0, 2**31 - 1, DROP, DROP),
-        Rule("stream", 0, 2**32 - 1, DROP, DROP),
-        Rule("proc", 0, 2**40 - 1, UNKNOWN, UNKNOWN),
-    ),
+    "activities": (_START, _END, _DEVICE, _STREAM, _PROCESS, _CORRELATION, _NAME_ID),
+    "api": (_START, _END, _THREAD, _CORRELATION, _NAME_ID),
+    "nvtx": (_START, Rule("end", 0, _TIME, NONE, DROP), _THREAD, Rule("event_type", 0, 2**31 - 1, DROP, DROP),
+             Rule("domain_id", 0, _I63, NONE, UNKNOWN), Rule("name", 0, 0, NONE, KEEP)),
+    "syncs": (_START, _DEVICE, _STREAM, _PROCESS),
 }
 #: Frames whose rows must not end before they start (an NVTX end only when it is present).
 ORDERED = ("activities", "api", "nvtx")
