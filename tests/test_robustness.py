@@ -96,6 +96,16 @@ def test_a_time_past_twice_the_session_end_is_left_out(small):
     agrees_with_reference(path, r)
 
 
+def test_a_damaged_rank_file_is_named_in_the_merged_warnings(tmp_path):
+    clean = small_trace(tmp_path, "rank0.sqlite")
+    damaged = damage(small_trace(tmp_path, "rank1.sqlite"), f"UPDATE {KERNEL} SET start = NULL WHERE rowid = 4")
+    r = analyzed_json(clean, str(damaged), "--jobs", "1")
+    assert r["warnings"] == ["rank1.sqlite: left out 1 of 359 GPU activity rows as damaged (start NULL: 1); "
+                             "every figure covers the other rows"]
+    assert [f.get("damaged") for f in r["files"]] == [None, r["warnings"][0].split(": ", 1)[1:]]
+    assert [d["kernels"] for d in r["devices"]] == [337, 336]
+
+
 # -- crashes (were tracebacks, exit 1) --------------------------------------------------------
 
 @pytest.mark.parametrize("table, column, value, kept", [
