@@ -175,7 +175,8 @@ def _expected(conn: sqlite3.Connection, syncs: bool) -> dict:
     # API calls: backtrace repeats and quiet calls are not selected.
     quiet = set()
     names = "StringIds" in tables and {"id", "value"} <= cols("StringIds")
-    if names:
+    runtime = "CUPTI_ACTIVITY_KIND_RUNTIME" in tables
+    if names and runtime and "nameId" in cols("CUPTI_ACTIVITY_KIND_RUNTIME"):  # as the reader asks
         from gapscope.trace.cuda_api import QUIET_CALLS
 
         for name in QUIET_CALLS:
@@ -184,7 +185,7 @@ def _expected(conn: sqlite3.Connection, syncs: bool) -> dict:
                 if _is_int(i)}
     calls = {}
     bad_api = n_api = 0
-    if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
+    if runtime:
         select = pick("CUPTI_ACTIVITY_KIND_RUNTIME", "start", "end", "globalTid", "correlationId", "nameId")
         # Selected in SQL as the reader selects them, so that a damaged record of a row neither
         # reads is not read here either.
@@ -228,7 +229,10 @@ def _expected(conn: sqlite3.Connection, syncs: bool) -> dict:
     rngs, bad_nvtx, n_nvtx = [], 0, 0
     if "NVTX_EVENTS" in tables:
         nc = cols("NVTX_EVENTS")
-        strings = dict(conn.execute("SELECT id, value FROM StringIds")) if names else {}
+        def string(i):  # one id at a time, as the reader's join looks them up
+            row = conn.execute("SELECT value FROM StringIds WHERE id = ?", (i,)).fetchone() if names else None
+            return None if row is None else row[0]
+
         text = "CAST(text AS BLOB)" if "text" in nc else "NULL"
         domain = "domainId" if "domainId" in nc else "0"
         select = pick("NVTX_EVENTS", "start", "end", "eventType", missing="NULL")
@@ -241,7 +245,7 @@ def _expected(conn: sqlite3.Connection, syncs: bool) -> dict:
                   and (open_end or (_ok_time(e, limit) and e >= s)))
             _, bad_dom = (0, False) if dom is None else _optional(dom, 2**63 - 1)
             if txt is None and _is_int(tid_) and "textId" in nc:
-                txt = strings.get(tid_)
+                txt = string(tid_)
             name, _ = _text(txt)
             bad_nvtx += (not ok) or bad_dom  # a name that is not UTF-8 is kept (and warned)
             if ok and typ != 75 and not open_end:
