@@ -21,7 +21,7 @@ from gapscope.errors import GapscopeError
 @click.option("--window", "-w", metavar="START:END", help="The timeline's window (see gapscope plot).")
 @click.option("--figures/--no-figures", default=True, show_default=True,
               help="Draw and link the figures (needs gapscope[plot]).")
-@click.option("--limit", default=20, show_default=True, metavar="N", help="Range instances listed.")
+@click.option("--limit", type=click.IntRange(min=0), default=20, show_default=True, metavar="N", help="Range instances listed.")
 def report_command(source: str, output: str, ranges: tuple[str, ...], window: str | None, figures: bool,
                    limit: int) -> None:
     """A Markdown report (readings, tables, figures) that reads well on GitHub and as a CI artifact.

@@ -23,7 +23,7 @@ from gapscope.run.workload import CASES, KERNEL_KINDS, PATHS, parse_us_list
                    f"({', '.join(CASES)}; docs/cases.md).")
 @click.option("--repeat", "-r", default=1, show_default=True,
               help="Runs of each path under its range (median and spread in the table).")
-@click.option("--device", default=0, show_default=True, help="CUDA device index.")
+@click.option("--device", type=click.IntRange(min=0), default=0, show_default=True, help="CUDA device index.")
 @click.option("--kind", type=click.Choice(KERNEL_KINDS), default="spin", show_default=True,
               help="Micro-kernel: compute-bound spin, memory-bound stream, or empty.")
 @click.option("--nsys", metavar="PATH", help="The nsys to use (else $GAPSCOPE_NSYS, PATH, "
