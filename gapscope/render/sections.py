@@ -17,6 +17,13 @@ from gapscope.analysis.verdicts import reading
 from gapscope.render.layout import Column
 from gapscope.render.units import fmt_count, fmt_ns, fmt_pct, fmt_share, fmt_speedup
 
+#: The order of a report document (Markdown, HTML): ("figure", key), ("section", builder key),
+#: ("sweep",) for a `gapscope run` sweep, ("folded", builder keys) for the whole-trace tables.
+DOCUMENT = (("figure", "timeline"), ("section", "by_name"), ("section", "idle"), ("section", "payoff"),
+            ("figure", "histogram"), ("sweep",), ("section", "top_gaps"), ("section", "launch"),
+            ("folded", ("devices", "streams", "ranges")))
+FOLDED_TITLE = "Devices, streams and range instances"
+
 
 @dataclass(frozen=True)
 class Share:
@@ -193,6 +200,42 @@ def top_gaps(result: AnalysisResult) -> Section | None:
           Name(g["before"]) if g["before"] else "-", Name(g["after"]),
           Name(g["launched_by"]) if g["launched_by"] else "-"] for g in result.top_gaps],
     )
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One timeline's verdict: ``label`` (a range name or ``device N``), ``count`` (its
+    instances, None for a device), its gap fraction, what it is a share of, and the reading."""
+
+    label: Cell
+    count: int | None
+    share: Share
+    detail: str | None
+    reading: str
+
+
+def readings(result: AnalysisResult) -> list[Reading]:
+    """The verdict of each range name that launched GPU work, or of each device without ranges."""
+    rows = _with_work(result.by_name)
+    if rows:
+        return [Reading(Name(str(r["name"])), r["count"], Share(r["gap_fraction"]),
+                        f"{fmt_ns(r['gap_ns'])} of {fmt_ns(r['gpu_span_ns'])}", reading(r)) for r in rows]
+    return [Reading(f"device {r['device']}", None, Share(r["gap_fraction"]), None, reading(r)) for r in result.devices]
+
+
+def facts(result: AnalysisResult) -> list[tuple[str, str]]:
+    """The report's header facts: (what, value) for the nsys version, export schema, graph
+    tracing, GPUs and gapscope version."""
+    tr = result.trace
+    gpus = ", ".join(sorted(set((tr.get("gpus") or {}).values()))) or "?"
+    return [("nsys", str(tr.get("nsys_version") or "?")), ("export schema", str(tr.get("export_schema") or "?")),
+            ("CUDA graphs traced", str(tr.get("graph_trace") or "?")), ("GPU", gpus),
+            ("gapscope", str(result.gapscope_version))]
+
+
+def build(key: str, result: AnalysisResult, limit: int) -> Section | None:
+    """The section ``key`` of a result (``limit``: range instances listed)."""
+    return BUILDERS[key](result, limit) if key == "ranges" else BUILDERS[key](result)
 
 
 #: Every section builder by key; those taking ``limit`` say so in their signature.
