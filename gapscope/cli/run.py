@@ -46,7 +46,7 @@ from gapscope.run.workload import CASES, KERNEL_KINDS, PATHS, parse_us_list
 @click.option("--dry-run", is_flag=True, help="Print the nsys command and stop (no GPU needed).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress display.")
 @click.option("--plot", "plot_dir", metavar="DIR",
-              help="Also draw the timeline, histogram and crossover into DIR (needs gapscope[plot]).")
+              help="Also draw the timeline, histogram and crossover into DIR (needs matplotlib: pip install -e '.[plot]').")
 def run_command(kernel_us: str, kernels: int, streams: int, paths: str, repeat: int, device: int,
                 kind: str, nsys: str | None, graph_trace: str, steps: int, layers: int,
                 pool_sizes: str, seed: int, output_dir: str, fmt: str, report: bool,
