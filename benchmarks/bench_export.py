@@ -16,16 +16,12 @@ Target (issue 16): the export of 1,000,000 kernels writes in under 5 s on the 2-
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import big_trace, run_child  # noqa: E402
 
 CHILD = r"""
 import json, os, sys, time
@@ -64,28 +60,12 @@ print(json.dumps(res))
 
 
 def run_step(step: str, path: Path, out: Path, *extra: str) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-c", CHILD, step, str(path), str(out), *extra],
-                          capture_output=True, text=True, env=env)
-    if proc.returncode != 0:
-        raise SystemExit(f"{step} failed:\n{proc.stderr}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_child(CHILD, step, str(path), str(out), *extra, what=step)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--source", type=Path, default=ROOT / "traces" / "cupy_paths_node.sqlite")
-    ap.add_argument("--kernels", type=int, default=1_000_000)
-    ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "gapscope-bench")
-    ap.add_argument("--repeat", type=int, default=3, help="runs per step; the best is shown")
-    args = ap.parse_args()
-
-    from tile_trace import cached_tiling
-
-    big = cached_tiling(args.source, args.kernels, args.workdir)
+    args, big = big_trace(__doc__)
     out = args.workdir / "bench-export.json"
-    print(f"trace: {big} ({big.stat().st_size / 1e6:.0f} MB, SYNTHETIC tiling of {args.source.name}); "
-          f"{os.cpu_count()} CPUs; best of {args.repeat}")
     runs = [run_step("export", big, out) for _ in range(args.repeat)]
     best = min(runs, key=lambda r: r["seconds"])
     size, events = best["bytes"], best["events"]

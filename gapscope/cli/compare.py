@@ -84,6 +84,7 @@ def _write(path: str | None, render: Callable[[TextIO], None], *, append: bool =
 )
 @click.option("-o", "--output", "output", metavar="FILE", help="Write the main report to FILE instead of stdout.")
 @click.option("--all", "show_all", is_flag=True, help="List every ok check in the table.")
+@click.option("--wide", is_flag=True, help="Every column of the table, whatever the terminal's width.")
 def compare_command(
     paths: tuple[str, ...],
     baselines: tuple[str, ...],
@@ -95,6 +96,7 @@ def compare_command(
     fmt: str | None,
     output: str | None,
     show_all: bool,
+    wide: bool,
 ) -> int:
     """Compare launch gaps of CURRENT against BASELINE; exit 1 on a regression.
 
@@ -145,7 +147,7 @@ def compare_command(
     thresholds = resolve_thresholds(fail, config)
     comparison = compare_paths(list(baselines), list(currents), thresholds)
 
-    _write(output, lambda fh: _render_main(comparison, fh, fmt, show_all))
+    _write(output, lambda fh: _render_main(comparison, fh, fmt, show_all, wide))
     if not to_stdout:  # every report went to a file: still say the outcome
         click.echo(comparison.headline())
     if markdown is not None:
@@ -161,8 +163,8 @@ def compare_command(
     return comparison.exit_code
 
 
-def _render_main(comparison: Comparison, fh: TextIO, fmt: str, show_all: bool) -> None:
-    render(comparison, fmt, fh, show_all=show_all)
+def _render_main(comparison: Comparison, fh: TextIO, fmt: str, show_all: bool, wide: bool) -> None:
+    render(comparison, fmt, fh, show_all=show_all, wide=wide)
 
 
 def _render_markdown(comparison: Comparison, fh: TextIO) -> None:

@@ -10,7 +10,7 @@ A single AnalysisResult renders as a document of one part (``document_of``), so
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +52,13 @@ def document_of(result: AnalysisResult | Document | None, *, title: str | None =
     if title is None:
         title = str(result.trace.get("name")) if result is not None else "gapscope"
     return Document((Part(title, result, sweep, calibration, figures or {}),))
+
+
+def write_part(part: Part, limit: int, **writers: Callable[[Any], None]) -> None:
+    """Hand each step of a part (:func:`steps`) to the writer of its kind: ``header``,
+    ``figure``, ``sweep``, ``section``, ``folded``."""
+    for kind, value in steps(part, limit):
+        writers[kind](value)
 
 
 def steps(part: Part, limit: int) -> Iterator[tuple[str, Any]]:

@@ -16,7 +16,7 @@ from typing import Any, TextIO
 from gapscope.analysis.result import AnalysisResult
 from gapscope.analysis.verdicts import AMORTIZED, LAUNCH_BOUND
 from gapscope.render import sections
-from gapscope.render.document import Document, Part, document_of, steps
+from gapscope.render.document import Document, Part, document_of, write_part
 from gapscope.render.markdown import FIGURE_CAPTIONS
 from gapscope.render.sections import Cell, Name, Section, Share
 
@@ -51,11 +51,16 @@ def share_class(f: float | None) -> str:
     return "bound" if f >= LAUNCH_BOUND else "some" if f >= AMORTIZED else "fine"
 
 
+def _text(cell: Cell) -> str:
+    """A cell's text, escaped; names from the trace as code."""
+    return f"<code>{_e(cell.text)}</code>" if isinstance(cell, Name) else _e(cell)
+
+
 def _cell(cell: Cell, number: bool) -> str:
     cls = ["num"] if number else []
     if isinstance(cell, Share):
         cls.append(share_class(cell.value))
-    text = f"<code>{_e(cell.text)}</code>" if isinstance(cell, Name) else _e(cell)
+    text = _text(cell)
     return f'<td class="{" ".join(c for c in cls if c)}">{text}</td>' if cls else f"<td>{text}</td>"
 
 
@@ -88,20 +93,14 @@ def _figure(file: TextIO, figures: Mapping[str, str], key: str) -> None:
 
 
 def _header(file: TextIO, result: AnalysisResult, h: int) -> None:
-    file.write('<p class="facts">' + " · ".join(f"{_e(what)}: {_e(value)}" for what, value in sections.facts(result))
-               + "</p>\n")
-    for w in result.warnings:
-        file.write(f'<p class="warning">{_e(w)}</p>\n')
+    facts = " · ".join(f"{_e(what)}: {_e(value)}" for what, value in sections.facts(result))
+    warnings = "".join(f'<p class="warning">{_e(w)}</p>\n' for w in result.warnings)
+    file.write(f'<p class="facts">{facts}</p>\n{warnings}')
     found = sections.readings(result)
     if found:
-        file.write(f'<h{h}>Readings</h{h}>\n<ul class="readings">\n')
-        for r in found:
-            label = (f"<code>{_e(r.label.text)}</code>" if isinstance(r.label, Name) else _e(r.label)) + \
-                (f" (x{r.count})" if r.count is not None else "")
-            detail = f" ({_e(r.detail)})" if r.detail else ""
-            file.write(f'<li>{label}: <strong class="{share_class(r.share.value)}">{_e(r.share)}</strong> of the '
-                       f"GPU span in gaps{detail}: {_e(r.reading)}</li>\n")
-        file.write("</ul>\n")
+        items = "".join(f'<li>{_text(r.label)}{r.after_label()}: <strong class="{share_class(r.share.value)}">'
+                        f"{_e(r.share)}</strong>{_e(r.after_share())}: {_e(r.reading)}</li>\n" for r in found)
+        file.write(f'<h{h}>Readings</h{h}>\n<ul class="readings">\n{items}</ul>\n')
 
 
 def _sweep(file: TextIO, part: Part, h: int) -> None:
@@ -121,20 +120,17 @@ def _sweep(file: TextIO, part: Part, h: int) -> None:
 
 def _part(file: TextIO, part: Part, h: int, limit: int) -> None:
     """One trace's report, its headings at level ``h``."""
-    for kind, value in steps(part, limit):
-        if kind == "header":
-            _header(file, value, h)
-        elif kind == "figure":
-            _figure(file, part.figures, value)
-        elif kind == "sweep":
-            _sweep(file, part, h)
-        elif kind == "section":
-            _section(file, value, h)
-        else:
-            file.write(f"<details><summary>{_e(sections.FOLDED_TITLE)}</summary>\n")
-            for section in value:
-                _section(file, section, h + 1)
-            file.write("</details>\n")
+    write_part(part, limit, header=lambda r: _header(file, r, h), figure=lambda k: _figure(file, part.figures, k),
+               sweep=lambda rows: _sweep(file, part, h), section=lambda s: _section(file, s, h),
+               folded=lambda found: _folded(file, found, h + 1))
+
+
+def _folded(file: TextIO, found: list[Section], h: int) -> None:
+    """The whole-trace tables, folded in a <details> block."""
+    file.write(f"<details><summary>{_e(sections.FOLDED_TITLE)}</summary>\n")
+    for section in found:
+        _section(file, section, h)
+    file.write("</details>\n")
 
 
 def render(

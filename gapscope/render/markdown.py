@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 from gapscope.analysis.result import AnalysisResult
 from gapscope.render import sections
-from gapscope.render.document import Document, Part, document_of, steps
+from gapscope.render.document import Document, Part, document_of, write_part
 from gapscope.render.sections import Cell, Name, Section
 
 FIGURE_CAPTIONS = {
@@ -96,20 +96,17 @@ def render(
 
 def _part(file: TextIO, part: Part, h: str, limit: int) -> None:
     """One trace's report, its headings at level ``h``."""
-    for kind, value in steps(part, limit):
-        if kind == "header":
-            _header(file, value, h)
-        elif kind == "figure":
-            _figure(file, part.figures, value)
-        elif kind == "sweep":
-            _sweep(file, value, part.calibration, part.figures, h)
-        elif kind == "section":
-            _section(file, value, h)
-        else:
-            file.write(f"<details><summary>{sections.FOLDED_TITLE}</summary>\n\n")
-            for section in value:
-                _section(file, section, h + "#")
-            file.write("</details>\n")
+    write_part(part, limit, header=lambda r: _header(file, r, h), figure=lambda k: _figure(file, part.figures, k),
+               sweep=lambda rows: _sweep(file, rows, part.calibration, part.figures, h),
+               section=lambda s: _section(file, s, h), folded=lambda ss: _folded(file, ss, h + "#"))
+
+
+def _folded(file: TextIO, found: list[Section], h: str) -> None:
+    """The whole-trace tables, folded in a <details> block."""
+    file.write(f"<details><summary>{sections.FOLDED_TITLE}</summary>\n\n")
+    for section in found:
+        _section(file, section, h)
+    file.write("</details>\n")
 
 
 def _header(file: TextIO, result: AnalysisResult, h: str) -> None:
@@ -120,12 +117,9 @@ def _header(file: TextIO, result: AnalysisResult, h: str) -> None:
         file.write(f"> ⚠️ {_cell(w)}\n\n")
     found = sections.readings(result)
     if found:
-        file.write(f"{h} Readings\n\n")
-        for r in found:
-            label = _md(r.label) + (f" (x{r.count})" if r.count is not None else "")
-            detail = f" ({r.detail})" if r.detail else ""
-            file.write(f"- {label}: **{r.share}** of the GPU span in gaps{detail}: {r.reading}\n")
-        file.write("\n")
+        lines = "".join(f"- {_md(r.label)}{r.after_label()}: **{r.share}**{r.after_share()}: {r.reading}\n"
+                        for r in found)
+        file.write(f"{h} Readings\n\n{lines}\n")
 
 
 def _sweep(file: TextIO, sweep: Sequence[Any], calibration: dict[str, Any] | None,

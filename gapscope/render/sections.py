@@ -213,6 +213,14 @@ class Reading:
     detail: str | None
     reading: str
 
+    def after_label(self) -> str:
+        """What follows the label: `` (x64)`` for a range name's instances."""
+        return f" (x{self.count})" if self.count is not None else ""
+
+    def after_share(self) -> str:
+        """What follows the share: `` of the GPU span in gaps (100 ms of 107 ms)``."""
+        return " of the GPU span in gaps" + (f" ({self.detail})" if self.detail else "")
+
 
 def readings(result: AnalysisResult) -> list[Reading]:
     """The verdict of each range name that launched GPU work, or of each device without ranges."""
