@@ -151,3 +151,8 @@ def test_report_errors(tmp_path):
                                    "--html", str(tmp_path / "b.html")), "-o and --html both ask for the HTML page")
     assert_one_line_error(gapscope("report", "traces/torch_decode.sqlite", "--html", str(tmp_path / "no" / "r.html")),
                           "--html needs a file in an existing folder")
+    saved = tmp_path / "r.json"
+    saved.write_text("{}")
+    assert_one_line_error(gapscope("report", str(saved), "-o", str(saved), "-f", "markdown"),
+                          "refusing to overwrite input")
+    assert saved.read_text() == "{}"

@@ -183,3 +183,7 @@ def test_cli_export(tmp_path):
     assert_one_line_error(gapscope("export", str(saved), "--perfetto", str(tmp_path / "x.json")),
                           "export reads a trace or a `gapscope run` output")
     assert_one_line_error(gapscope("export", "traces/cupy_paths_node.sqlite"), "Missing option '--perfetto'")
+    copy = tmp_path / "t.sqlite"
+    copy.write_bytes((TRACES / "cupy_paths_node.sqlite").read_bytes())
+    assert_one_line_error(gapscope("export", str(copy), "--perfetto", str(copy)), "refusing to overwrite input")
+    assert copy.read_bytes() == (TRACES / "cupy_paths_node.sqlite").read_bytes()

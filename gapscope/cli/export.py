@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from gapscope.cli import cli
 from gapscope.cli.output import output_file
+from gapscope.errors import GapscopeError
 
 
 @cli.command("export")
@@ -28,6 +31,8 @@ def export_command(trace: str, out: str, ranges: tuple[str, ...], count_memops: 
 
     found = resolve(trace).require("trace", "run", command="export")
     path = found.run_file("gapscope_run.sqlite") if found.kind == "run" else found.path
+    if out != "-" and Path(out).resolve() == Path(path).resolve():
+        raise GapscopeError(f"refusing to overwrite input {out} with the timeline")
     with opened_analysis(path, ranges=ranges, count_memops=count_memops, all_calls=True) as analysis:
         with output_file(out) as fh:
             render(analysis, "perfetto", fh)

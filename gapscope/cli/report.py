@@ -79,6 +79,10 @@ def report_command(sources: tuple[str, ...], output: str | None, html_out: str |
     if figures:
         require_matplotlib()
     paths = expand(sources)
+    given = {Path(p).resolve() for p in paths}
+    for out in targets.values():
+        if out.resolve() in given:
+            raise GapscopeError(f"refusing to overwrite input {out} with a report")
     srcs = [load_source(p, ranges) for p in paths]
     names = part_names([s.label for s in srcs]) if len(srcs) > 1 else [""]
     for fmt_, out in targets.items():

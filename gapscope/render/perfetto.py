@@ -89,6 +89,7 @@ class Tracks:
     meta: list[str] = field(default_factory=list)
 
     def process(self, key: Any, name: str, sort: int) -> int:
+        """The pid of the process ``key``, named and ordered by its first call."""
         if key not in self.processes:
             pid = self.processes[key] = len(self.processes) + 1
             self.meta.append(f'{{"ph":"M","pid":{pid},"name":"process_name","args":{{"name":{jq(name)}}}}}')
@@ -96,6 +97,7 @@ class Tracks:
         return self.processes[key]
 
     def thread(self, key: Any, pid: int, name: str, sort: int) -> int:
+        """The tid of the track ``key`` in process ``pid``, named and ordered by its first call."""
         if key not in self.threads:
             tid = self.threads[key] = len(self.threads) + 1
             self.meta.append(f'{{"ph":"M","pid":{pid},"tid":{tid},"name":"thread_name","args":{{"name":{jq(name)}}}}}')
