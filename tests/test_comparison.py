@@ -320,7 +320,7 @@ def test_report_order_regressions_first_and_json_round_trip() -> None:
     c = compare([base], [cur], ThresholdSet.parse(["gap_fraction:+0.02"]), baseline_sources=["b.json"], current_sources=["c.json"])
     assert [(v.key, v.status) for v in c.ordered()] == [("c", "regression"), ("b", "improved"), ("a", "ok")]
     d = json.loads(json.dumps(c.to_dict(), allow_nan=False))
-    assert d["schema"] == "gapscope.compare.comparison/1"
+    assert d["schema"] == "gapscope.comparison/1"
     assert (d["passed"], d["exit_code"]) == (False, 1)
     assert d["headline"] == "FAIL: 1 regression: range c gap_fraction"
     assert d["baseline"] == {"runs": 1, "sources": ["b.json"]}

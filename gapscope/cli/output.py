@@ -1,4 +1,5 @@
-"""Where a command writes a report: stdout, or a file opened with one clear error; and the one
+"""Where a command writes a report: stdout, or a file opened with one clear error; which format
+a report takes when ``-f`` is not given (the one the ``-o`` file's suffix names); and the one
 check that no output is written over (or into) an input."""
 
 from __future__ import annotations
@@ -6,7 +7,7 @@ from __future__ import annotations
 import os
 import stat
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
@@ -31,6 +32,28 @@ def output_file(path: str | Path | None, *, append: bool = False) -> Iterator[Te
         raise GapscopeError(f"{p}: cannot write ({exc.strerror or exc})") from None
     with fh:
         yield fh
+
+
+#: The format an output file's suffix names.
+SUFFIX_FORMATS = {".json": "json", ".csv": "csv", ".md": "markdown", ".markdown": "markdown",
+                  ".html": "html", ".htm": "html", ".xml": "junit"}
+
+
+def output_format(path: str | Path | None, given: str | None, choices: Sequence[str], default: str) -> str:
+    """The format to write: ``given`` (``-f``) when set; else the one the suffix of ``path``
+    (``-o``) names, which must be one of ``choices``; else ``default``."""
+    if given is not None:
+        return given
+    if path is None or str(path) == "-":
+        return default
+    suffix = Path(path).suffix.lower()
+    fmt = SUFFIX_FORMATS.get(suffix)
+    if fmt is None:
+        return default
+    if fmt not in choices:
+        raise GapscopeError(f"{path}: this command writes no {fmt} ({', '.join(choices)}); "
+                            f"give -f {default} to write the {default} to a {suffix} file")
+    return fmt
 
 
 def _identity(path: str | Path) -> tuple[Identity, os.stat_result] | None:

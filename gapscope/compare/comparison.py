@@ -49,7 +49,7 @@ __all__ = [
     "load_input",
 ]
 
-COMPARISON_SCHEMA = "gapscope.compare.comparison/1"
+COMPARISON_SCHEMA = "gapscope.comparison/1"
 # A merged report of many traces (gapscope.fleet) is read like a result: its by_name, devices
 # (one per rank) and streams sections have the fields compare reads; ranks match in order.
 SCOPES = ("range", "device", "stream")
@@ -181,7 +181,7 @@ class Comparison:
         return f"FAIL: {len(regs)} {noun}: {names}{more}"
 
     def to_dict(self) -> dict[str, Any]:
-        """The comparison as JSON-ready data (schema ``gapscope.compare.comparison/1``)."""
+        """The comparison as JSON-ready data (schema ``gapscope.comparison/1``)."""
         return {
             "schema": COMPARISON_SCHEMA,
             "gapscope_version": __version__,

@@ -9,7 +9,7 @@
   sweep rows, and the folder's ``gapscope_run.sqlite`` when it is there.
 
 A trace whose NVTX ranges are named ``<path>/k=<us>us`` (what `gapscope run` pushes) with two or
-more kernel times is a sweep too: its rows come from `gapscope.run.runner.sweep_rows` over the
+more kernel times is a sweep too: its rows come from `gapscope.analysis.sweep.sweep_rows` over the
 analysis's range instances (without the untraced timing, which only run.json holds).
 """
 

@@ -1,7 +1,9 @@
 """Terminal tables for an AnalysisResult (rich): the report sections of gapscope.render.sections.
 
-Text from the trace (range, kernel and API names, paths) is printed as text, never as markup
-(the console parses no markup at all), made printable and cut by gapscope.text.
+Each table fits the terminal (gapscope.render.layout: columns chosen by priority, short headers,
+names shortened in the middle, never a number cut); ``wide=True``, or output that is not a
+terminal (a file, a pipe), gets every column. Text from the trace (range, kernel and API names,
+paths) is printed as text, never as markup.
 """
 
 from __future__ import annotations
@@ -9,15 +11,16 @@ from __future__ import annotations
 from typing import Any, TextIO
 
 from rich import box
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from gapscope.analysis.result import AnalysisResult
 from gapscope.analysis.verdicts import AMORTIZED, LAUNCH_BOUND
 from gapscope.render import sections
+from gapscope.render.console import console_for
+from gapscope.render.layout import Column, fit_columns, middle_ellipsis
 from gapscope.render.sections import Name, Section, Share
-from gapscope.text import name, printable
+from gapscope.text import printable
 
 #: The order of the sections on the terminal.
 ORDER = ("by_name", "ranges", "devices", "streams", "idle", "launch", "payoff", "top_gaps")
@@ -31,26 +34,37 @@ def share_text(f: float | None) -> Text:
     return Text(f"{100 * f:.1f}%", style=style)
 
 
-def _cell(cell: Any) -> Text:
+def _cell(cell: Any, width: int) -> Text:
     if isinstance(cell, Share):
         return share_text(cell.value)
     if isinstance(cell, Name):
-        return Text(name(cell.text))
+        return Text(middle_ellipsis(str(cell), width))
     return Text(printable(cell))
 
 
-def section_table(section: Section) -> Table:
-    """A rich Table of one report section."""
-    t = Table(title=section.title, box=box.SIMPLE_HEAD, title_justify="left", title_style="bold")
-    texts = {i for i, c in enumerate(section.columns) if not c.number}
-    for i, col in enumerate(section.columns):
-        name_like = i in texts and any(isinstance(r[i], Name) for r in section.rows)
-        t.add_column(col.header, justify="right" if col.number else "left",
-                     overflow="fold" if name_like else "ellipsis", max_width=48 if name_like else None,
-                     no_wrap=not name_like)
-    for row in section.rows:
-        t.add_row(*(_cell(c) for c in row))
+def fitted_table(title: str, columns: tuple[Column, ...], rows: list[list[Any]], width: int | None) -> Table:
+    """A rich Table of these columns and rows (cells: str, Share, Name or rich Text) laid out for
+    ``width`` characters (None: every column); a note under it names what the layout changed."""
+    names = frozenset(i for i in range(len(columns)) if any(isinstance(r[i], Name) for r in rows))
+    lay = fit_columns(columns, [[c.plain if isinstance(c, Text) else str(c) for c in r] for r in rows],
+                      width, names)
+    note = lay.note()
+    t = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True,
+              title_justify="left", title_style="bold", caption=note, caption_justify="left",
+              caption_style="dim")
+    for i, header, w in zip(lay.shown, lay.headers, lay.widths):
+        col = columns[i]
+        t.add_column(header, justify="right" if col.number else "left", width=w, no_wrap=not col.wrap,
+                     overflow="fold")
+    for row in rows:
+        t.add_row(*(row[i] if isinstance(row[i], Text) else _cell(row[i], w)
+                    for i, w in zip(lay.shown, lay.widths)))
     return t
+
+
+def section_table(section: Section, width: int | None = None) -> Table:
+    """A rich Table of one report section, fitted to ``width`` (None: every column)."""
+    return fitted_table(section.title, section.columns, section.rows, width)
 
 
 def header_text(result: AnalysisResult) -> Text:
@@ -65,12 +79,11 @@ def header_text(result: AnalysisResult) -> Text:
 
 
 def render(result: AnalysisResult, file: TextIO, *, limit: int = 20, width: int | None = None,
-           **_: Any) -> None:
+           wide: bool = False, **_: Any) -> None:
     """Write the human report: header, warnings, then every section in ORDER (``limit``: range
-    instances shown)."""
-    if width is None and not (hasattr(file, "isatty") and file.isatty()):
-        width = 160  # a file or a pipe: wide enough for every table
-    console = Console(file=file, width=width, highlight=False, soft_wrap=False, markup=False)
+    instances shown), each table fitted to ``width`` (default: the terminal's; every column
+    with ``wide`` or when ``file`` is not a terminal)."""
+    console, fit = console_for(file, width, wide)
     console.print(header_text(result))
     for w in result.warnings:
         console.print(Text.assemble(("warning:", "yellow"), f" {printable(w)}"))
@@ -78,4 +91,5 @@ def render(result: AnalysisResult, file: TextIO, *, limit: int = 20, width: int 
         build = sections.BUILDERS[key]
         section = build(result, limit) if key == "ranges" else build(result)
         if section is not None:
-            console.print(section_table(section))
+            console.print()
+            console.print(section_table(section, fit))

@@ -64,12 +64,12 @@ keep() {  # keep NAME: copy the export out and write its provenance line
 }
 
 # CuPy micro-kernels: calibrate once outside nsys, then record with the saved plan.
-python3 -m gapscope.workload --kernel-us 2,50 --save-plan "$work/plan.json" --no-trace \
+python3 -m gapscope.run.workload --kernel-us 2,50 --save-plan "$work/plan.json" --no-trace \
   >>"$logs" 2>&1 || echo "FAILED: calibration" | tee -a "$logs"
 cat "$work/plan.json" >>"$logs" 2>/dev/null
 for gt in node graph; do
   for n in 300 150 80; do
-    record "cupy_paths_$gt" "$gt" -- python3 -m gapscope.workload --plan "$work/plan.json" \
+    record "cupy_paths_$gt" "$gt" -- python3 -m gapscope.run.workload --plan "$work/plan.json" \
       --kernels "$n" --streams 4 --repeat 1
     echo "cupy_paths_$gt kernels=$n size=$size" | tee -a "$logs"
     [ "$size" -lt "$limit" ] && { keep "cupy_paths_$gt"; break; }

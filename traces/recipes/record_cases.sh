@@ -48,7 +48,7 @@ cat "$out/env_$mode.txt"
 
 if [ "$mode" != multi ]; then
   echo "== probe: every single-GPU case, untraced, tiny"
-  python3 -m gapscope.workload --kernel-us 5 --paths default-stream,graph-pool,graph-update,piecewise,instantiate \
+  python3 -m gapscope.run.workload --kernel-us 5 --paths default-stream,graph-pool,graph-update,piecewise,instantiate \
     --steps 4 --layers 2 --kernels 10 --pool-sizes 1,2,4,8 --summary "$work/probe.json" 2>&1 | tail -15
   echo "probe rc=${PIPESTATUS[0]}" | tee -a "$status"
 fi
