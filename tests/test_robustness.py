@@ -294,6 +294,7 @@ def test_a_huge_or_negative_rowid_is_read_in_a_few_queries(tmp_path, rowid, anal
     ("report", "{t}", "-o", "{t}"), ("report", "{t}", "-o", "{link}", "--no-figures"),
     ("compare", "{t}", "{t}", "-o", "{link}"), ("compare", "{t}", "{t}", "--markdown", "{t}"),
     ("compare", "{t}", "{t}", "--junit", "{link}"), ("plot", "{t}", "-o", "{folder}"),
+    ("export", "{t}", "--perfetto", "{link}"), ("report", "{t}", "--html", "{link}", "--no-figures"),
 ])
 def test_no_output_is_written_over_an_input(tmp_path, command):
     """Was: analyze/report -o T overwrote the trace; compare compared path strings, so a hard
