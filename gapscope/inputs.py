@@ -14,7 +14,9 @@ kind            what it is
 
 :func:`expand` turns the command line's paths (files, folders of exports, quoted globs) into the
 list of files a many-trace command reads. Every refusal is a GapscopeError whose message starts
-with the path.
+with the path. Only regular files are ever opened (:func:`regular_file`: a pipe or a device is
+refused before anything could block on it), and JSON is read strictly (:func:`read_json`: no
+NaN or Infinity, at most MAX_JSON_DEPTH levels deep).
 """
 
 from __future__ import annotations

@@ -16,10 +16,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from gapscope.errors import GapscopeError
+from gapscope.trace.validation import TIME_LIMIT_NS
 
 UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
-#: The largest offset a window accepts: the timestamps a trace may hold (docs/robustness.md).
-MAX_WINDOW_NS = 2**53
+#: The largest offset a window accepts: the latest time a trace may hold (docs/robustness.md).
+MAX_WINDOW_NS = TIME_LIMIT_NS
 _TIME = re.compile(r"^\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(ns|us|µs|ms|s)?\s*$")
 
 
@@ -30,7 +31,7 @@ def parse_time(text: str) -> int:
         raise GapscopeError(f"--window: {text.strip()!r} is not a time (a number with ns, us, ms or s)")
     ns = float(m.group(1)) * UNITS[m.group(2) or "ns"]
     if not math.isfinite(ns) or abs(ns) > MAX_WINDOW_NS:
-        raise GapscopeError(f"--window: {text.strip()!r} is out of range (at most {MAX_WINDOW_NS:.0e} ns either way)")
+        raise GapscopeError(f"--window: {text.strip()!r} is out of range (at most {MAX_WINDOW_NS:.2e} ns either way)")
     return int(round(ns))
 
 
