@@ -33,7 +33,7 @@ from gapscope.analysis.result import AnalysisResult, clean_rows
 from gapscope.errors import GapscopeError
 from gapscope.trace.cuda_api import GRAPH_LAUNCH_CALLS, base_name
 from gapscope.trace.frames import ActivityKind, TraceFrames
-from gapscope.trace.nsys_sqlite import KNOWN_SCHEMA_MAJORS
+from gapscope.trace.nsys_schema import KNOWN_SCHEMA_MAJORS
 
 
 @dataclass(frozen=True)
