@@ -13,6 +13,7 @@ and the case figures use them instead of computing them again.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -77,6 +78,9 @@ class Analysis:
     stream_keys: pd.DataFrame
     stream_gaps: GapList
     result: AnalysisResult
+    #: Seconds spent opening the trace and reading its frames (analysis_of measures it; None
+    #: for frames read elsewhere). Shown in report headers, never written into the result.
+    read_seconds: float | None = None
 
 
 def activity_arrays(frames: TraceFrames, count_memops: bool) -> ActivityArrays:
@@ -128,9 +132,10 @@ def _graph_trace_mode(frames: TraceFrames, launch: np.ndarray) -> str:
 
 
 def _warnings(frames: TraceFrames, launch: np.ndarray, ranges: RangeTable, mode: str) -> list[str]:
-    out = []
+    out = list(frames.warnings)  # what the reader says about the trace comes first
     major = (frames.meta.export_schema or "").split(".")[0]
-    if major.isdigit() and int(major) not in KNOWN_SCHEMA_MAJORS:
+    nsys = frames.meta.format.startswith("nsys")  # other formats check their own schema
+    if nsys and major.isdigit() and int(major) not in KNOWN_SCHEMA_MAJORS:
         checked = ", ".join(f"{m}.x" for m in KNOWN_SCHEMA_MAJORS)
         out.append(f"export schema {frames.meta.export_schema} is not one gapscope was checked on ({checked})")
     if mode in ("graph", "mixed"):
@@ -255,6 +260,7 @@ def run_analysis(
         trace={
             "path": frames.meta.path,
             "name": Path(frames.meta.path).name,
+            "format": frames.meta.format,
             "nsys_version": frames.meta.nsys_version,
             "export_schema": frames.meta.export_schema,
             "graph_trace": mode,
@@ -286,10 +292,13 @@ def analysis_of(
     transforms such as plots that need the gaps themselves). The trace is closed on return."""
     from gapscope.trace.handle import open_trace
 
+    started = time.perf_counter()
     with open_trace(path) as trace:
         frames = trace.frames(syncs=attribution)
-        return run_analysis(frames, ranges=ranges, count_memops=count_memops,
-                            attribution=attribution, top=top)
+        read = time.perf_counter() - started
+        analysis = run_analysis(frames, ranges=ranges, count_memops=count_memops,
+                                attribution=attribution, top=top)
+    return replace(analysis, read_seconds=read)
 
 
 def analyze(

@@ -18,10 +18,10 @@ from gapscope.errors import GapscopeError
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="gapscope")
 def cli() -> None:
-    """Measure CUDA launch gaps in Nsight Systems traces.
+    """Measure CUDA launch gaps in Nsight Systems and PyTorch profiler traces.
 
     \b
-    gapscope analyze TRACE.sqlite     gap fraction per NVTX range, device and stream
+    gapscope analyze TRACE            gap fraction per range, device and stream
     gapscope run -o DIR               record CuPy micro-kernels under nsys, then analyze
     gapscope compare BASE CURRENT     fail CI when launch gaps regress
     """

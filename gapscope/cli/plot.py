@@ -23,7 +23,8 @@ def plot_command(source: str, out_dir: str, ranges: tuple[str, ...], window: str
     """Draw the timeline, the gap-duration histogram and, for a `gapscope run` sweep, the
     crossover chart.
 
-    TRACE_OR_RESULT is an nsys SQLite export, a `gapscope run` output folder (or its run.json),
+    TRACE_OR_RESULT is a trace (any format `gapscope analyze` reads), a `gapscope run` output
+    folder (or its run.json),
     or a result JSON of `gapscope analyze` (a sweep's crossover only: it holds no gap list).
     """
     from gapscope.plots import write_plots

@@ -26,7 +26,8 @@ def report_command(source: str, output: str, ranges: tuple[str, ...], window: st
                    limit: int) -> None:
     """A Markdown report (readings, tables, figures) that reads well on GitHub and as a CI artifact.
 
-    TRACE_OR_RESULT is an nsys SQLite export, a `gapscope run` output folder (or its run.json),
+    TRACE_OR_RESULT is a trace (any format `gapscope analyze` reads), a `gapscope run` output
+    folder (or its run.json),
     or a result JSON of `gapscope analyze` (tables only: it holds no gap list to draw).
     """
     from gapscope.plots import draw_source
@@ -49,5 +50,6 @@ def report_command(source: str, output: str, ranges: tuple[str, ...], window: st
             links[path.stem] = Path(os.path.relpath(path, out.parent)).as_posix()
     with output_file(out) as fh:
         render(src.result, fh, title=src.label, sweep=src.sweep, calibration=src.calibration,
-               figures=links, limit=limit)
+               figures=links, limit=limit,
+               read_seconds=src.analysis.read_seconds if src.analysis is not None else None)
     click.echo(str(out))

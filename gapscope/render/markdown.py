@@ -73,17 +73,18 @@ def _figure(file: TextIO, figures: Mapping[str, str], key: str) -> None:
 def render(
     result: AnalysisResult | None, file: TextIO, *, title: str | None = None, sweep: Sequence[Any] = (),
     calibration: dict[str, Any] | None = None, figures: Mapping[str, str] | None = None,
-    limit: int = 20, **_: Any,
+    limit: int = 20, read_seconds: float | None = None, **_: Any,
 ) -> None:
     """Write the report. ``figures`` maps 'timeline', 'histogram', 'crossover' to image paths
     relative to the report; ``sweep`` holds gapscope.analysis.sweep.SweepRow rows of a
-    `gapscope run`; ``title`` defaults to the trace's name."""
+    `gapscope run`; ``title`` defaults to the trace's name; ``read_seconds`` (how long reading
+    the trace took) goes in the header."""
     figures = figures or {}
     if title is None:
         title = str(result.trace.get("name")) if result is not None else "gapscope"
     file.write(f"# gapscope report: {_cell(title)}\n\n")
     if result is not None:
-        _header(file, result)
+        _header(file, result, read_seconds)
     _figure(file, figures, "timeline")
     if result is not None:
         _section(file, sections.by_name(result))
@@ -98,13 +99,9 @@ def render(
         _whole_trace(file, result, limit)
 
 
-def _header(file: TextIO, result: AnalysisResult) -> None:
-    tr = result.trace
-    gpus = ", ".join(sorted(set((tr.get("gpus") or {}).values()))) or "?"
-    file.write(f"nsys {_cell(tr.get('nsys_version') or '?')} · export schema "
-               f"{_cell(tr.get('export_schema') or '?')} · CUDA graphs traced: "
-               f"{_cell(tr.get('graph_trace') or '?')} · GPU: {_cell(gpus)} · gapscope "
-               f"{_cell(result.gapscope_version)}\n\n")
+def _header(file: TextIO, result: AnalysisResult, read_seconds: float | None) -> None:
+    facts = [*sections.trace_facts(result, read_seconds), f"gapscope {result.gapscope_version}"]
+    file.write(" · ".join(_cell(f) for f in facts) + "\n\n")
     for w in result.warnings:
         file.write(f"> ⚠️ {_cell(w)}\n\n")
     rows = [r for r in result.by_name if r["kernels"] > 0]

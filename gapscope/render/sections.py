@@ -71,6 +71,34 @@ def stats_cells(r: dict[str, Any]) -> list[Cell]:
             fmt_ns(r["gap_max_ns"]) if r["gap_count"] else "-", fmt_ns(r["kernel_median_ns"])]
 
 
+#: Each trace format (the JSON's ``trace.format``) as a report header names it.
+FORMAT_WORDS = {
+    "nsys-sqlite": "nsys SQLite export",
+    "nsys-parquet": "nsys parquetdir export",
+    "nsys-arrow": "nsys arrowdir export",
+    "nsys-rep": "Nsight Systems report",
+    "kineto": "PyTorch profiler trace",
+}
+
+
+def trace_facts(result: AnalysisResult, read_seconds: float | None = None) -> list[str]:
+    """What a report's header says about its trace: the format read and how long reading took
+    (``read_seconds``, when the trace was read just now rather than a saved result loaded), the
+    tool and schema versions, how graphs were traced, the GPUs."""
+    tr = result.trace
+    facts = []
+    fmt = tr.get("format")
+    if fmt:
+        took = f" read in {fmt_ns(read_seconds * 1e9)}" if read_seconds is not None else ""
+        facts.append(f"{FORMAT_WORDS.get(fmt, fmt)}{took}")
+    if fmt == "kineto":
+        facts.append(f"Kineto schema {tr.get('export_schema') or '?'}")
+    else:
+        facts += [f"nsys {tr.get('nsys_version') or '?'}", f"export schema {tr.get('export_schema') or '?'}"]
+    gpus = ", ".join(sorted(set((tr.get("gpus") or {}).values()))) or "?"
+    return [*facts, f"graphs traced: {tr.get('graph_trace') or '?'}", f"GPU: {gpus}"]
+
+
 def _with_work(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in rows if r["kernels"] > 0]
 

@@ -49,25 +49,20 @@ def section_table(section: Section) -> Table:
     return t
 
 
-def header_text(result: AnalysisResult) -> Text:
-    """The report's first line: trace, tool versions, graph tracing, GPUs."""
-    tr = result.trace
-    gpus = ", ".join(sorted(set((tr.get("gpus") or {}).values()))) or "?"
-    return Text.assemble(
-        ("gapscope", "bold"),
-        f" {tr.get('name')}  nsys {tr.get('nsys_version') or '?'}  export schema "
-        f"{tr.get('export_schema') or '?'}  graphs traced: {tr.get('graph_trace')}  GPU: {gpus}",
-    )
+def header_text(result: AnalysisResult, read_seconds: float | None = None) -> Text:
+    """The report's first line: trace, format and read time, tool versions, graph tracing, GPUs."""
+    facts = "  ".join(sections.trace_facts(result, read_seconds))
+    return Text.assemble(("gapscope", "bold"), f" {result.trace.get('name')}  {facts}")
 
 
 def render(result: AnalysisResult, file: TextIO, *, limit: int = 20, width: int | None = None,
-           **_: Any) -> None:
+           read_seconds: float | None = None, **_: Any) -> None:
     """Write the human report: header, warnings, then every section in ORDER (``limit``: range
-    instances shown)."""
+    instances shown; ``read_seconds``: how long reading the trace took, for the header)."""
     if width is None and not (hasattr(file, "isatty") and file.isatty()):
         width = 160  # a file or a pipe: wide enough for every table
     console = Console(file=file, width=width, highlight=False, soft_wrap=False)
-    console.print(header_text(result))
+    console.print(header_text(result, read_seconds))
     for w in result.warnings:
         console.print(Text.assemble(("warning:", "yellow"), f" {w}"))
     for key in ORDER:
