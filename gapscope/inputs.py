@@ -248,6 +248,20 @@ def _json_kind(p: Path, head: bytes, given: str) -> tuple[str, str]:
                         f"trace ({what}; gapscope reads {READS})")
 
 
+#: Name endings that say what a trace file is, longest first (trace_stem drops them).
+TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json", ".sqlite", ".nsys-rep", ".qdrep")
+
+
+def trace_stem(path: str | os.PathLike[str]) -> str:
+    """A trace's short name: its file name without the ending that says what it is
+    (``rank3.pt.trace.json.gz`` gives ``rank3``); a folder's name as it is."""
+    name = Path(path).name
+    for suffix in TRACE_SUFFIXES:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)]
+    return name if Path(path).is_dir() else Path(path).stem
+
+
 def natural_key(text: str) -> list[Any]:
     """Sort key that puts ``rank2`` before ``rank10``."""
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]

@@ -226,8 +226,10 @@ def _read_head(fh: IO[bytes], path: Path) -> dict[str, Any]:
 
 def _unreadable(path: Path, exc: BaseException) -> GapscopeError:
     first = (str(exc).splitlines() or [type(exc).__name__])[0] or type(exc).__name__
+    from gapscope.inputs import READS
+
     return GapscopeError(f"{path}: cannot read the PyTorch profiler trace ({first}): the file is "
-                         "truncated, or not a JSON (or gzipped JSON) trace")
+                         f"truncated, or not a JSON (or gzipped JSON) trace (gapscope reads {READS})")
 
 
 class Kineto:
@@ -246,7 +248,10 @@ class Kineto:
         except OSError as exc:
             raise _unreadable(self.path, exc) from None
         if "events" not in head:
-            raise GapscopeError(f"{self.path}: a JSON object without traceEvents: not a PyTorch profiler trace")
+            from gapscope.inputs import READS
+
+            raise GapscopeError(f"{self.path}: a JSON object without traceEvents: not a PyTorch profiler "
+                                f"trace (gapscope reads {READS})")
         schema = head.get("schema")
         self.meta = TraceMeta(path=str(self.path), format=FORMAT, nsys_version=None,
                               export_schema=None if schema is None else str(schema),

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gapscope.errors import GapscopeError
+from gapscope.inputs import READS
 from gapscope.trace.cuda_api import QUIET_CALLS
 from gapscope.trace.frames import (
     ACTIVITY_COLUMNS, NVTX_COLUMNS, NVTX_DOMAIN_CREATE, NVTX_PUSH_POP, NVTX_START_END, ActivityKind,
@@ -63,7 +64,8 @@ class NsysColumnar:
         if meta_table is None:
             raise GapscopeError(f"{self.path}: not a complete {WORDS[format]} (no "
                                 f"META_DATA_EXPORT{self._suffix} in it); make one with `nsys export "
-                                f"--type {format.split('-')[1]}dir -o DIR REPORT.nsys-rep`")
+                                f"--type {format.split('-')[1]}dir -o DIR REPORT.nsys-rep` (gapscope "
+                                f"reads {READS})")
         if not ({KERNEL_TABLE, GRAPH_TABLE} & tables):
             raise GapscopeError(
                 f"{self.path}: no CUDA kernels in this export (no {KERNEL_TABLE}{self._suffix}); record "
@@ -100,7 +102,7 @@ class NsysColumnar:
     def _failed(self, table: str, exc: BaseException) -> GapscopeError:
         first = (str(exc).splitlines() or [type(exc).__name__])[0]
         return GapscopeError(f"{self._file(table)}: cannot read the {table} table ({first}): the "
-                             f"{WORDS[self.format]} is truncated or corrupt")
+                             f"{WORDS[self.format]} is truncated or corrupt (gapscope reads {READS})")
 
     def _columns(self, table: str) -> list[str]:
         """The table's column names, from its schema (the Parquet footer, the Arrow stream's
