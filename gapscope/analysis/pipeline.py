@@ -30,7 +30,7 @@ from gapscope.analysis.launches import launch_stats
 from gapscope.analysis.metrics import STATS_FIELDS, ActivityArrays, GapList, level_stats, rollup_stats
 from gapscope.analysis.payoff import ceiling, measured_pairs
 from gapscope.analysis.ranges import CallIndex, RangeTable, link_launches, range_members, range_table
-from gapscope.analysis.result import AnalysisResult, clean_rows
+from gapscope.analysis.result import AnalysisResult, frame_records
 from gapscope.errors import GapscopeError
 from gapscope.trace.cuda_api import GRAPH_LAUNCH_CALLS, base_name
 from gapscope.trace.frames import ActivityKind, TraceFrames
@@ -110,9 +110,7 @@ def activity_arrays(frames: TraceFrames, count_memops: bool) -> ActivityArrays:
 
 
 def _rows(keys: pd.DataFrame, stats: pd.DataFrame) -> list[dict]:
-    return clean_rows(
-        pd.concat([keys.reset_index(drop=True), stats[list(STATS_FIELDS)]], axis=1).to_dict("records")
-    )
+    return frame_records(pd.concat([keys.reset_index(drop=True), stats[list(STATS_FIELDS)]], axis=1))
 
 
 def _graph_trace_mode(frames: TraceFrames, launch: np.ndarray) -> str:
