@@ -80,40 +80,60 @@ def test_resolving_new_formats_imports_no_pandas_or_pyarrow():
 # ------------------------------------------------------------------ nsys parquetdir and arrowdir
 
 
-@pytest.mark.parametrize("folder", [PARQUET, ARROW], ids=["parquet", "arrow"])
-def test_columnar_ranges_devices_streams_match_the_reference(results, folder):
-    ks = reference.columnar_kernels(folder)
-    refs = reference.columnar_ranges(folder)
-    got = results[folder]
-    assert len(ks) == 1488 and len(got.ranges) == len(refs) == 18
+def assert_matches_reference(got, ks: list[dict], refs: list[dict]) -> None:
+    """Every range (kernels, span, gap), the device and every stream of a result equal the
+    reference's sort-and-merge over the kernels ``ks`` and ranges ``refs`` it read itself."""
+    assert len(got.ranges) == len(refs) > 0
     for g, w in zip(got.ranges, refs):
         assert g["name"] == w["name"]
         assert (g["kernels"], g["gpu_span_ns"], g["gap_ns"]) == reference.range_metrics(w, ks)
     span, gap, gaps = reference.by_device(ks)[0]
     dev = got.devices[0]
-    assert (dev["kernels"], dev["gpu_span_ns"], dev["gap_ns"], dev["gap_count"]) == (1488, span, gap, len(gaps))
+    assert (dev["kernels"], dev["gpu_span_ns"], dev["gap_ns"], dev["gap_count"]) == (len(ks), span, gap, len(gaps))
     for (device, stream), (s_span, s_gap, s_gaps) in reference.by_stream(ks).items():
         r = next(r for r in got.streams if (r["device"], r["stream"]) == (device, stream))
         assert (r["gpu_span_ns"], r["gap_ns"], r["gap_count"]) == (s_span, s_gap, len(s_gaps))
 
 
-# (count, kernels, memops, span, busy, gap, gap count) per range name of the one nsys report,
-# from the reference computation over its SQLite export.
-NSYS_SMALL = {
-    "eager": (1, 624, 40, 21_587_032, 1_766_759, 19_820_273, 623),
-    "decode_step": (16, 1248, 80, 23_365_501, 3_600_205, 19_765_296, 1232),
-    "graph": (1, 624, 40, 2_209_094, 1_833_446, 375_648, 623),
+@pytest.mark.parametrize("path,kernels,ranges,n_kernels", [
+    (PARQUET, reference.columnar_kernels, reference.columnar_ranges, 1488),
+    (ARROW, reference.columnar_kernels, reference.columnar_ranges, 1488),
+    (KINETO, reference.kineto_kernels, reference.kineto_ranges, 1250),
+    (STEPS, reference.kineto_kernels, reference.kineto_ranges, 234),
+], ids=["parquet", "arrow", "kineto", "kineto-steps"])
+def test_ranges_devices_streams_match_the_reference(results, path, kernels, ranges, n_kernels):
+    ks = kernels(path)
+    assert len(ks) == n_kernels
+    assert_matches_reference(results[path], ks, ranges(path))
+
+
+# (count, kernels, memops, span, busy, gap, gap count) per range name, from the reference
+# computation: the one nsys report (over its SQLite export) and the PyTorch profiler's trace of
+# the same program.
+BY_NAME = {
+    SQLITE: {
+        "eager": (1, 624, 40, 21_587_032, 1_766_759, 19_820_273, 623),
+        "decode_step": (16, 1248, 80, 23_365_501, 3_600_205, 19_765_296, 1232),
+        "graph": (1, 624, 40, 2_209_094, 1_833_446, 375_648, 623),
+    },
+    KINETO: {
+        "eager": (1, 624, 40, 21_942_159, 1_777_968, 20_164_191, 623),
+        "decode_step": (16, 1248, 80, 23_313_457, 3_618_498, 19_694_959, 1232),
+        "graph": (1, 624, 40, 2_217_477, 1_840_530, 376_947, 623),
+    },
 }
+
+
+def by_name_figures(result) -> dict[str, tuple]:
+    fields = ("count", "kernels", "memops", "gpu_span_ns", "busy_ns", "gap_ns", "gap_count")
+    return {r["name"]: tuple(r[f] for f in fields) for r in result.by_name}
 
 
 def test_one_report_three_exports_identical_number_for_number(results):
     sqlite, parquet, arrow = (results[p] for p in (SQLITE, PARQUET, ARROW))
     assert without_source(parquet) == without_source(sqlite) == without_source(arrow)
     assert [r.trace["format"] for r in (sqlite, parquet, arrow)] == ["nsys-sqlite", "nsys-parquet", "nsys-arrow"]
-    for name, want in NSYS_SMALL.items():
-        r = row(parquet.by_name, name)
-        got = (r["count"], r["kernels"], r["memops"], r["gpu_span_ns"], r["busy_ns"], r["gap_ns"], r["gap_count"])
-        assert got == want, name
+    assert by_name_figures(parquet) == BY_NAME[SQLITE]
     ks = reference.kernels(str(SQLITE))
     assert row(sqlite.by_name, "eager")["gpu_span_ns"] == reference.range_metrics(
         reference.ranges(str(SQLITE))[0], ks)[1] == 21_587_032
@@ -141,37 +161,9 @@ def test_columnar_frames_equal_the_sqlite_frames_row_for_row():
 # ------------------------------------------------------------------ PyTorch profiler (Kineto)
 
 
-@pytest.mark.parametrize("path", [KINETO, STEPS], ids=["decode", "steps"])
-def test_kineto_ranges_devices_streams_match_the_reference(results, path):
-    ks = reference.kineto_kernels(path)
-    refs = reference.kineto_ranges(path)
-    got = results[path]
-    assert len(got.ranges) == len(refs) > 0
-    for g, w in zip(got.ranges, refs):
-        assert g["name"] == w["name"]
-        assert (g["kernels"], g["gpu_span_ns"], g["gap_ns"]) == reference.range_metrics(w, ks)
-    span, gap, gaps = reference.by_device(ks)[0]
-    dev = got.devices[0]
-    assert (dev["kernels"], dev["gpu_span_ns"], dev["gap_ns"], dev["gap_count"]) == (len(ks), span, gap, len(gaps))
-    for (device, stream), (s_span, s_gap, s_gaps) in reference.by_stream(ks).items():
-        r = next(r for r in got.streams if (r["device"], r["stream"]) == (device, stream))
-        assert (r["gpu_span_ns"], r["gap_ns"], r["gap_count"]) == (s_span, s_gap, len(s_gaps))
-
-
-# The same per range name of the PyTorch profiler trace, from the reference over its JSON.
-KINETO_SMALL = {
-    "eager": (1, 624, 40, 21_942_159, 1_777_968, 20_164_191, 623),
-    "decode_step": (16, 1248, 80, 23_313_457, 3_618_498, 19_694_959, 1232),
-    "graph": (1, 624, 40, 2_217_477, 1_840_530, 376_947, 623),
-}
-
-
 def test_kineto_exact_values_and_what_it_says_about_itself(results):
     r = results[KINETO]
-    for name, want in KINETO_SMALL.items():
-        x = row(r.by_name, name)
-        got = (x["count"], x["kernels"], x["memops"], x["gpu_span_ns"], x["busy_ns"], x["gap_ns"], x["gap_count"])
-        assert got == want, name
+    assert by_name_figures(r) == BY_NAME[KINETO]
     assert r.trace == {"path": str(KINETO), "name": KINETO.name, "format": "kineto", "nsys_version": None,
                        "export_schema": "1", "graph_trace": "node", "gpus": {"0": "NVIDIA H200"}}
     assert r.ranges[0]["domain"] is None and (r.ranges[0]["pid"], r.ranges[0]["thread"]) == (4627, 4627)

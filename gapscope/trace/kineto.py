@@ -263,8 +263,7 @@ class Kineto:
         return self._closed
 
     def close(self) -> None:
-        self._closed = True
-        self._events = None
+        self._closed, self._events = True, None  # the parsed events go with the trace
 
     def _live(self) -> _Events:
         if self._closed:
