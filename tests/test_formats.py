@@ -413,7 +413,8 @@ def test_bad_profiler_traces(tmp_path):
     assert_one_line_error(gapscope("analyze", str(zipped)), "a gzip file, but not a gzipped PyTorch profiler trace")
     cpu_only = synthetic_kineto(tmp_path / "cpu.pt.trace.json", [
         {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": "1.000", "dur": "1.000"}])
-    assert_one_line_error(gapscope("analyze", str(cpu_only)), "a PyTorch profiler trace, but no GPU events "
-                          "(kernel, gpu_memcpy, gpu_memset) in it: profile with activities=")
-    with pytest.raises(GapscopeError, match="no GPU events"):
+    assert_one_line_error(gapscope("analyze", str(cpu_only)), "a trace (traceEvents) without GPU kernels: none "
+                          "of its events is a PyTorch profiler (Kineto) kernel, gpu_memcpy or gpu_memset; "
+                          "profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]")
+    with pytest.raises(GapscopeError, match="without GPU kernels"):
         analyze(cpu_only)

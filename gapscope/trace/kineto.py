@@ -287,9 +287,9 @@ class Kineto:
         g, c, r = ev.gpu, ev.calls, ev.ranges
         if not (g["kind"] == ActivityKind.KERNEL).any():
             what = ("its GPU work has no kernel" if g["kind"].size else
-                    "no GPU events (kernel, gpu_memcpy, gpu_memset) in it")
-            raise GapscopeError(f"{self.path}: a PyTorch profiler trace, but {what}: profile with "
-                                "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]")
+                    "none of its events is a PyTorch profiler (Kineto) kernel, gpu_memcpy or gpu_memset")
+            raise GapscopeError(f"{self.path}: a trace (traceEvents) without GPU kernels: {what}; profile "
+                                "with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]")
         warnings = self._warnings(ev)
         pids, counts = np.unique(c["pid"], return_counts=True)
         host = int(pids[np.argmax(counts)]) if pids.size else 0
