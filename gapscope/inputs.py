@@ -227,10 +227,11 @@ def _json_kind(p: Path, head: bytes, given: str) -> tuple[str, str]:
     traceEvents, else from the whole object."""
     m = _SCHEMA.search(head) if head.lstrip()[:1] == b"{" else None
     schema = m.group(1).decode("utf-8", "replace") if m else None
-    if schema is None and head.lstrip()[:1] == b"{":
+    if head.lstrip()[:1] == b"{":
         with open(p, "rb") as fh:
-            if _TRACE_EVENTS.search(fh.read(JSON_HEAD_BYTES)):
-                return "trace", "kineto"
+            events = _TRACE_EVENTS.search(fh.read(JSON_HEAD_BYTES))
+        if events and (m is None or events.start() < m.start()):  # the top-level key comes first
+            return "trace", "kineto"
     if schema is None and head.lstrip()[:1] == b"[":
         raise GapscopeError(f"{given}: a JSON array, neither a gapscope result nor a PyTorch profiler "
                             f"trace (an object with traceEvents; gapscope reads {READS})")

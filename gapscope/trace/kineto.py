@@ -225,9 +225,10 @@ def _read_head(fh: IO[bytes], path: Path) -> dict[str, Any]:
 
 
 def _unreadable(path: Path, exc: BaseException) -> GapscopeError:
-    first = (str(exc).splitlines() or [type(exc).__name__])[0] or type(exc).__name__
+    """One line for a trace that cannot be parsed, with the parser's own first line."""
     from gapscope.inputs import READS
 
+    first = (str(exc).splitlines() or [type(exc).__name__])[0] or type(exc).__name__
     return GapscopeError(f"{path}: cannot read the PyTorch profiler trace ({first}): the file is "
                          f"truncated, or not a JSON (or gzipped JSON) trace (gapscope reads {READS})")
 
