@@ -7,8 +7,9 @@ SQLite, parquetdir and arrowdir exports, recorded on the H200) into SYNTHETIC ex
 so all three hold the same data and give the same analysis: checked here), then times, each in a
 fresh process (best of --repeat):
 
-* ``floor parquet`` / ``floor arrow``: pyarrow reading the columns gapscope reads (kernels,
-  copies, runtime calls, NVTX, stream waits), nothing else: the least any reader of the file pays;
+* ``floor parquet`` / ``floor arrow``: a bare pyarrow read, into Arrow tables, of the columns
+  gapscope reads (kernels, copies, runtime calls, NVTX, stream waits): the least any reader of
+  the file pays;
 * ``read <format>``: gapscope's reader alone (open the trace, its frames);
 * ``analyze <format>``: read plus ``gapscope.analysis.analyze(path, attribution=False)``;
 * ``analyze+attribution <format>``: read plus the default ``analyze`` (gap categories, launch
@@ -58,9 +59,6 @@ if step == "floor":
             got = pq.read_table(p, columns=cols, memory_map=True)
         else:
             got = pa.ipc.open_stream(pa.memory_map(str(Path(path) / (table + ".arrow")))).read_all().select(cols)
-        for c in got.columns:  # as int64 numpy arrays, as any analysis needs them
-            if c.type != pa.large_string():
-                c.cast(pa.int64(), safe=False).to_numpy()
         rows += got.num_rows
     out = {"rows": rows, "call": time.perf_counter() - t_call}
 elif step == "digest":  # the analysis without what names the file: equal for equal data

@@ -42,7 +42,7 @@ if args == ["export", "--help"]:
 if os.environ.get("FAKE_NSYS_FAIL"):
     print("Processing events... Error: the report file is corrupt")
     sys.exit(1)
-kind, out = args[args.index("--type") + 1], args[args.index("--output") + 1]
+kind, out = args[args.index("--type") + 1], args[args.index("-o") + 1]
 src = json.loads(os.environ["FAKE_NSYS_EXPORTS"])[kind]
 (shutil.copytree if os.path.isdir(src) else shutil.copy)(src, out)
 """
@@ -95,7 +95,7 @@ def test_a_report_is_exported_once_into_the_cache_and_read_as_its_export(tmp_pat
     assert sorted(os.listdir(cached.parent)) == ["arrowdir"]  # no scratch folder left behind
     (help_call, export_call) = fake_nsys()
     assert help_call == ["export", "--help"]
-    assert export_call[:4] == ["export", "--type", "arrowdir", "--output"] and export_call[5] == str(report)
+    assert export_call[:4] == ["export", "--type", "arrowdir", "-o"] and export_call[5] == str(report)
     assert Path(export_call[4]).parent.parent == cached.parent  # written privately, then renamed
 
     again = tmp_path / "user" / "renamed.nsys-rep"

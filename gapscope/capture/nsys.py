@@ -110,7 +110,8 @@ def export_report(report: str | os.PathLike[str], output: str | os.PathLike[str]
                             f"({', '.join(EXPORT_TYPES)})")
     if output.exists():
         raise GapscopeError(f"{output}: already exists; export_report never overwrites")
-    command = [str(exe), "export", "--type", export_type, "--output", str(output), str(report)]
+    # The form the shipped exports were made with (traces/provenance/wave2_group2.txt).
+    command = [str(exe), "export", "--type", export_type, "-o", str(output), str(report)]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
