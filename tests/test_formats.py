@@ -324,19 +324,20 @@ def test_a_folder_expands_to_its_traces_of_every_format(tmp_path):
 def test_headers_say_format_and_read_time_the_json_does_not(tmp_path):
     proc = gapscope("analyze", str(PARQUET))
     first = proc.stdout.splitlines()[0]
-    assert first.startswith("gapscope torch_decode_small_parquet  nsys parquetdir export read in ")
-    assert first.endswith("  nsys 2025.3.2.0  export schema 3.20.3  graphs traced: node  GPU: NVIDIA H200")
+    assert first.startswith("gapscope torch_decode_small_parquet  format: nsys parquetdir export, read in ")
+    assert first.endswith("  nsys 2025.3.2.0  export schema 3.20.3  CUDA graphs traced: node  GPU: NVIDIA H200")
     proc = gapscope("analyze", str(KINETO), "-f", "json")
     assert "read" not in json.loads(proc.stdout)["trace"] and "seconds" not in proc.stdout
     saved = tmp_path / "k.json"
     saved.write_text(proc.stdout)
     again = gapscope("analyze", str(saved)).stdout.splitlines()[0]
-    assert again == ("gapscope torch_decode_small.pt.trace.json.gz  PyTorch profiler trace  Kineto schema 1  "
-                     "graphs traced: node  GPU: NVIDIA H200")
-    report = tmp_path / "r.md"
-    proc = gapscope("report", str(ARROW), "-o", str(report), "--no-figures")
+    assert again == ("gapscope torch_decode_small.pt.trace.json.gz  format: PyTorch profiler trace  Kineto schema 1  "
+                     "CUDA graphs traced: node  GPU: NVIDIA H200")
+    report, page = tmp_path / "r.md", tmp_path / "r.html"
+    proc = gapscope("report", str(ARROW), "-o", str(report), "--html", str(page), "--no-figures")
     assert proc.returncode == 0, proc.stderr
-    assert "nsys arrowdir export read in " in report.read_text()
+    assert report.read_text().splitlines()[2].startswith("format: nsys arrowdir export, read in ")
+    assert '<p class="facts">format: nsys arrowdir export, read in ' in page.read_text()
 
 
 def test_read_seconds_is_measured_beside_the_result():
@@ -385,8 +386,7 @@ def test_folders_that_are_not_exports(tmp_path):
     with pytest.raises(GapscopeError, match=r"other: is a directory, not an nsys export folder or a `gapscope "
                                             r"run` output folder: its \.parquet files are not nsys's tables"):
         resolve(other)
-    assert_one_line_error(gapscope("report", str(other), "-o", str(tmp_path / "r.md"), "--no-figures"),
-                          "its .parquet files are not nsys's tables")
+    assert_one_line_error(gapscope("compare", str(other), str(PARQUET)), "its .parquet files are not nsys's tables")
     partial = tmp_path / "partial"
     partial.mkdir()
     shutil.copy(PARQUET / "StringIds.parquet", partial / "StringIds.parquet")

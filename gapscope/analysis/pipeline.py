@@ -14,8 +14,9 @@ and the case figures use them instead of computing them again.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -282,21 +283,34 @@ def run_analysis(
     )
 
 
+@contextmanager
+def opened_analysis(
+    path: str | Path, *, ranges: Sequence[str] = (), count_memops: bool = False,
+    attribution: bool = True, top: int = 10, all_calls: bool = False,
+) -> Iterator[Analysis]:
+    """The analysis of one trace that stays open inside the ``with`` block, so that any name
+    (every kernel's, for the timeline export) can still be looked up; ``all_calls``: also read
+    every activity's name id and every CUDA API call (the figures are the same)."""
+    from gapscope.trace.handle import open_trace
+
+    started = time.perf_counter()
+    with open_trace(path) as trace:
+        frames = trace.frames(syncs=attribution, all_calls=all_calls)
+        read = time.perf_counter() - started
+        analysis = run_analysis(frames, ranges=ranges, count_memops=count_memops,
+                                attribution=attribution, top=top)
+        yield replace(analysis, read_seconds=read)
+
+
 def analysis_of(
     path: str | Path, *, ranges: Sequence[str] = (), count_memops: bool = False,
     attribution: bool = True, top: int = 10,
 ) -> Analysis:
     """Open, read and analyze one trace, keeping the raw arrays beside the result (for
     transforms such as plots that need the gaps themselves). The trace is closed on return."""
-    from gapscope.trace.handle import open_trace
-
-    started = time.perf_counter()
-    with open_trace(path) as trace:
-        frames = trace.frames(syncs=attribution)
-        read = time.perf_counter() - started
-        analysis = run_analysis(frames, ranges=ranges, count_memops=count_memops,
-                                attribution=attribution, top=top)
-    return replace(analysis, read_seconds=read)
+    with opened_analysis(path, ranges=ranges, count_memops=count_memops, attribution=attribution,
+                         top=top) as analysis:
+        return analysis
 
 
 def analyze(
