@@ -24,16 +24,14 @@ Target (issue 13): reading a 1,000,000-kernel parquetdir export plus analysis un
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import ROOT, run_child  # noqa: E402
 
 SOURCES = {"sqlite": ROOT / "traces" / "torch_decode_small.sqlite",
            "parquet": ROOT / "traces" / "torch_decode_small_parquet",
@@ -85,11 +83,8 @@ print(json.dumps(out))
 
 
 def run_step(path: Path, step: str) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(path), step], capture_output=True, text=True, env=env)
-    if proc.returncode != 0:
-        raise SystemExit(f"{step} {path} failed:\n{proc.stderr}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    """One step on one tiled export, in a fresh process (benchmarks/harness.py)."""
+    return run_child(CHILD, str(path), step, what=f"{step} {path.name}")
 
 
 def same_analysis(paths: list[Path]) -> bool:
