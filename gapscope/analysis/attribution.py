@@ -229,7 +229,7 @@ def category_sums(rows: np.ndarray, lengths: np.ndarray, cats: np.ndarray, n_row
 
 def as_dicts(sums: np.ndarray) -> list[dict[str, int]]:
     """Rows of ``category_sums`` as {category label: ns} dicts."""
-    return [dict(zip(CATEGORY_LABELS, map(int, row))) for row in sums]
+    return [dict(zip(CATEGORY_LABELS, row)) for row in np.asarray(sums, dtype=np.int64).tolist()]
 
 
 def longest_indices(lengths: np.ndarray, top: int) -> np.ndarray:

@@ -13,6 +13,7 @@ and the case figures use them instead of computing them again.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -30,11 +31,11 @@ from gapscope.analysis.launches import launch_stats
 from gapscope.analysis.metrics import STATS_FIELDS, ActivityArrays, GapList, level_stats, rollup_stats
 from gapscope.analysis.payoff import ceiling, measured_pairs
 from gapscope.analysis.ranges import CallIndex, RangeTable, link_launches, range_members, range_table
-from gapscope.analysis.result import AnalysisResult, clean_rows
+from gapscope.analysis.result import AnalysisResult, frame_records
 from gapscope.errors import GapscopeError
 from gapscope.trace.cuda_api import GRAPH_LAUNCH_CALLS, base_name
 from gapscope.trace.frames import ActivityKind, TraceFrames
-from gapscope.trace.nsys_sqlite import KNOWN_SCHEMA_MAJORS
+from gapscope.trace.nsys_schema import KNOWN_SCHEMA_MAJORS
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,9 @@ class Analysis:
     stream_keys: pd.DataFrame
     stream_gaps: GapList
     result: AnalysisResult
+    #: Seconds spent opening the trace and reading its frames (analysis_of measures it; None
+    #: for frames read elsewhere). Shown in report headers, never written into the result.
+    read_seconds: float | None = None
 
 
 def activity_arrays(frames: TraceFrames, count_memops: bool) -> ActivityArrays:
@@ -107,9 +111,7 @@ def activity_arrays(frames: TraceFrames, count_memops: bool) -> ActivityArrays:
 
 
 def _rows(keys: pd.DataFrame, stats: pd.DataFrame) -> list[dict]:
-    return clean_rows(
-        pd.concat([keys.reset_index(drop=True), stats[list(STATS_FIELDS)]], axis=1).to_dict("records")
-    )
+    return frame_records(pd.concat([keys.reset_index(drop=True), stats[list(STATS_FIELDS)]], axis=1))
 
 
 def _graph_trace_mode(frames: TraceFrames, launch: np.ndarray) -> str:
@@ -129,9 +131,10 @@ def _graph_trace_mode(frames: TraceFrames, launch: np.ndarray) -> str:
 
 
 def _warnings(frames: TraceFrames, launch: np.ndarray, ranges: RangeTable, mode: str) -> list[str]:
-    out = []
+    out = list(frames.warnings)  # what the reader says about the trace comes first
     major = (frames.meta.export_schema or "").split(".")[0]
-    if major.isdigit() and int(major) not in KNOWN_SCHEMA_MAJORS:
+    nsys = frames.meta.format.startswith("nsys")  # other formats check their own schema
+    if nsys and major.isdigit() and int(major) not in KNOWN_SCHEMA_MAJORS:
         checked = ", ".join(f"{m}.x" for m in KNOWN_SCHEMA_MAJORS)
         out.append(f"export schema {frames.meta.export_schema} is not one gapscope was checked on ({checked})")
     if mode in ("graph", "mixed"):
@@ -256,6 +259,7 @@ def run_analysis(
         trace={
             "path": frames.meta.path,
             "name": Path(frames.meta.path).name,
+            "format": frames.meta.format,
             "nsys_version": frames.meta.nsys_version,
             "export_schema": frames.meta.export_schema,
             "graph_trace": mode,
@@ -289,10 +293,13 @@ def opened_analysis(
     every activity's name id and every CUDA API call (the figures are the same)."""
     from gapscope.trace.handle import open_trace
 
+    started = time.perf_counter()
     with open_trace(path) as trace:
         frames = trace.frames(syncs=attribution, all_calls=all_calls)
-        yield run_analysis(frames, ranges=ranges, count_memops=count_memops,
-                           attribution=attribution, top=top)
+        read = time.perf_counter() - started
+        analysis = run_analysis(frames, ranges=ranges, count_memops=count_memops,
+                                attribution=attribution, top=top)
+        yield replace(analysis, read_seconds=read)
 
 
 def analysis_of(

@@ -107,8 +107,10 @@ def analyze_command(traces: tuple[str, ...], ranges: tuple[str, ...], fmt: str |
     """Share of GPU time lost to gaps between kernels, per NVTX range, device and stream.
 
     TRACE is an nsys SQLite export (`nsys export --type sqlite`, or `nsys profile
-    --export sqlite`), a result JSON saved by `gapscope analyze --format json`, or a
-    `gapscope run` output folder.
+    --export sqlite`), an nsys parquetdir or arrowdir export folder, an Nsight Systems report
+    (.nsys-rep: exported with nsys into gapscope's cache), a PyTorch profiler trace (.json or
+    .json.gz), a result JSON saved by `gapscope analyze --format json`, or a `gapscope run`
+    output folder (docs/formats.md).
 
     Several TRACEs (or a folder of exports, or a quoted glob) give one report across ranks,
     each device of each file being a rank: gap fraction and gap time per rank and range name,
@@ -137,8 +139,9 @@ def analyze_command(traces: tuple[str, ...], ranges: tuple[str, ...], fmt: str |
 
         require_matplotlib()  # fail before the analysis, not after it
     result, analysis = load_input(found, ranges, count_memops, attribution, top, given)
+    read = analysis.read_seconds if analysis is not None else None
     with output_file(output) as fh:
-        render(result, fmt, fh, limit=limit, wide=wide)
+        render(result, fmt, fh, limit=limit, wide=wide, read_seconds=read)
     if plot_dir:
         _plot(found, analysis, ranges, plot_dir)
 
@@ -170,7 +173,7 @@ def _analyze_many(paths: list[str], ranges: tuple[str, ...], count_memops: bool,
         except GapscopeError:
             kind = "analysis" if p.endswith(".json") else "trace"
         if kind != "trace":
-            raise GapscopeError(f"{p}: {KIND_WORDS[kind]}; several inputs must all be nsys SQLite exports")
+            raise GapscopeError(f"{p}: {KIND_WORDS[kind]}; several inputs must all be traces")
     executor = choose_executor(len(paths), jobs, scheduler, preload=["gapscope.fleet.merge"])
     with FileProgress(len(paths), sys.stderr) as progress:
         fleet = analyze_fleet(paths, executor, ranges=ranges, count_memops=count_memops,

@@ -78,6 +78,16 @@ def stats_cells(r: dict[str, Any]) -> list[Cell]:
             fmt_ns(r["gap_max_ns"]) if r["gap_count"] else "-", fmt_ns(r["kernel_median_ns"])]
 
 
+#: Each trace format (the JSON's ``trace.format``) as a report header names it.
+FORMAT_WORDS = {
+    "nsys-sqlite": "nsys SQLite export",
+    "nsys-parquet": "nsys parquetdir export",
+    "nsys-arrow": "nsys arrowdir export",
+    "nsys-rep": "Nsight Systems report",
+    "kineto": "PyTorch profiler trace",
+}
+
+
 def _with_work(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in rows if r["kernels"] > 0]
 
@@ -231,14 +241,33 @@ def readings(result: AnalysisResult) -> list[Reading]:
     return [Reading(f"device {r['device']}", None, Share(r["gap_fraction"]), None, reading(r)) for r in result.devices]
 
 
-def facts(result: AnalysisResult) -> list[tuple[str, str]]:
-    """The report's header facts: (what, value) for the nsys version, export schema, graph
+def facts(result: AnalysisResult, read_seconds: float | None = None) -> list[tuple[str, str]]:
+    """The report's header facts: (what, value) for the trace's format (and how long reading it
+    took, ``read_seconds``, when it was read just now rather than a saved result loaded), the
+    nsys version and export schema (a PyTorch profiler trace: its Kineto schema), graph
     tracing, GPUs and gapscope version."""
     tr = result.trace
+    out = []
+    fmt = tr.get("format")
+    if fmt:
+        took = f", read in {fmt_ns(read_seconds * 1e9)}" if read_seconds is not None else ""
+        out.append(("format", f"{FORMAT_WORDS.get(fmt, fmt)}{took}"))
+    if fmt == "kineto":
+        out.append(("Kineto schema", str(tr.get("export_schema") or "?")))
+    else:
+        out += [("nsys", str(tr.get("nsys_version") or "?")), ("export schema", str(tr.get("export_schema") or "?"))]
     gpus = ", ".join(sorted(set((tr.get("gpus") or {}).values()))) or "?"
-    return [("nsys", str(tr.get("nsys_version") or "?")), ("export schema", str(tr.get("export_schema") or "?")),
-            ("CUDA graphs traced", str(tr.get("graph_trace") or "?")), ("GPU", gpus),
+    return [*out, ("CUDA graphs traced", str(tr.get("graph_trace") or "?")), ("GPU", gpus),
             ("gapscope", str(result.gapscope_version))]
+
+
+#: Header facts written "what value" rather than "what: value".
+SPACED_FACTS = frozenset({"nsys", "export schema", "Kineto schema", "gapscope"})
+
+
+def fact_text(what: str, value: str) -> str:
+    """One header fact as text: ``nsys 2025.3.2.0``, ``GPU: NVIDIA H200``."""
+    return f"{what}{' ' if what in SPACED_FACTS else ': '}{value}"
 
 
 def build(key: str, result: AnalysisResult, limit: int) -> Section | None:
