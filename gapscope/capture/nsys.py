@@ -194,12 +194,15 @@ PROGRESS_BAR = re.compile(r"\[([12])/([12])\].*?(\d+)%")
 
 
 def nsys_phase(line: str) -> tuple[str, int | None] | None:
-    """Read one line of nsys output: ('report', pct) while it writes .nsys-rep, ('export', pct)
-    while it writes the SQLite export of ``--export sqlite``; else None."""
+    """Read one line of nsys output: ('capture', None) when the program starts ("Collecting
+    data..."), ('report', pct) while nsys writes .nsys-rep, ('export', pct) while it writes the
+    SQLite export of ``--export sqlite``; else None."""
     m = PROGRESS_BAR.search(line)
     if m:
         return ("export" if m.group(1) == "2" else "report", int(m.group(3)))
-    if "Collecting data" in line or "Generating '" in line:
+    if "Collecting data" in line:
+        return ("capture", None)
+    if "Generating '" in line:
         return ("report", 0)
     return None
 

@@ -506,8 +506,9 @@ def _record(result: ProfileResult, nsys: Path | None, prog: Any) -> None:
     if plan.tracer == "nsys":
         with prog.task("record (nsys)", None) as t_rec, prog.task("write .nsys-rep", 100) as t_rep:
             def on_phase(phase: str, pct: int | None) -> None:
-                t_rec.set(1, "done")
-                t_rep.set(pct or 0)
+                if phase == "report":
+                    t_rec.set(1, "done")
+                    t_rep.set(pct or 0)
 
             hint = ""
             if plan.capture is not None and plan.capture.kind == "nvtx":
