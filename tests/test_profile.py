@@ -601,6 +601,7 @@ TORCH_PROGRAM = textwrap.dedent("""\
     torch.cuda.profiler.stop()
     nv.range_push("decode"); nv.range_pop()
     print("torch program", sys.argv[1:], __name__, sys.path[0] == os.path.dirname(os.path.abspath(__file__)))
+    os.chdir("/")  # the trace and the status still go where the plan says
     if os.environ.get("FAKE_READY"):
         open(os.environ["FAKE_READY"], "w").write("ready")
         time.sleep(60)
@@ -744,7 +745,7 @@ def test_launcher_arguments() -> None:
 
     got = tl.parse(["--trace", "t.gz", "--status", "s.json", "--", "-m", "pkg", "-x"])
     assert (got.trace, got.status, got.capture, got.module, got.script, got.args) == (
-        Path("t.gz"), Path("s.json"), None, "pkg", None, ["-x"])
+        Path.cwd() / "t.gz", Path.cwd() / "s.json", None, "pkg", None, ["-x"])
     for bad in (["--trace", "t", "--", "a.py"], ["--trace", "t", "--status", "s", "a.py"],
                 ["--trace", "t", "--status", "s", "--"], ["--trace", "t", "--status", "s", "--", "-m"],
                 ["--bogus", "1", "--trace", "t", "--status", "s", "--", "a.py"]):

@@ -68,7 +68,9 @@ def parse(argv: Sequence[str]) -> Launch:
         opts[key] = own.pop(0)
     if "--trace" not in opts or "--status" not in opts or not program:
         raise ValueError(USAGE)
-    launch = Launch(Path(opts["--trace"]), Path(opts["--status"]), opts.get("--capture-range"))
+    # absolute: the program may change its working folder before the trace is written
+    launch = Launch(Path(opts["--trace"]).absolute(), Path(opts["--status"]).absolute(),
+                    opts.get("--capture-range"))
     if program[0] == "-m":
         if len(program) < 2:
             raise ValueError(USAGE)

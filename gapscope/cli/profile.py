@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
@@ -12,6 +13,9 @@ from gapscope.capture.nsys import EXPORT_TYPES
 from gapscope.capture.profile import DEFAULT_OUT, TRACERS
 from gapscope.cli import cli
 from gapscope.cli.analyze import FORMATS
+
+if TYPE_CHECKING:
+    from gapscope.capture.profile import ProfileResult
 
 
 @cli.command("profile", context_settings={"allow_interspersed_args": False})
@@ -77,7 +81,7 @@ def profile_command(command: tuple[str, ...], output_dir: str, force: bool, trac
     return result.exit_code
 
 
-def _ending(result) -> str:
+def _ending(result: "ProfileResult") -> str:
     """How the program ended, in words."""
     code, sig = result.program_exit_code, result.program_signal
     how = (f"the program was ended by {signal.Signals(sig).name} (exit status {code})" if sig
