@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -83,15 +85,28 @@ def _provenance(root: Path) -> None:
 def record(out_root: Path, name: str, *args: str, env: dict[str, str] | None = None) -> dict:
     """`gapscope profile -o OUT/name ARGS` as a user runs it; its profile.json and result.json."""
     out = out_root / name
-    proc = subprocess.run([PY, "-m", "gapscope", "profile", "-q", "--force", "-o", str(out), *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=LIMIT_S,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1",
-                               "TRANSFORMERS_OFFLINE": "1", **(env or {})})
+    proc = subprocess.Popen([PY, "-m", "gapscope", "profile", "-q", "--force", "-o", str(out), *args],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1",
+                                 "TRANSFORMERS_OFFLINE": "1", **(env or {})})
+    try:
+        _, stderr = proc.communicate(timeout=LIMIT_S)
+    except subprocess.TimeoutExpired:
+        # Ctrl-C three times, as a user would: gapscope passes each on and the third kills nsys
+        # and the program, so nothing is left running on the GPU for the next test
+        for _ in range(3):
+            proc.send_signal(signal.SIGINT)
+            time.sleep(2)
+        try:
+            proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+        pytest.fail(f"gapscope profile {name} ran past {LIMIT_S} s; stopped (its files are in {out})")
     log = (out / "output.log").read_text(errors="replace")[-3000:] if (out / "output.log").exists() else ""
-    assert proc.returncode == 0, f"{proc.stderr}\n--- output.log (end) ---\n{log}"
+    assert proc.returncode == 0, f"{stderr}\n--- output.log (end) ---\n{log}"
     saved = json.loads((out / "profile.json").read_text())
     result = json.loads((out / "result.json").read_text())
-    return {"profile": saved, "result": result, "stderr": proc.stderr, "out": out,
+    return {"profile": saved, "result": result, "stderr": stderr, "out": out,
             "by_name": {r["name"]: r for r in result["by_name"]}}
 
 
