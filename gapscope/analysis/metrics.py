@@ -62,14 +62,17 @@ class ActivityArrays:
 
 @dataclass(frozen=True)
 class GapList:
-    """Every gap of a level: its output row, device, length, start and the activity ending it."""
+    """Every gap of a level: its output row, device, length, start, the activity ending it and
+    the one whose end starts it."""
 
     row: np.ndarray
     device: np.ndarray
     length: np.ndarray
     start: np.ndarray
     next_act: np.ndarray
-    category: np.ndarray | None = None  # IdleCategory per gap, once attributed
+    prev_act: np.ndarray
+    category: np.ndarray | None = None  # the largest IdleCategory of each gap, once attributed
+    split: np.ndarray | None = None  # time per IdleCategory of each gap, (n, N_CATEGORIES)
 
 
 def fraction(num: np.ndarray, den: np.ndarray) -> np.ndarray:
@@ -125,6 +128,7 @@ def level_stats(
         length=tl.gaps_len,
         start=tl.gaps_start,
         next_act=b_act[tl.gaps_next],
+        prev_act=b_act[tl.gaps_prev],
     )
     if percentiles:
         gq = grouped_quantiles(gaps.row, gaps.length, n_rows, QUANTILES)

@@ -1,0 +1,139 @@
+"""What each thread that made CUDA calls was doing, moment by moment: one partition of the
+thread's time into segments, each with the gap category it gives the GPU's idle time
+(docs/metrics.md, "Gap attribution", holds the rules).
+
+A thread's calls (the ``api`` frame, QUIET_CALLS left out) and the stretches between them make
+the segments, in time order:
+
+* a call holds the time from its start to the next call's start or the end of its block of
+  overlapping calls, whichever comes first (calls of one thread do not overlap in the traces we
+  have; where they do, a later-starting call takes over);
+* a call's category follows its role (gapscope.trace.cuda_api): ``sync`` for a synchronizing
+  call, ``setup`` for a setup call, else ``stall`` when the call is longer than the stall
+  threshold, else ``launch`` for a launch call and ``host`` for any other call;
+* a stretch with no CUDA call is ``host`` when it is at most the stall threshold long and
+  ``stall`` when longer (the stretch's whole length decides); the stretch before a thread's first
+  call starts at the trace's earliest timestamp, the one after its last call never ends.
+
+:meth:`HostTimeline.split` measures the time per category a thread spent inside any windows,
+vectorized (a cumulative sum per category and one search per window end), with no loop per
+window.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from gapscope.analysis.intervals import grouped_running_max
+from gapscope.analysis.keys import TimeKeys
+from gapscope.trace.cuda_api import ROLE_LAUNCH, ROLE_SETUP, ROLE_SYNC
+
+#: The categories a thread's state gives (indexes of HostTimeline.split's columns).
+STATE_LAUNCH, STATE_HOST, STATE_STALL, STATE_SETUP, STATE_SYNC = range(5)
+N_STATES = 5
+
+#: Default stall threshold (docs/metrics.md says why 1 ms): no-CUDA-call stretches and single
+#: non-synchronizing calls longer than this are ``stall``.
+DEFAULT_STALL_THRESHOLD_NS = 1_000_000
+
+
+class HostTimeline:
+    """The segments of every calling thread, keyed by (thread code, start) in ``tk``'s key space.
+
+    ``call_thread[i]`` is the thread code of API call ``i``; threads are numbered among those
+    that made any call."""
+
+    def __init__(self, start: np.ndarray, end: np.ndarray, tid: np.ndarray, role: np.ndarray,
+                 threshold_ns: int, tk: TimeKeys) -> None:
+        start = np.asarray(start, dtype=np.int64)
+        end = np.maximum(np.asarray(end, dtype=np.int64), start)
+        codes, threads = pd.factorize(np.asarray(tid))
+        self.call_thread = codes.astype(np.int64)
+        self.n_threads = len(threads)
+        self.threshold_ns = int(threshold_ns)
+        tk.check(self.n_threads + 1)
+        self.tk = tk
+        n = start.size
+        if n == 0:
+            self.seg_key = np.zeros(0, dtype=np.int64)
+            self.seg_cat = np.zeros(0, dtype=np.int8)
+            self.cum = np.zeros((0, N_STATES), dtype=np.int64)
+            return
+        key = tk.key(self.call_thread, start)
+        order = np.argsort(key, kind="stable")
+        t, s, e, r = self.call_thread[order], start[order], end[order], np.asarray(role)[order]
+        run = grouped_running_max(e, t)  # end of the block of overlapping calls so far
+        first = np.r_[True, t[1:] != t[:-1]]
+        last = np.r_[t[1:] != t[:-1], True]
+        next_start = np.r_[s[1:], 0]
+        # A call's segment ends where the next call starts, if that is inside its block.
+        inside = ~last & (next_start < run)
+        stretch_len = np.where(last, np.iinfo(np.int64).max // 4, next_start - run)
+        has_stretch = ~inside & (stretch_len > 0)
+        lead_len = s - tk.lo
+        has_lead = first & (lead_len > 0)
+
+        call_cat = np.full(n, STATE_HOST, dtype=np.int8)
+        call_cat[r == ROLE_LAUNCH] = STATE_LAUNCH
+        call_cat[(e - s) > self.threshold_ns] = STATE_STALL
+        call_cat[r == ROLE_SETUP] = STATE_SETUP
+        call_cat[r == ROLE_SYNC] = STATE_SYNC
+
+        # Segments per call, in time order: [lead stretch], the call, [stretch after it].
+        count = has_lead.astype(np.int64) + 1 + has_stretch
+        offset = np.cumsum(count) - count
+        pos_call = offset + has_lead
+        total = int(count.sum())
+        seg_start = np.empty(total, dtype=np.int64)
+        seg_cat = np.empty(total, dtype=np.int8)
+        seg_thread = np.empty(total, dtype=np.int64)
+        lead = offset[has_lead]
+        seg_start[lead] = tk.lo
+        seg_cat[lead] = np.where(lead_len[has_lead] > self.threshold_ns, STATE_STALL, STATE_HOST)
+        seg_thread[lead] = t[has_lead]
+        seg_start[pos_call] = s
+        seg_cat[pos_call] = call_cat
+        seg_thread[pos_call] = t
+        after = pos_call[has_stretch] + 1
+        seg_start[after] = run[has_stretch]
+        seg_cat[after] = np.where(stretch_len[has_stretch] > self.threshold_ns, STATE_STALL, STATE_HOST)
+        seg_thread[after] = t[has_stretch]
+
+        # Length of each segment: up to the next segment of its thread (a thread's last one is
+        # the never-ending stretch after its last call; its length is never read).
+        same = np.r_[seg_thread[1:] == seg_thread[:-1], False]
+        length = np.where(same, np.r_[seg_start[1:], 0] - seg_start, 0)
+        # Time per category before each segment. The sums run across threads: a window is
+        # measured as the difference of two points of one thread, so the other threads cancel.
+        cum = np.zeros((total, N_STATES), dtype=np.int64)
+        for c in range(N_STATES):  # one pass per category, not per segment
+            part = np.where(seg_cat == c, length, 0)
+            cum[:, c] = np.cumsum(part) - part
+        self.seg_key = tk.key(seg_thread, seg_start)
+        self.seg_start = seg_start
+        self.seg_cat = seg_cat
+        self.cum = cum
+
+    def _at(self, thread: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Index of the segment holding time ``t`` on each thread."""
+        return np.searchsorted(self.seg_key, self.tk.key(thread, t), side="right") - 1
+
+    def state_at(self, thread: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """The category of what each thread was doing at time ``t``."""
+        return self.seg_cat[self._at(thread, t)]
+
+    def _before(self, thread: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Time per category up to ``t`` on each thread (plus the earlier threads' totals, which
+        cancel in :meth:`split`): (n, N_STATES)."""
+        i = self._at(thread, t)
+        out = self.cum[i]
+        out[np.arange(i.size), self.seg_cat[i]] += t - self.seg_start[i]
+        return out
+
+    def split(self, thread: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Time per category each thread spent inside its window ``[a, b)`` (``a <= b``):
+        shape (n, N_STATES); each row sums to ``b - a``."""
+        if np.asarray(thread).size == 0:
+            return np.zeros((0, N_STATES), dtype=np.int64)
+        return self._before(thread, b) - self._before(thread, a)
