@@ -1,5 +1,6 @@
 """Gap attribution rules, one synthetic export per category (hand-computed), plus the
-third-party CloverLeaf export, which synchronizes the device after every kernel."""
+third-party CloverLeaf export, which synchronizes the device after every kernel. A synthetic
+launch call lasts 1 us unless it is written out."""
 
 from __future__ import annotations
 
@@ -21,10 +22,12 @@ def device_categories(t: Synthetic, tmp_path: Path, **kw) -> dict[str, int]:
 
 
 def test_launch_gap_gpu_waits_for_the_cpu(tmp_path):
-    # Kernel 1 ends at 1000; kernel 2's launch call runs 1500-2500, kernel starts at 3000.
+    # Kernel 1 ends at 1000; kernel 2's launch call runs 1500-2500, kernel starts at 3000: the
+    # thread was between calls 1000-1500 (host), in the launch call 1500-2500, and the work was
+    # in flight 2500-3000 (launch).
     t = Synthetic().launch(0, 500, 1_000, 1)
     t.call(1_500, 2_500, 2).kernel(3_000, 4_000, 2)
-    assert device_categories(t, tmp_path) == {"launch": 2_000}
+    assert device_categories(t, tmp_path) == {"launch": 1_500, "host": 500}
 
 
 def test_launch_call_still_running_when_gpu_goes_idle_is_launch(tmp_path):
@@ -43,10 +46,11 @@ def test_sync_gap_thread_blocked_in_synchronize(tmp_path):
 
 
 def test_sync_on_another_thread_is_not_ours(tmp_path):
+    # Thread 1: host 1000-1300, launch call 1300-1400, in flight 1400-2000.
     t = Synthetic().launch(0, 500, 1_000, 1)
     t.call(600, 1_200, 3, tid=9, name="cudaDeviceSynchronize_v3020")
     t.call(1_300, 1_400, 2).kernel(2_000, 2_500, 2)
-    assert device_categories(t, tmp_path) == {"launch": 1_000}
+    assert device_categories(t, tmp_path) == {"launch": 700, "host": 300}
 
 
 def test_pipeline_gap_work_was_queued(tmp_path):
@@ -90,22 +94,34 @@ def test_unknown_without_a_launching_call(tmp_path):
 
 
 def test_category_sums_and_names():
-    sums = category_sums(np.array([0, 0, 1]), np.array([5, 7, 11]),
-                         np.array([IdleCategory.LAUNCH, IdleCategory.SYNC, IdleCategory.LAUNCH]), 2)
-    assert sums.tolist() == [[5, 7, 0, 0, 0, 0], [11, 0, 0, 0, 0, 0]]
+    split = np.zeros((3, len(IdleCategory)), dtype=np.int64)
+    split[0, IdleCategory.LAUNCH], split[0, IdleCategory.HOST] = 3, 2
+    split[1, IdleCategory.SYNC] = 7
+    split[2, IdleCategory.LAUNCH] = 11
+    sums = category_sums(np.array([0, 0, 1]), split, 2)
+    assert sums.tolist() == [[3, 2, 0, 0, 7, 0, 0, 0, 0], [11, 0, 0, 0, 0, 0, 0, 0, 0]]
+    assert [c.label for c in IdleCategory] == ["launch", "host", "stall", "setup", "sync", "dependency",
+                                               "memop", "pipeline", "unknown"]
     assert base_name("cudaLaunchKernel_v7000") == "cudaLaunchKernel"
     assert base_name("cuLaunchKernelEx") == "cuLaunchKernelEx"
 
 
 def test_cloverleaf_device_synchronize_after_every_kernel(cloverleaf):
+    # Sync after every kernel: the gaps are sync, but for the host work done after a synchronize
+    # returned (stall: stretches over 1 ms; setup: allocations) (tests/test_verdicts.py checks
+    # these against tests/reference.py).
     r = analyze(cloverleaf, top=3)
-    cats = r.devices[0]["gap_by_category_ns"]
-    assert cats == {"launch": 25_119, "sync": 47_911_048, "dependency": 0, "memop": 0,
-                    "pipeline": 0, "unknown": 0}
+    d = r.devices[0]
+    assert d["gap_by_category_ns"] == {"launch": 16_662, "host": 3_156, "stall": 4_106_473, "setup": 890_616,
+                                       "sync": 42_919_260, "dependency": 0, "memop": 0, "pipeline": 0, "unknown": 0}
+    assert (d["verdict"], d["reading"]) == ("sync", "host syncs idle the GPU")
     top = r.top_gaps
     assert [g["gap_ns"] for g in top] == [2_863_896, 1_174_205, 1_148_317]
-    assert top[0] == {"start_ns": 539_216_752, "gap_ns": 2_863_896, "category": "sync", "device": 0,
-                      "stream": 7, "before": "par_ranged2d_kernel", "after": "par_ranged1d_kernel",
+    assert top[0] == {"start_ns": 539_216_752, "gap_ns": 2_863_896, "category": "stall",
+                      "gap_by_category_ns": {"launch": 0, "host": 0, "stall": 1_912_185, "setup": 593_934,
+                                             "sync": 357_777, "dependency": 0, "memop": 0, "pipeline": 0,
+                                             "unknown": 0},
+                      "device": 0, "stream": 7, "before": "par_ranged2d_kernel", "after": "par_ranged1d_kernel",
                       "launched_by": "cudaLaunchKernel"}
     launch = {x["api"]: x for x in r.launch}
     assert launch["cudaLaunchKernel"]["calls"] == 1312

@@ -38,7 +38,7 @@ def test_table_json_csv(tmp_path):
     assert "decode_step" in table.stdout and "33.3%" in table.stdout
     js = gapscope("analyze", str(path), "--format", "json")
     data = json.loads(js.stdout)
-    assert data["schema"] == "gapscope.analysis/1"
+    assert data["schema"] == "gapscope.analysis/2"
     (r,) = data["ranges"]
     assert (r["name"], r["kernels"], r["gpu_span_ns"], r["busy_ns"], r["gap_ns"], r["gap_fraction"]) == (
         "decode_step", 2, 3_000, 2_000, 1_000, 1_000 / 3_000)

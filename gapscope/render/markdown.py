@@ -83,11 +83,12 @@ def render(
         title = str(result.trace.get("name")) if result is not None else "gapscope"
     file.write(f"# gapscope report: {_cell(title)}\n\n")
     if result is not None:
-        _header(file, result)
+        _header(file, result, limit)
     _figure(file, figures, "timeline")
     if result is not None:
-        _section(file, sections.by_name(result))
-        _section(file, sections.idle(result))
+        _section(file, sections.by_name(result, limit))
+        _section(file, sections.domains(result))
+        _section(file, sections.idle(result, limit))
         _section(file, sections.payoff(result))
     _figure(file, figures, "histogram")
     if sweep:
@@ -98,7 +99,7 @@ def render(
         _whole_trace(file, result, limit)
 
 
-def _header(file: TextIO, result: AnalysisResult) -> None:
+def _header(file: TextIO, result: AnalysisResult, limit: int) -> None:
     tr = result.trace
     gpus = ", ".join(sorted(set((tr.get("gpus") or {}).values()))) or "?"
     file.write(f"nsys {_cell(tr.get('nsys_version') or '?')} · export schema "
@@ -107,11 +108,11 @@ def _header(file: TextIO, result: AnalysisResult) -> None:
                f"{_cell(result.gapscope_version)}\n\n")
     for w in result.warnings:
         file.write(f"> ⚠️ {_cell(w)}\n\n")
-    rows = [r for r in result.by_name if r["kernels"] > 0]
+    rows = [r for r in sections.shown_names(result, limit)[0] if r["kernels"] > 0]
     if rows:
         file.write("## Readings\n\n")
         for r in rows:
-            file.write(f"- {_code(r['name'])} (x{r['count']}): **{fmt_pct(r['gap_fraction'])}** of the GPU "
+            file.write(f"- {_code(sections.label(r))} (x{r['count']}): **{fmt_pct(r['gap_fraction'])}** of the GPU "
                        f"span in gaps ({fmt_ns(r['gap_ns'])} of {fmt_ns(r['gpu_span_ns'])}): "
                        f"{reading(r)}\n")
         file.write("\n")

@@ -18,7 +18,7 @@ from gapscope.render import sections
 from gapscope.render.sections import Name, Section, Share
 
 #: The order of the sections on the terminal.
-ORDER = ("by_name", "ranges", "devices", "streams", "idle", "launch", "payoff", "top_gaps")
+ORDER = ("by_name", "domains", "ranges", "devices", "streams", "idle", "launch", "payoff", "top_gaps")
 
 
 def share_text(f: float | None) -> Text:
@@ -63,7 +63,7 @@ def header_text(result: AnalysisResult) -> Text:
 def render(result: AnalysisResult, file: TextIO, *, limit: int = 20, width: int | None = None,
            **_: Any) -> None:
     """Write the human report: header, warnings, then every section in ORDER (``limit``: range
-    instances shown)."""
+    names and instances shown)."""
     if width is None and not (hasattr(file, "isatty") and file.isatty()):
         width = 160  # a file or a pipe: wide enough for every table
     console = Console(file=file, width=width, highlight=False, soft_wrap=False)
@@ -71,7 +71,6 @@ def render(result: AnalysisResult, file: TextIO, *, limit: int = 20, width: int 
     for w in result.warnings:
         console.print(Text.assemble(("warning:", "yellow"), f" {w}"))
     for key in ORDER:
-        build = sections.BUILDERS[key]
-        section = build(result, limit) if key == "ranges" else build(result)
+        section = sections.build(key, result, limit)
         if section is not None:
             console.print(section_table(section))
