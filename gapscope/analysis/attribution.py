@@ -256,6 +256,11 @@ def category_sums(rows: np.ndarray, split: np.ndarray, n_rows: int) -> np.ndarra
     out = np.zeros((n_rows, N_CATEGORIES), dtype=np.int64)
     if rows.size == 0:
         return out
+    if rows.size < 2 or bool((rows[1:] >= rows[:-1]).all()):
+        # Gap lists come grouped by row: one segmented sum over the matrix.
+        heads = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
+        out[rows[heads]] = np.add.reduceat(split, heads, axis=0)
+        return out
     for c in range(N_CATEGORIES):  # one weighted count per category (exact below 2**53 ns)
         col = split[:, c]
         if col.any():

@@ -11,9 +11,11 @@ the segments, in time order:
 * a call's category follows its role (gapscope.trace.cuda_api): ``sync`` for a synchronizing
   call, ``setup`` for a setup call, else ``stall`` when the call is longer than the stall
   threshold, else ``launch`` for a launch call and ``host`` for any other call;
-* a stretch with no CUDA call is ``host`` when it is at most the stall threshold long and
-  ``stall`` when longer (the stretch's whole length decides); the stretch before a thread's first
-  call starts at the trace's earliest timestamp, the one after its last call never ends.
+* time between a thread's calls is ``host``, except where its whole process made no CUDA call
+  (on any thread) for longer than the stall threshold: that stretch is ``stall`` (its whole
+  length decides). A thread waiting on another thread that is launching (PyTorch's autograd
+  thread, a dispatcher) is not stalled. The stretch before a process's first call starts at the
+  trace's earliest timestamp; the one after its last call never ends.
 
 :meth:`HostTimeline.split` measures the time per category a thread spent inside any windows,
 vectorized (a cumulative sum per category and one search per window end), with no loop per
@@ -25,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from gapscope.analysis.intervals import grouped_running_max
+from gapscope.analysis.intervals import expand_slices, grouped_running_max
 from gapscope.analysis.keys import TimeKeys
 from gapscope.trace.cuda_api import ROLE_LAUNCH, ROLE_SETUP, ROLE_SYNC
 
@@ -46,6 +48,8 @@ class HostTimeline:
 
     def __init__(self, start: np.ndarray, end: np.ndarray, tid: np.ndarray, role: np.ndarray,
                  threshold_ns: int, tk: TimeKeys) -> None:
+        """Calls by ``start``, ``end``, ``tid`` (nsys globalTid: the process is ``tid >> 24``)
+        and ``role`` (gapscope.trace.cuda_api.ROLE_*); keys in ``tk``'s space."""
         start = np.asarray(start, dtype=np.int64)
         end = np.maximum(np.asarray(end, dtype=np.int64), start)
         codes, threads = pd.factorize(np.asarray(tid))
@@ -54,27 +58,49 @@ class HostTimeline:
         self.threshold_ns = int(threshold_ns)
         tk.check(self.n_threads + 1)
         self.tk = tk
-        n = start.size
-        if n == 0:
+        if start.size == 0:
             self.seg_key = np.zeros(0, dtype=np.int64)
+            self.seg_start = np.zeros(0, dtype=np.int64)
             self.seg_cat = np.zeros(0, dtype=np.int8)
             self.cum = np.zeros((0, N_STATES), dtype=np.int64)
             return
-        key = tk.key(self.call_thread, start)
-        order = np.argsort(key, kind="stable")
-        t, s, e, r = self.call_thread[order], start[order], end[order], np.asarray(role)[order]
+        thread_proc = pd.factorize(np.asarray(threads, dtype=np.int64) >> 24)[0].astype(np.int64)
+        seg_thread, seg_start, seg_cat = self._thread_segments(start, end, np.asarray(role))
+        seg_thread, seg_start, seg_cat = self._with_process_stalls(
+            seg_thread, seg_start, seg_cat, start, end, thread_proc)
+        # Length of each segment: up to the next segment of its thread (a thread's last one is
+        # the never-ending stretch after its last call; its length is never read).
+        same = np.r_[seg_thread[1:] == seg_thread[:-1], False]
+        length = np.where(same, np.r_[seg_start[1:], 0] - seg_start, 0)
+        # Time per category before each segment. The sums run across threads: a window is
+        # measured as the difference of two points of one thread, so the other threads cancel.
+        cum = np.zeros((seg_start.size, N_STATES), dtype=np.int64)
+        for c in range(N_STATES):  # one pass per category, not per segment
+            part = np.where(seg_cat == c, length, 0)
+            cum[:, c] = np.cumsum(part) - part
+        self.seg_key = tk.key(seg_thread, seg_start)
+        self.seg_start = seg_start
+        self.seg_cat = seg_cat
+        self.cum = cum
+
+    def _thread_segments(self, start: np.ndarray, end: np.ndarray, role: np.ndarray
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(thread, start, category) of every thread's segments in (thread, time) order: a
+        stretch from the trace's start to its first call, its calls, and the stretches after
+        them, all stretches ``host``."""
+        tk = self.tk
+        order = np.argsort(tk.key(self.call_thread, start), kind="stable")
+        t, s, e, r = self.call_thread[order], start[order], end[order], role[order]
         run = grouped_running_max(e, t)  # end of the block of overlapping calls so far
         first = np.r_[True, t[1:] != t[:-1]]
         last = np.r_[t[1:] != t[:-1], True]
         next_start = np.r_[s[1:], 0]
         # A call's segment ends where the next call starts, if that is inside its block.
         inside = ~last & (next_start < run)
-        stretch_len = np.where(last, np.iinfo(np.int64).max // 4, next_start - run)
-        has_stretch = ~inside & (stretch_len > 0)
-        lead_len = s - tk.lo
-        has_lead = first & (lead_len > 0)
+        has_stretch = ~inside & (last | (next_start > run))
+        has_lead = first & (s > tk.lo)
 
-        call_cat = np.full(n, STATE_HOST, dtype=np.int8)
+        call_cat = np.full(s.size, STATE_HOST, dtype=np.int8)
         call_cat[r == ROLE_LAUNCH] = STATE_LAUNCH
         call_cat[(e - s) > self.threshold_ns] = STATE_STALL
         call_cat[r == ROLE_SETUP] = STATE_SETUP
@@ -86,34 +112,65 @@ class HostTimeline:
         pos_call = offset + has_lead
         total = int(count.sum())
         seg_start = np.empty(total, dtype=np.int64)
-        seg_cat = np.empty(total, dtype=np.int8)
+        seg_cat = np.full(total, STATE_HOST, dtype=np.int8)
         seg_thread = np.empty(total, dtype=np.int64)
         lead = offset[has_lead]
         seg_start[lead] = tk.lo
-        seg_cat[lead] = np.where(lead_len[has_lead] > self.threshold_ns, STATE_STALL, STATE_HOST)
         seg_thread[lead] = t[has_lead]
         seg_start[pos_call] = s
         seg_cat[pos_call] = call_cat
         seg_thread[pos_call] = t
         after = pos_call[has_stretch] + 1
         seg_start[after] = run[has_stretch]
-        seg_cat[after] = np.where(stretch_len[has_stretch] > self.threshold_ns, STATE_STALL, STATE_HOST)
         seg_thread[after] = t[has_stretch]
+        return seg_thread, seg_start, seg_cat
 
-        # Length of each segment: up to the next segment of its thread (a thread's last one is
-        # the never-ending stretch after its last call; its length is never read).
-        same = np.r_[seg_thread[1:] == seg_thread[:-1], False]
-        length = np.where(same, np.r_[seg_start[1:], 0] - seg_start, 0)
-        # Time per category before each segment. The sums run across threads: a window is
-        # measured as the difference of two points of one thread, so the other threads cancel.
-        cum = np.zeros((total, N_STATES), dtype=np.int64)
-        for c in range(N_STATES):  # one pass per category, not per segment
-            part = np.where(seg_cat == c, length, 0)
-            cum[:, c] = np.cumsum(part) - part
-        self.seg_key = tk.key(seg_thread, seg_start)
-        self.seg_start = seg_start
-        self.seg_cat = seg_cat
-        self.cum = cum
+    def _with_process_stalls(self, seg_thread: np.ndarray, seg_start: np.ndarray, seg_cat: np.ndarray,
+                             start: np.ndarray, end: np.ndarray, thread_proc: np.ndarray
+                             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The segments with every long no-call stretch of a process marked ``stall`` on each of
+        its threads: a ``stall`` segment where the stretch starts and a ``host`` one where it
+        ends (a thread's own next call, if it starts there, comes after that)."""
+        tk, thr = self.tk, self.threshold_ns
+        call_proc = thread_proc[self.call_thread]
+        order = np.argsort(tk.key(call_proc, start), kind="stable")
+        p, s, e = call_proc[order], start[order], end[order]
+        run = grouped_running_max(e, p)
+        head = np.r_[True, (p[1:] != p[:-1]) | (s[1:] > run[:-1])]  # a block of the process's calls begins
+        heads = np.flatnonzero(head)
+        b_proc, b_start = p[heads], s[heads]
+        b_end = run[np.r_[heads[1:], p.size] - 1]
+        same = np.r_[b_proc[1:] == b_proc[:-1], False]
+        first = np.r_[True, ~same[:-1]]
+        # Long stretches: before a process's first call, between its blocks, after its last.
+        lead = first & (b_start - tk.lo > thr)
+        between = same & (np.r_[b_start[1:], 0] - b_end > thr)
+        l_proc = np.concatenate([b_proc[lead], b_proc[between], b_proc[~same]])
+        l_start = np.concatenate([np.full(int(lead.sum()), tk.lo, dtype=np.int64), b_end[between], b_end[~same]])
+        l_end = np.concatenate([b_start[lead], np.r_[b_start[1:], 0][between],
+                                np.full(int((~same).sum()), -1, dtype=np.int64)])  # -1: never ends
+        # Every thread of the stretch's process gets the stretch.
+        t_order = np.argsort(thread_proc, kind="stable")
+        t_lo = np.searchsorted(thread_proc[t_order], l_proc, "left")
+        t_hi = np.searchsorted(thread_proc[t_order], l_proc, "right")
+        owner, pos = expand_slices(t_lo, t_hi)
+        th = t_order[pos]
+        ends = l_end[owner]
+        resumes = ends >= 0
+        ins_thread = np.concatenate([th, th[resumes]])
+        ins_start = np.concatenate([l_start[owner], ends[resumes]])
+        ins_cat = np.r_[np.full(th.size, STATE_STALL, dtype=np.int8),
+                        np.full(int(resumes.sum()), STATE_HOST, dtype=np.int8)]
+        # A stall goes after a thread's segment that starts at the same time (its stretch), a
+        # resume before it (its next call).
+        base = tk.key(seg_thread, seg_start)
+        key = tk.key(ins_thread, ins_start)
+        where = np.where(ins_cat == STATE_STALL, np.searchsorted(base, key, "right"),
+                         np.searchsorted(base, key, "left"))
+        o = np.lexsort((ins_cat == STATE_HOST, key))
+        where, ins_thread, ins_start, ins_cat = where[o], ins_thread[o], ins_start[o], ins_cat[o]
+        return (np.insert(seg_thread, where, ins_thread), np.insert(seg_start, where, ins_start),
+                np.insert(seg_cat, where, ins_cat))
 
     def _at(self, thread: np.ndarray, t: np.ndarray) -> np.ndarray:
         """Index of the segment holding time ``t`` on each thread."""

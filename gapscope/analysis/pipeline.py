@@ -174,26 +174,43 @@ def _with_categories(rows: list[dict], sums: np.ndarray, with_ceiling: bool) -> 
     return out
 
 
-def _other_thread_warning(frames: TraceFrames, launch: np.ndarray, table: RangeTable,
-                          kernels: np.ndarray, threads: str, domains: Sequence[str]) -> list[str]:
-    """With ``threads="same"``: one warning naming (up to a few) the ranges that got no GPU work
-    on their own thread while other threads of their process launched work inside them."""
-    if threads != "same" or len(table.frame) == 0:
-        return []
-    idle = np.flatnonzero(kernels == 0)
-    if idle.size == 0:
-        return []
-    elsewhere = idle[process_work_counts(frames, launch, table)[idle] > 0]
-    rf = table.frame.iloc[elsewhere]
-    if not domains:  # libraries' own ranges (XLA's compile passes, ...) are not the question
+def _named(rf: pd.DataFrame, domains: Sequence[str]) -> tuple[int, str]:
+    """(how many ranges, their names with counts, up to four) of some ranges; libraries' own
+    ranges (XLA's compile passes, ...) are left out unless domains were asked for."""
+    if not domains:
         rf = rf[~rf["domain"].map(is_library_domain).to_numpy(dtype=bool)]
-    if len(rf) == 0:
-        return []
     counts = rf.groupby("group", sort=False).size()
     named = [f"{g} x{n}" for g, n in counts.items()]
-    shown = ", ".join(named[:4]) + (f" and {len(named) - 4} more names" if len(named) > 4 else "")
-    return [f"{len(rf)} NVTX ranges ({shown}) launched no GPU work on their own thread while other "
-            "threads of their process launched work inside them; `--threads process` gives them that work"]
+    return len(rf), ", ".join(named[:4]) + (f" and {len(named) - 4} more names" if len(named) > 4 else "")
+
+
+def _other_thread_warnings(frames: TraceFrames, launch: np.ndarray, table: RangeTable, member_range: np.ndarray,
+                           threads: str, domains: Sequence[str]) -> list[str]:
+    """With ``threads="same"``: warnings naming the ranges that got no GPU work on their own
+    thread while other threads of their process launched work inside them, and those that got
+    some but miss what other threads launched inside them."""
+    if threads != "same" or len(table.frame) == 0 or not (launch >= 0).any():
+        return []
+    api = frames.api
+    calls = launch[launch >= 0]
+    launching = pd.DataFrame({"p": api["proc"].to_numpy()[calls], "t": api["tid"].to_numpy()[calls]}).drop_duplicates()
+    tid = table.frame["tid"].to_numpy()
+    holding = pd.DataFrame({"p": tid >> 24, "r": tid}).drop_duplicates()
+    pairs = holding.merge(launching, on="p")
+    if not (pairs["t"] != pairs["r"]).any():  # no other thread launches in a range's process
+        return []
+    own = np.bincount(member_range, minlength=len(table.frame))
+    extra = process_work_counts(frames, launch, table) - own
+    out = []
+    for sel, text in (((own == 0) & (extra > 0), "launched no GPU work on their own thread while other threads of "
+                       "their process launched work inside them; `--threads process` gives them that work"),
+                      ((own > 0) & (extra > 0), "miss GPU work that other threads of their process launched inside "
+                       "them (PyTorch's autograd thread launches the backward pass), so their gaps hold that "
+                       "work's time; `--threads process` counts it")):
+        n, shown = _named(table.frame.iloc[np.flatnonzero(sel)], domains)
+        if n:
+            out.append(f"{n} NVTX ranges ({shown}) {text}")
+    return out
 
 
 def _name_groups(rf: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
@@ -334,8 +351,7 @@ def run_analysis(
                                 name_codes, name_table, acts.busy, top)
     range_rows, name_rows, device_rows = map(_with_verdicts, (range_rows, name_rows, device_rows))
 
-    elsewhere = _other_thread_warning(frames, launch, table, range_stats["kernels"].to_numpy(), threads,
-                                      domains)
+    elsewhere = _other_thread_warnings(frames, launch, table, member_range, threads, domains)
     result = AnalysisResult(
         trace={
             "path": frames.meta.path,
