@@ -61,6 +61,14 @@ def by_stream(ks: list[dict]) -> dict[tuple[int, int], tuple[int, int, list[int]
     return {key: merge(iv) for key, iv in groups.items()}
 
 
+def has_nvtx(path: str) -> bool:
+    """Whether the export has an NVTX_EVENTS table."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    found = conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'NVTX_EVENTS'").fetchone()[0]
+    conn.close()
+    return bool(found)
+
+
 def ranges(path: str) -> list[dict]:
     """NVTX push/pop and start/end ranges, with names resolved, in start order."""
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
@@ -173,14 +181,29 @@ class Trace:
         self.lo = min(times)
 
 
-def _segments(calls: list[tuple], lo: int, threshold: int) -> tuple[list[int], list[str]]:
-    """(starts, categories) of one thread's segments: calls sorted by start, the stretches
-    between them, a lead stretch from ``lo``; the last segment never ends."""
+def _long_stretches(calls: list[tuple], lo: int, threshold: int) -> list[tuple[int, int | None]]:
+    """The stretches longer than ``threshold`` in which a process made no call on any thread
+    (from ``lo`` to its first call, between its calls, after its last: never ending, None)."""
+    out, cur = [], lo
+    first = True
+    for s, e in sorted((c[0], c[1]) for c in calls):
+        if s > cur and (s - cur > threshold):
+            out.append((cur, s))
+        cur = e if first else max(cur, e)
+        first = False
+    out.append((cur, None))
+    return out
+
+
+def _segments(calls: list[tuple], stalls: list[tuple[int, int | None]], lo: int,
+              threshold: int) -> tuple[list[int], list[str]]:
+    """(starts, categories) of one thread's segments: its calls sorted by start, the stretches
+    between them (host), a lead stretch from ``lo``, and its process's long no-call stretches
+    (stall) laid over them; the last segment never ends."""
     calls = sorted(calls, key=lambda c: c[0])
-    starts, cats = [], []
+    items = []  # (time, rank, category): at one time a stretch, then a stall, a resume, a call
     if calls[0][0] > lo:
-        starts.append(lo)
-        cats.append("stall" if calls[0][0] - lo > threshold else "host")
+        items.append((lo, 0, "host"))
     block_end = None  # the latest end of the calls since the last stretch
     for i, (s, e, name) in enumerate(calls):
         block_end = e if block_end is None else max(block_end, e)
@@ -194,19 +217,19 @@ def _segments(calls: list[tuple], lo: int, threshold: int) -> tuple[list[int], l
             cat = "launch"
         else:
             cat = "host"
-        starts.append(s)
-        cats.append(cat)
+        items.append((s, 3, cat))
         nxt = calls[i + 1][0] if i + 1 < len(calls) else None
         if nxt is not None and nxt < block_end:
             continue  # the next call starts inside this block of calls: it takes over there
-        if nxt is None:
-            starts.append(block_end)
-            cats.append("stall")
-        elif nxt > block_end:
-            starts.append(block_end)
-            cats.append("stall" if nxt - block_end > threshold else "host")
+        if nxt is None or nxt > block_end:
+            items.append((block_end, 0, "host"))
         block_end = None
-    return starts, cats
+    for s, e in stalls:
+        items.append((s, 1, "stall"))
+        if e is not None:
+            items.append((e, 2, "host"))
+    items.sort(key=lambda x: (x[0], x[1]))
+    return [x[0] for x in items], [x[2] for x in items]
 
 
 class Attribution:
@@ -215,10 +238,12 @@ class Attribution:
     def __init__(self, trace: Trace, threshold: int = 1_000_000) -> None:
         self.t = trace
         self.threshold = threshold
-        per_thread = defaultdict(list)
+        per_thread, per_proc = defaultdict(list), defaultdict(list)
         for s, e, tid, name in trace.calls:
             per_thread[tid].append((s, e, name))
-        self.segs = {tid: _segments(c, trace.lo, threshold) for tid, c in per_thread.items()}
+            per_proc[tid >> 24].append((s, e))
+        stalls = {pid: _long_stretches(c, trace.lo, threshold) for pid, c in per_proc.items()}
+        self.segs = {tid: _segments(c, stalls[tid >> 24], trace.lo, threshold) for tid, c in per_thread.items()}
         self.memops = defaultdict(list)  # device -> merged memop blocks
         for a in trace.acts:
             if a["kind"] == "memop":

@@ -146,3 +146,85 @@ def test_longest_picks_like_a_stable_descending_sort():
     for size, top in ((1, 3), (10, 3), (1000, 10), (1000, 1000)):
         lengths = rng.integers(0, 20, size)  # many ties
         assert longest_indices(lengths, top).tolist() == np.argsort(-lengths, kind="stable")[:top].tolist()
+
+
+# ---------------------------------------------------------- what the launching thread was doing
+# One thread (tid 1) unless said: kernel 1's 1 us launch call at 0, kernel 1 on [500, 1000).
+
+
+def first_kernel() -> Synthetic:
+    return Synthetic().launch(0, 500, 1_000, 1)
+
+
+def test_host_stretch_over_the_threshold_is_a_stall(tmp_path):
+    # No CUDA call 1000 -> 3,000,000 (2.999 ms > 1 ms); then the launch call and 1 us in flight.
+    t = first_kernel()
+    t.call(3_000_000, 3_001_000, 2).kernel(3_002_000, 3_003_000, 2)
+    assert device_categories(t, tmp_path) == {"stall": 2_999_000, "launch": 2_000}
+    assert device_categories(t, tmp_path, stall_threshold_ns=5_000_000) == {"host": 2_999_000, "launch": 2_000}
+
+
+def test_a_thread_waiting_while_another_thread_calls_is_not_stalled(tmp_path):
+    # The same 3 ms without a call on thread 1, but thread 2 of the process calls every 0.8 ms
+    # (PyTorch's autograd thread launching while the main thread waits): host, not stall.
+    t = first_kernel()
+    for i, at in enumerate((800_000, 1_600_000, 2_400_000)):
+        t.call(at, at + 1_000, 10 + i, tid=2, name="cudaMemGetInfo_v3020")
+    t.call(3_000_000, 3_001_000, 2).kernel(3_002_000, 3_003_000, 2)
+    assert device_categories(t, tmp_path) == {"host": 2_999_000, "launch": 2_000}
+
+
+def test_a_call_longer_than_the_threshold_is_a_stall(tmp_path):
+    # A 5.75 ms cudaMemsetAsync (blocked in an allocator or a lock, not paying launch overhead).
+    t = first_kernel()
+    t.call(1_500, 5_751_500, 5, name="cudaMemsetAsync_v3020")
+    t.call(5_752_000, 5_753_000, 2).kernel(5_754_000, 5_755_000, 2)
+    assert device_categories(t, tmp_path) == {"host": 1_000, "stall": 5_750_000, "launch": 2_000}
+
+
+def test_module_loading_is_setup_however_long(tmp_path):
+    t = first_kernel()
+    t.call(1_500, 30_001_500, 5, name="cuLibraryLoadData")  # 30 ms of lazy loading
+    t.call(30_002_000, 30_003_000, 2).kernel(30_004_000, 30_005_000, 2)
+    assert device_categories(t, tmp_path) == {"host": 1_000, "setup": 30_000_000, "launch": 2_000}
+
+
+def test_sync_then_data_loading_keeps_the_loading_a_stall(tmp_path):
+    # In cudaStreamSynchronize at g0 = 1000 (until 1200), then 5 ms of batch building without a
+    # CUDA call, then the next launch: sync except the stall.
+    t = first_kernel()
+    t.call(600, 1_200, 3, name="cudaStreamSynchronize_v3020")
+    t.call(5_001_200, 5_002_200, 2).kernel(5_003_000, 5_004_000, 2)
+    assert device_categories(t, tmp_path) == {"sync": 2_000, "stall": 5_000_000}
+
+
+def test_a_synchronize_after_the_gap_began_is_sync_time(tmp_path):
+    t = first_kernel()
+    t.call(1_500, 1_700, 3, name="cudaStreamSynchronize_v3020")
+    t.call(1_800, 2_800, 2).kernel(3_000, 4_000, 2)
+    assert device_categories(t, tmp_path) == {"host": 600, "sync": 200, "launch": 1_200}
+
+
+def test_before_a_threads_first_call_the_process_decides(tmp_path):
+    # Thread 2 makes its first call at 2 ms; the process made none from 1000 on: stall.
+    t = first_kernel()
+    t.call(2_000_000, 2_001_000, 2, tid=2).kernel(2_002_000, 2_003_000, 2)
+    assert device_categories(t, tmp_path) == {"stall": 1_999_000, "launch": 2_000}
+
+
+def test_graph_replays_between_and_inside(tmp_path):
+    from gapscope.analysis.verdicts import verdict
+
+    # Two replays of a two-kernel graph: the kernels of one replay share its launch call.
+    t = Synthetic().range(0, 10_000, "decode")
+    t.call(100, 200, 1, name="cudaGraphLaunch_v10000").kernel(1_000, 2_000, 1).kernel(2_300, 3_000, 1)
+    t.call(5_000, 5_100, 2, name="cudaGraphLaunch_v10000").kernel(6_000, 7_000, 2).kernel(7_300, 8_000, 2)
+    r = analyze(t.write(tmp_path / "synthetic.sqlite"))
+    (d,) = r.ranges
+    # Inside: [2000, 2300) and [7000, 7300), queued work (pipeline). Between: [3000, 6000), the
+    # host until the second launch call (3000-5000), the call and its work in flight.
+    assert {k: v for k, v in d["gap_by_category_ns"].items() if v} == {"launch": 1_000, "host": 2_000, "pipeline": 600}
+    assert (d["graph_kernels"], d["graph_replays"], d["gap_between_replays_ns"], d["gap_inside_replays_ns"]) == (
+        4, 2, 3_000, 600)
+    assert (d["verdict"], d["reading"]) == verdict(d) == ("graph_replay", "graphs: host between")
+    assert r.trace["graph_trace"] == "node"
