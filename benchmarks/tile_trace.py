@@ -2,6 +2,8 @@
 kernels, memcpy/memset, runtime calls, synchronizations and NVTX ranges, shifted in time by one
 source span and in correlation id by the source's largest id. Only the tables gapscope reads are
 copied. The output is synthetic (named so in its META_DATA_EXPORT) and never goes in traces/.
+With ``--distinct-names`` every tile after the first appends `` #<tile>`` to its inline NVTX range
+names, so that no two tiles share a name.
 
     python benchmarks/tile_trace.py SOURCE.sqlite OUT.sqlite --kernels 1000000
 """
@@ -26,7 +28,7 @@ TIME_TABLES = (
 COPY_TABLES = ("StringIds", "TARGET_INFO_GPU", "ThreadNames")
 
 
-def tile(source: Path, out: Path, kernels: int) -> int:
+def tile(source: Path, out: Path, kernels: int, distinct_names: bool = False) -> int:
     """Write ``out`` with at least ``kernels`` kernel rows; returns the number of tiles."""
     if out.exists():
         out.unlink()
@@ -66,6 +68,8 @@ def tile(source: Path, out: Path, kernels: int) -> int:
                 exprs.append(f"s.{c} + t.k * {shift}")
             elif c == "correlationId":
                 exprs.append(f"s.{c} + t.k * {corr_shift}")
+            elif c == "text" and table == "NVTX_EVENTS" and distinct_names:
+                exprs.append(f"CASE WHEN t.k = 0 OR s.{c} IS NULL THEN s.{c} ELSE s.{c} || ' #' || t.k END")
             else:
                 exprs.append(f"s.{c}")
         dst.execute(f"INSERT INTO {table} SELECT {', '.join(exprs)} FROM tiles t, src.{table} s "
@@ -77,13 +81,13 @@ def tile(source: Path, out: Path, kernels: int) -> int:
     return n_tiles
 
 
-def cached_tiling(source: Path, kernels: int, workdir: Path) -> Path:
+def cached_tiling(source: Path, kernels: int, workdir: Path, distinct_names: bool = False) -> Path:
     """A tiling of ``source`` to ``kernels`` kernels in ``workdir``, made once and reused."""
     workdir.mkdir(parents=True, exist_ok=True)
-    big = workdir / f"{source.stem}-x{kernels}.synthetic.sqlite"
+    big = workdir / f"{source.stem}-x{kernels}{'-distinct' if distinct_names else ''}.synthetic.sqlite"
     if not big.exists():
         print(f"tiling {source} to {kernels:,} kernels -> {big} ...", flush=True)
-        tile(source, big, kernels)
+        tile(source, big, kernels, distinct_names)
     return big
 
 
@@ -92,9 +96,10 @@ def main() -> None:
     ap.add_argument("source", type=Path)
     ap.add_argument("out", type=Path)
     ap.add_argument("--kernels", type=int, default=1_000_000)
+    ap.add_argument("--distinct-names", action="store_true", help="no two tiles share an NVTX range name")
     args = ap.parse_args()
     t = time.perf_counter()
-    n = tile(args.source, args.out, args.kernels)
+    n = tile(args.source, args.out, args.kernels, args.distinct_names)
     print(f"wrote {args.out} ({n} tiles of {args.source.name}, "
           f"{args.out.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - t:.1f} s")
 

@@ -25,6 +25,7 @@ categories always sum to its length.
 from __future__ import annotations
 
 import enum
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -230,15 +231,42 @@ class Attributor:
             split[hs, :ht.N_STATES] = self._host_side(hs, g0[hs], length[hs], k[hs])
         return split, np.argmax(split, axis=1).astype(np.int8)
 
+    def attribute(self, levels: list[GapList]) -> list[GapList]:
+        """Every level's gaps with their split and category. A gap's categories depend only on
+        its start, length and the activity that ends it, so the first level is classified and
+        the other levels' gaps that are the same gap (most of them) take its rows."""
+        first = levels[0]
+        split, cat = self.classify(first)
+        out = [replace(first, split=split, category=cat)]
+        row_of = np.full(self.acts.start.size, -1, dtype=np.int64)  # the first level's gap ended by each activity
+        row_of[first.next_act] = np.arange(first.next_act.size)
+        for g in levels[1:]:
+            j = row_of[g.next_act]
+            j0 = np.maximum(j, 0)
+            same = (j >= 0) & (first.start[j0] == g.start) & (first.length[j0] == g.length)
+            if same.all():
+                if j.size == first.next_act.size and (j == np.arange(j.size)).all():
+                    out.append(replace(g, split=split, category=cat))  # the very same gaps (one stream a device)
+                else:
+                    out.append(replace(g, split=split[j], category=cat[j]))
+                continue
+            g_split = np.empty((g.length.size, N_CATEGORIES), dtype=np.int64)
+            g_cat = np.empty(g.length.size, dtype=np.int8)
+            g_split[same], g_cat[same] = split[j[same]], cat[j[same]]
+            other = np.flatnonzero(~same)
+            g_split[other], g_cat[other] = self.classify(_subset(g, other))
+            out.append(replace(g, split=g_split, category=g_cat))
+        return out
+
     def _host_side(self, hs: np.ndarray, g0: np.ndarray, length: np.ndarray, k: np.ndarray) -> np.ndarray:
         """Rules 3 and 4 for gaps whose launching call had not returned at their start: their
         time per thread state, shape (len(hs), N_STATES)."""
         thread = self.call_thread[k]
         g1 = g0 + length
         upto = np.minimum(g1, self.call_end[k])  # after L returned, the work was in flight
-        states = self.timeline.split(thread, g0, upto)
+        states, at_g0 = self.timeline.split(thread, g0, upto)
         states[:, ht.STATE_LAUNCH] += g1 - upto
-        at_sync = np.flatnonzero(self.timeline.state_at(thread, g0) == ht.STATE_SYNC)
+        at_sync = np.flatnonzero(at_g0 == ht.STATE_SYNC)
         if at_sync.size:
             # The CPU had serialized itself with the GPU: sync, except the stalls and setup.
             kept = states[at_sync][:, [ht.STATE_STALL, ht.STATE_SETUP]]
@@ -247,6 +275,12 @@ class Attributor:
             states[at_sync, ht.STATE_SETUP] = kept[:, 1]
             states[at_sync, ht.STATE_SYNC] = length[at_sync] - kept.sum(axis=1)
         return states
+
+
+def _subset(gaps: GapList, idx: np.ndarray) -> GapList:
+    """The gaps ``idx`` of a gap list."""
+    return GapList(**{f: (None if getattr(gaps, f) is None else getattr(gaps, f)[idx])
+                      for f in GapList.__dataclass_fields__})
 
 
 def category_sums(rows: np.ndarray, split: np.ndarray, n_rows: int) -> np.ndarray:
@@ -291,9 +325,7 @@ def distinct_gaps(gaps: GapList) -> GapList:
     if gaps.length.size == 0:
         return gaps
     key = pd.DataFrame({"d": gaps.device, "s": gaps.start, "k": gaps.next_act})
-    keep = np.flatnonzero(~key.duplicated().to_numpy())
-    return GapList(**{f: (None if getattr(gaps, f) is None else getattr(gaps, f)[keep])
-                      for f in GapList.__dataclass_fields__})
+    return _subset(gaps, np.flatnonzero(~key.duplicated().to_numpy()))
 
 
 def longest_gaps(

@@ -65,9 +65,12 @@ class HostTimeline:
             self.cum = np.zeros((0, N_STATES), dtype=np.int64)
             return
         thread_proc = pd.factorize(np.asarray(threads, dtype=np.int64) >> 24)[0].astype(np.int64)
-        seg_thread, seg_start, seg_cat = self._thread_segments(start, end, np.asarray(role))
-        seg_thread, seg_start, seg_cat = self._with_process_stalls(
-            seg_thread, seg_start, seg_cat, start, end, thread_proc)
+        # With one calling thread per process, a process's no-call stretches are its thread's.
+        alone = np.unique(thread_proc).size == thread_proc.size
+        seg_thread, seg_start, seg_cat = self._thread_segments(start, end, np.asarray(role), alone)
+        if not alone:
+            seg_thread, seg_start, seg_cat = self._with_process_stalls(
+                seg_thread, seg_start, seg_cat, start, end, thread_proc)
         # Length of each segment: up to the next segment of its thread (a thread's last one is
         # the never-ending stretch after its last call; its length is never read).
         same = np.r_[seg_thread[1:] == seg_thread[:-1], False]
@@ -83,11 +86,12 @@ class HostTimeline:
         self.seg_cat = seg_cat
         self.cum = cum
 
-    def _thread_segments(self, start: np.ndarray, end: np.ndarray, role: np.ndarray
+    def _thread_segments(self, start: np.ndarray, end: np.ndarray, role: np.ndarray, alone: bool
                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(thread, start, category) of every thread's segments in (thread, time) order: a
         stretch from the trace's start to its first call, its calls, and the stretches after
-        them, all stretches ``host``."""
+        them; the stretches are ``host``, or (``alone``: each thread is its process's only
+        caller) ``stall`` when longer than the threshold."""
         tk = self.tk
         order = np.argsort(tk.key(self.call_thread, start), kind="stable")
         t, s, e, r = self.call_thread[order], start[order], end[order], role[order]
@@ -123,6 +127,11 @@ class HostTimeline:
         after = pos_call[has_stretch] + 1
         seg_start[after] = run[has_stretch]
         seg_thread[after] = t[has_stretch]
+        if alone:
+            long_lead = (s - tk.lo)[has_lead] > self.threshold_ns
+            long_after = (last | (next_start - run > self.threshold_ns))[has_stretch]
+            seg_cat[lead[long_lead]] = STATE_STALL
+            seg_cat[after[long_after]] = STATE_STALL
         return seg_thread, seg_start, seg_cat
 
     def _with_process_stalls(self, seg_thread: np.ndarray, seg_start: np.ndarray, seg_cat: np.ndarray,
@@ -176,21 +185,17 @@ class HostTimeline:
         """Index of the segment holding time ``t`` on each thread."""
         return np.searchsorted(self.seg_key, self.tk.key(thread, t), side="right") - 1
 
-    def state_at(self, thread: np.ndarray, t: np.ndarray) -> np.ndarray:
-        """The category of what each thread was doing at time ``t``."""
-        return self.seg_cat[self._at(thread, t)]
-
-    def _before(self, thread: np.ndarray, t: np.ndarray) -> np.ndarray:
-        """Time per category up to ``t`` on each thread (plus the earlier threads' totals, which
-        cancel in :meth:`split`): (n, N_STATES)."""
-        i = self._at(thread, t)
+    def _before(self, i: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Time per category up to ``t`` inside segment ``i`` and before it on its thread (plus
+        the earlier threads' totals, which cancel in :meth:`split`): (n, N_STATES)."""
         out = self.cum[i]
         out[np.arange(i.size), self.seg_cat[i]] += t - self.seg_start[i]
         return out
 
-    def split(self, thread: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """Time per category each thread spent inside its window ``[a, b)`` (``a <= b``):
-        shape (n, N_STATES); each row sums to ``b - a``."""
+    def split(self, thread: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(time per category each thread spent inside its window ``[a, b)`` (``a <= b``),
+        shape (n, N_STATES), each row summing to ``b - a``; the category at ``a``)."""
         if np.asarray(thread).size == 0:
-            return np.zeros((0, N_STATES), dtype=np.int64)
-        return self._before(thread, b) - self._before(thread, a)
+            return np.zeros((0, N_STATES), dtype=np.int64), np.zeros(0, dtype=np.int8)
+        ia = self._at(thread, a)
+        return self._before(self._at(thread, b), b) - self._before(ia, a), self.seg_cat[ia]

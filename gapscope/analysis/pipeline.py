@@ -191,12 +191,9 @@ def _other_thread_warnings(frames: TraceFrames, launch: np.ndarray, table: Range
     some but miss what other threads launched inside them."""
     if threads != "same" or len(table.frame) == 0 or not (launch >= 0).any():
         return []
-    api = frames.api
-    calls = launch[launch >= 0]
-    launching = pd.DataFrame({"p": api["proc"].to_numpy()[calls], "t": api["tid"].to_numpy()[calls]}).drop_duplicates()
-    tid = table.frame["tid"].to_numpy()
-    holding = pd.DataFrame({"p": tid >> 24, "r": tid}).drop_duplicates()
-    pairs = holding.merge(launching, on="p")
+    launching = pd.unique(frames.api["tid"].to_numpy()[launch[launch >= 0]])  # globalTids: process in bits 24+
+    holding = pd.unique(table.frame["tid"].to_numpy())
+    pairs = pd.DataFrame({"p": holding >> 24, "r": holding}).merge(pd.DataFrame({"p": launching >> 24, "t": launching}))
     if not (pairs["t"] != pairs["r"]).any():  # no other thread launches in a range's process
         return []
     own = np.bincount(member_range, minlength=len(table.frame))
@@ -328,15 +325,15 @@ def run_analysis(
     pair_cats = None
     payoff = top_gaps = None
     if attributor is not None:
-        def attributed(g: GapList) -> GapList:
-            split, category = attributor.classify(g)
-            return replace(g, category=category, split=split)
-
+        # Streams on one thread; the range level reuses the device level's rows on the other.
         with ThreadPoolExecutor(2) as pool:
-            pair_gaps, device_gaps, stream_gaps = pool.map(attributed, (pair_gaps, device_gaps, stream_gaps))
+            streams_done = pool.submit(attributor.attribute, [stream_gaps])
+            device_gaps, pair_gaps = attributor.attribute([device_gaps, pair_gaps])
+            (stream_gaps,) = streams_done.result()
         range_gaps = replace(pair_gaps, row=pair_range[pair_gaps.row])
         pair_cats = category_sums(pair_gaps.row, pair_gaps.split, n_pairs)
-        range_cats = category_sums(range_gaps.row, range_gaps.split, n_ranges)
+        range_cats = pair_cats.reshape(n_ranges, n_dev, -1).sum(axis=1) if n_pairs else \
+            np.zeros((n_ranges, pair_cats.shape[1]), dtype=np.int64)
         range_rows = _with_categories(range_rows, range_cats, True)
         name_cats = np.zeros((n_names, range_cats.shape[1]), dtype=np.int64)
         np.add.at(name_cats, range_name, range_cats)
