@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from gapscope.analysis import analyze
-from gapscope.analysis.attribution import IdleCategory, base_name, category_sums
+from gapscope.analysis.attribution import GapSplit, IdleCategory, base_name
 from synthetic import Synthetic
 
 
@@ -94,12 +94,14 @@ def test_unknown_without_a_launching_call(tmp_path):
 
 
 def test_category_sums_and_names():
-    split = np.zeros((3, len(IdleCategory)), dtype=np.int64)
-    split[0, IdleCategory.LAUNCH], split[0, IdleCategory.HOST] = 3, 2
-    split[1, IdleCategory.SYNC] = 7
-    split[2, IdleCategory.LAUNCH] = 11
-    sums = category_sums(np.array([0, 0, 1]), split, 2)
-    assert sums.tolist() == [[3, 2, 0, 0, 7, 0, 0, 0, 0], [11, 0, 0, 0, 0, 0, 0, 0, 0]]
+    # Gap 0 (5 ns) split 3 launch + 2 host; gap 1 (7 ns) all sync; gap 2 (11 ns) all pipeline.
+    split = GapSplit(whole=np.array([-1, IdleCategory.SYNC, IdleCategory.PIPELINE], dtype=np.int8),
+                     state_row=np.array([0, -1, -1]), states=np.array([[3, 2, 0, 0, 0]]),
+                     category=np.array([IdleCategory.LAUNCH, IdleCategory.SYNC, IdleCategory.PIPELINE]))
+    sums = split.sums(np.array([0, 0, 1]), np.array([5, 7, 11]), 2)
+    assert sums.tolist() == [[3, 2, 0, 0, 7, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0, 0, 11, 0]]
+    assert split.matrix(np.array([2, 0]), np.array([5, 7, 11])).tolist() == [[0, 0, 0, 0, 0, 0, 0, 11, 0],
+                                                                             [3, 2, 0, 0, 0, 0, 0, 0, 0]]
     assert [c.label for c in IdleCategory] == ["launch", "host", "stall", "setup", "sync", "dependency",
                                                "memop", "pipeline", "unknown"]
     assert base_name("cudaLaunchKernel_v7000") == "cudaLaunchKernel"

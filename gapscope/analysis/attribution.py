@@ -25,7 +25,8 @@ categories always sum to its length.
 from __future__ import annotations
 
 import enum
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -60,6 +61,51 @@ class IdleCategory(enum.IntEnum):
 
 CATEGORY_LABELS = tuple(c.label for c in IdleCategory)
 N_CATEGORIES = len(IdleCategory)
+
+
+@dataclass(frozen=True)
+class GapSplit:
+    """The categories of a list of gaps, compactly: ``whole[i]`` is the one category of gap i,
+    or -1 when its time is split over the launching thread's states, which are then row
+    ``state_row[i]`` of ``states`` (shape (m, N_STATES); the levels of one trace share rows).
+    ``category`` is each gap's largest category (the first on a tie)."""
+
+    whole: np.ndarray
+    state_row: np.ndarray
+    states: np.ndarray
+    category: np.ndarray
+
+    def take(self, idx: np.ndarray) -> "GapSplit":
+        """The split of the gaps ``idx``."""
+        return GapSplit(self.whole[idx], self.state_row[idx], self.states, self.category[idx])
+
+    def matrix(self, idx: np.ndarray, length: np.ndarray) -> np.ndarray:
+        """Time per IdleCategory of the gaps ``idx`` (``length``: every gap's length), shape
+        (len(idx), N_CATEGORIES)."""
+        out = np.zeros((idx.size, N_CATEGORIES), dtype=np.int64)
+        w = self.whole[idx]
+        one = np.flatnonzero(w >= 0)
+        out[one, w[one]] = length[idx[one]]
+        split = np.flatnonzero(w < 0)
+        out[split, :ht.N_STATES] = self.states[self.state_row[idx[split]]]
+        return out
+
+    def sums(self, rows: np.ndarray, length: np.ndarray, n_rows: int) -> np.ndarray:
+        """Gap time per (row, category), shape (n_rows, N_CATEGORIES); each row sums to its
+        gaps' total (weighted counts: exact below 2**53 ns)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        out = np.zeros(n_rows * N_CATEGORIES, dtype=np.int64)
+        one = self.whole >= 0
+        if one.any():
+            out += np.rint(np.bincount(rows[one] * N_CATEGORIES + self.whole[one], weights=length[one],
+                                       minlength=out.size)).astype(np.int64)
+        out = out.reshape(n_rows, N_CATEGORIES)
+        split = np.flatnonzero(~one)
+        if split.size:
+            r, sr = rows[split], self.state_row[split]
+            for c in range(ht.N_STATES):  # one weighted count per state, not per gap
+                out[:, c] += np.rint(np.bincount(r, weights=self.states[sr, c], minlength=n_rows)).astype(np.int64)
+        return out
 
 
 def api_names(frames: TraceFrames) -> tuple[np.ndarray, np.ndarray]:
@@ -193,14 +239,14 @@ class Attributor:
             self.waited = linked & (hi > lo)
 
     # -- classification -------------------------------------------------------------------
-    def classify(self, gaps: GapList) -> tuple[np.ndarray, np.ndarray]:
-        """(split, category): the time of every gap per IdleCategory, shape (n, N_CATEGORIES),
-        each row summing to the gap's length; and each gap's largest category (the first on a
-        tie), for figures and lists that show one category per gap."""
+    def classify(self, gaps: GapList) -> GapSplit:
+        """The categories of every gap: one category for the whole gap (rules 1, 2, 5, 6), or
+        its time split over the launching thread's states (rules 3, 4); every gap's time sums
+        to its length."""
         n = gaps.length.size
-        split = np.zeros((n, N_CATEGORIES), dtype=np.int64)
         if n == 0:
-            return split, np.zeros(0, dtype=np.int8)
+            empty = np.zeros(0, dtype=np.int8)
+            return GapSplit(empty, np.zeros(0, dtype=np.int64), np.zeros((0, ht.N_STATES), dtype=np.int64), empty)
         g0 = gaps.start
         k = gaps.next_act
         length = gaps.length
@@ -223,44 +269,43 @@ class Attributor:
             mem = hit[2 * covered >= length[hit]]
             whole[mem] = IdleCategory.MEMOP
             host_side[mem] = False
-        one = np.flatnonzero(~host_side)
-        split[one, whole[one]] = length[one]
-
         hs = np.flatnonzero(host_side)
-        if hs.size:
-            split[hs, :ht.N_STATES] = self._host_side(hs, g0[hs], length[hs], k[hs])
-        return split, np.argmax(split, axis=1).astype(np.int8)
+        states = self._host_side(g0[hs], length[hs], k[hs])
+        category = whole.copy()
+        category[hs] = np.argmax(states, axis=1) if hs.size else category[hs]
+        whole[hs] = -1
+        state_row = np.full(n, -1, dtype=np.int64)
+        state_row[hs] = np.arange(hs.size)
+        return GapSplit(whole, state_row, states, category)
 
     def attribute(self, levels: list[GapList]) -> list[GapList]:
         """Every level's gaps with their split and category. A gap's categories depend only on
         its start, length and the activity that ends it, so the first level is classified and
-        the other levels' gaps that are the same gap (most of them) take its rows."""
+        the other levels' gaps that are the same gap (most of them) take its split."""
         first = levels[0]
-        split, cat = self.classify(first)
-        out = [replace(first, split=split, category=cat)]
+        base = self.classify(first)
+        out = [replace(first, split=base, category=base.category)]
         row_of = np.full(self.acts.start.size, -1, dtype=np.int64)  # the first level's gap ended by each activity
         row_of[first.next_act] = np.arange(first.next_act.size)
         for g in levels[1:]:
             j = row_of[g.next_act]
             j0 = np.maximum(j, 0)
             same = (j >= 0) & (first.start[j0] == g.start) & (first.length[j0] == g.length)
-            if same.all():
-                if j.size == first.next_act.size and (j == np.arange(j.size)).all():
-                    out.append(replace(g, split=split, category=cat))  # the very same gaps (one stream a device)
-                else:
-                    out.append(replace(g, split=split[j], category=cat[j]))
-                continue
-            g_split = np.empty((g.length.size, N_CATEGORIES), dtype=np.int64)
-            g_cat = np.empty(g.length.size, dtype=np.int8)
-            g_split[same], g_cat[same] = split[j[same]], cat[j[same]]
+            split = base.take(j0)
             other = np.flatnonzero(~same)
-            g_split[other], g_cat[other] = self.classify(_subset(g, other))
-            out.append(replace(g, split=g_split, category=g_cat))
+            if other.size:  # gaps of this level only: classified, their states after the base's
+                fresh = self.classify(_subset(g, other))
+                states = np.concatenate([base.states, fresh.states])
+                whole, state_row, category = split.whole.copy(), split.state_row.copy(), split.category.copy()
+                whole[other], category[other] = fresh.whole, fresh.category
+                state_row[other] = np.where(fresh.state_row >= 0, fresh.state_row + base.states.shape[0], -1)
+                split = GapSplit(whole, state_row, states, category)
+            out.append(replace(g, split=split, category=split.category))
         return out
 
-    def _host_side(self, hs: np.ndarray, g0: np.ndarray, length: np.ndarray, k: np.ndarray) -> np.ndarray:
+    def _host_side(self, g0: np.ndarray, length: np.ndarray, k: np.ndarray) -> np.ndarray:
         """Rules 3 and 4 for gaps whose launching call had not returned at their start: their
-        time per thread state, shape (len(hs), N_STATES)."""
+        time per thread state, shape (len(g0), N_STATES)."""
         thread = self.call_thread[k]
         g1 = g0 + length
         upto = np.minimum(g1, self.call_end[k])  # after L returned, the work was in flight
@@ -279,27 +324,16 @@ class Attributor:
 
 def _subset(gaps: GapList, idx: np.ndarray) -> GapList:
     """The gaps ``idx`` of a gap list."""
-    return GapList(**{f: (None if getattr(gaps, f) is None else getattr(gaps, f)[idx])
-                      for f in GapList.__dataclass_fields__})
+    def part(value: Any) -> Any:
+        return None if value is None else value.take(idx) if isinstance(value, GapSplit) else value[idx]
+
+    return GapList(**{f: part(getattr(gaps, f)) for f in GapList.__dataclass_fields__})
 
 
-def category_sums(rows: np.ndarray, split: np.ndarray, n_rows: int) -> np.ndarray:
-    """Gap time per (row, category) from the gaps' splits (Attributor.classify): shape
-    (n_rows, N_CATEGORIES); each row sums to its gaps' total."""
-    rows = np.asarray(rows, dtype=np.int64)
-    out = np.zeros((n_rows, N_CATEGORIES), dtype=np.int64)
-    if rows.size == 0:
-        return out
-    if rows.size < 2 or bool((rows[1:] >= rows[:-1]).all()):
-        # Gap lists come grouped by row: one segmented sum over the matrix.
-        heads = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
-        out[rows[heads]] = np.add.reduceat(split, heads, axis=0)
-        return out
-    for c in range(N_CATEGORIES):  # one weighted count per category (exact below 2**53 ns)
-        col = split[:, c]
-        if col.any():
-            out[:, c] = np.rint(np.bincount(rows, weights=col, minlength=n_rows)).astype(np.int64)
-    return out
+def category_sums(gaps: GapList, n_rows: int) -> np.ndarray:
+    """Gap time per (row, category) of attributed gaps, shape (n_rows, N_CATEGORIES); each row
+    sums to its gaps' total."""
+    return gaps.split.sums(gaps.row, gaps.length, n_rows)
 
 
 def as_dicts(sums: np.ndarray) -> list[dict[str, int]]:
@@ -339,6 +373,7 @@ def longest_gaps(
         return []
     cats = gaps.category
     pick = longest_indices(gaps.length, top)
+    split = gaps.split.matrix(pick, gaps.length)
     a = frames.activities
     ends = a["end"].to_numpy()
     dev = a["device"].to_numpy()
@@ -358,7 +393,7 @@ def longest_gaps(
             "start_ns": int(gaps.start[i]),
             "gap_ns": int(gaps.length[i]),
             "category": IdleCategory(int(cats[i])).label,
-            "gap_by_category_ns": dict(zip(CATEGORY_LABELS, map(int, gaps.split[i]))),
+            "gap_by_category_ns": dict(zip(CATEGORY_LABELS, map(int, split[j]))),
             "device": int(gaps.device[i]),
             "stream": int(a["stream"].to_numpy()[nxt[j]]),
             "before": prev_names.get(j),

@@ -44,7 +44,12 @@ class HostTimeline:
     """The segments of every calling thread, keyed by (thread code, start) in ``tk``'s key space.
 
     ``call_thread[i]`` is the thread code of API call ``i``; threads are numbered among those
-    that made any call."""
+    that made any call. Per category, the time of the segments before each one is kept densely
+    (a prefix sum per segment) for frequent categories and as the positions and prefix sums of
+    its own segments for rare ones."""
+
+    #: A category with fewer segments than this share of all is kept sparsely.
+    DENSE_SHARE = 1 / 16
 
     def __init__(self, start: np.ndarray, end: np.ndarray, tid: np.ndarray, role: np.ndarray,
                  threshold_ns: int, tk: TimeKeys) -> None:
@@ -60,48 +65,57 @@ class HostTimeline:
         self.tk = tk
         if start.size == 0:
             self.seg_key = np.zeros(0, dtype=np.int64)
-            self.seg_start = np.zeros(0, dtype=np.int64)
             self.seg_cat = np.zeros(0, dtype=np.int8)
-            self.cum = np.zeros((0, N_STATES), dtype=np.int64)
+            self._sums = [np.zeros(0, dtype=np.int64)] * N_STATES
             return
         thread_proc = pd.factorize(np.asarray(threads, dtype=np.int64) >> 24)[0].astype(np.int64)
         # With one calling thread per process, a process's no-call stretches are its thread's.
         alone = np.unique(thread_proc).size == thread_proc.size
-        seg_thread, seg_start, seg_cat = self._thread_segments(start, end, np.asarray(role), alone)
+        seg_key, seg_cat = self._thread_segments(start, end, np.asarray(role), alone)
         if not alone:
-            seg_thread, seg_start, seg_cat = self._with_process_stalls(
-                seg_thread, seg_start, seg_cat, start, end, thread_proc)
-        # Length of each segment: up to the next segment of its thread (a thread's last one is
-        # the never-ending stretch after its last call; its length is never read).
-        same = np.r_[seg_thread[1:] == seg_thread[:-1], False]
-        length = np.where(same, np.r_[seg_start[1:], 0] - seg_start, 0)
-        # Time per category before each segment. The sums run across threads: a window is
-        # measured as the difference of two points of one thread, so the other threads cancel.
-        cum = np.zeros((seg_start.size, N_STATES), dtype=np.int64)
+            seg_key, seg_cat = self._with_process_stalls(seg_key, seg_cat, start, end, thread_proc)
+        self.seg_key, self.seg_cat = seg_key, seg_cat
+        # The time per category before each segment. A segment's length runs to the next
+        # segment's key; across a thread boundary that adds a constant to every later sum,
+        # which cancels in split(), a difference of two points of one thread.
+        length = np.empty_like(seg_key)
+        np.subtract(seg_key[1:], seg_key[:-1], out=length[:-1])
+        length[-1] = 0
+        self._sums: list[np.ndarray | tuple[np.ndarray, np.ndarray]] = []
+        part = None
         for c in range(N_STATES):  # one pass per category, not per segment
-            part = np.where(seg_cat == c, length, 0)
-            cum[:, c] = np.cumsum(part) - part
-        self.seg_key = tk.key(seg_thread, seg_start)
-        self.seg_start = seg_start
-        self.seg_cat = seg_cat
-        self.cum = cum
+            mine = seg_cat == c
+            if np.count_nonzero(mine) >= self.DENSE_SHARE * seg_key.size:
+                part = np.empty_like(length) if part is None else part
+                np.multiply(length, mine, out=part)
+                dense = np.cumsum(part)
+                dense -= part
+                self._sums.append(dense)
+            else:
+                where = np.flatnonzero(mine)
+                self._sums.append((where, np.r_[0, np.cumsum(length[where])]))
 
     def _thread_segments(self, start: np.ndarray, end: np.ndarray, role: np.ndarray, alone: bool
-                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(thread, start, category) of every thread's segments in (thread, time) order: a
-        stretch from the trace's start to its first call, its calls, and the stretches after
-        them; the stretches are ``host``, or (``alone``: each thread is its process's only
-        caller) ``stall`` when longer than the threshold."""
+                         ) -> tuple[np.ndarray, np.ndarray]:
+        """(key, category) of every thread's segments in (thread, time) order: a stretch from
+        the trace's start to its first call, its calls, and the stretches after them; the
+        stretches are ``host``, or (``alone``: each thread is its process's only caller)
+        ``stall`` when longer than the threshold."""
         tk = self.tk
-        order = np.argsort(tk.key(self.call_thread, start), kind="stable")
-        t, s, e, r = self.call_thread[order], start[order], end[order], role[order]
-        run = grouped_running_max(e, t)  # end of the block of overlapping calls so far
-        first = np.r_[True, t[1:] != t[:-1]]
-        last = np.r_[t[1:] != t[:-1], True]
+        key = tk.key(self.call_thread, start)
+        if key.size < 2 or bool((key[1:] >= key[:-1]).all()):  # a trace read in thread-and-time order
+            t, s, e, r = self.call_thread, start, end, role
+        else:
+            order = np.argsort(key, kind="stable")
+            t, s, e, r, key = self.call_thread[order], start[order], end[order], role[order], key[order]
+        same = t[1:] == t[:-1]
+        # End of the block of overlapping calls so far (calls of one thread rarely overlap).
+        run = grouped_running_max(e, t) if bool((same & (s[1:] < e[:-1])).any()) else e
+        first = np.r_[True, ~same]
+        last = np.r_[~same, True]
         next_start = np.r_[s[1:], 0]
         # A call's segment ends where the next call starts, if that is inside its block.
-        inside = ~last & (next_start < run)
-        has_stretch = ~inside & (last | (next_start > run))
+        has_stretch = last | (next_start > run)
         has_lead = first & (s > tk.lo)
 
         call_cat = np.full(s.size, STATE_HOST, dtype=np.int8)
@@ -111,32 +125,30 @@ class HostTimeline:
         call_cat[r == ROLE_SYNC] = STATE_SYNC
 
         # Segments per call, in time order: [lead stretch], the call, [stretch after it].
-        count = has_lead.astype(np.int64) + 1 + has_stretch
-        offset = np.cumsum(count) - count
-        pos_call = offset + has_lead
-        total = int(count.sum())
-        seg_start = np.empty(total, dtype=np.int64)
+        pos = has_lead.astype(np.int64)
+        pos += 1
+        pos += has_stretch
+        total = int(pos.sum())
+        np.cumsum(pos, out=pos)
+        pos -= 1
+        pos -= has_stretch  # now the call's own position
+        seg_key = np.empty(total, dtype=np.int64)
         seg_cat = np.full(total, STATE_HOST, dtype=np.int8)
-        seg_thread = np.empty(total, dtype=np.int64)
-        lead = offset[has_lead]
-        seg_start[lead] = tk.lo
-        seg_thread[lead] = t[has_lead]
-        seg_start[pos_call] = s
-        seg_cat[pos_call] = call_cat
-        seg_thread[pos_call] = t
-        after = pos_call[has_stretch] + 1
-        seg_start[after] = run[has_stretch]
-        seg_thread[after] = t[has_stretch]
+        seg_key[pos] = key
+        seg_cat[pos] = call_cat
+        lead = pos[has_lead] - 1
+        seg_key[lead] = tk.key(t[has_lead], tk.lo)
+        after = pos[has_stretch] + 1
+        seg_key[after] = (key + (run - s))[has_stretch]
         if alone:
             long_lead = (s - tk.lo)[has_lead] > self.threshold_ns
             long_after = (last | (next_start - run > self.threshold_ns))[has_stretch]
             seg_cat[lead[long_lead]] = STATE_STALL
             seg_cat[after[long_after]] = STATE_STALL
-        return seg_thread, seg_start, seg_cat
+        return seg_key, seg_cat
 
-    def _with_process_stalls(self, seg_thread: np.ndarray, seg_start: np.ndarray, seg_cat: np.ndarray,
-                             start: np.ndarray, end: np.ndarray, thread_proc: np.ndarray
-                             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _with_process_stalls(self, seg_key: np.ndarray, seg_cat: np.ndarray, start: np.ndarray,
+                             end: np.ndarray, thread_proc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The segments with every long no-call stretch of a process marked ``stall`` on each of
         its threads: a ``stall`` segment where the stretch starts and a ``host`` one where it
         ends (a thread's own next call, if it starts there, comes after that)."""
@@ -162,40 +174,40 @@ class HostTimeline:
         t_order = np.argsort(thread_proc, kind="stable")
         t_lo = np.searchsorted(thread_proc[t_order], l_proc, "left")
         t_hi = np.searchsorted(thread_proc[t_order], l_proc, "right")
-        owner, pos = expand_slices(t_lo, t_hi)
-        th = t_order[pos]
+        owner, at = expand_slices(t_lo, t_hi)
+        th = t_order[at]
         ends = l_end[owner]
         resumes = ends >= 0
-        ins_thread = np.concatenate([th, th[resumes]])
-        ins_start = np.concatenate([l_start[owner], ends[resumes]])
-        ins_cat = np.r_[np.full(th.size, STATE_STALL, dtype=np.int8),
-                        np.full(int(resumes.sum()), STATE_HOST, dtype=np.int8)]
+        key = np.concatenate([tk.key(th, l_start[owner]), tk.key(th[resumes], ends[resumes])])
+        cat = np.r_[np.full(th.size, STATE_STALL, dtype=np.int8), np.full(int(resumes.sum()), STATE_HOST, dtype=np.int8)]
         # A stall goes after a thread's segment that starts at the same time (its stretch), a
         # resume before it (its next call).
-        base = tk.key(seg_thread, seg_start)
-        key = tk.key(ins_thread, ins_start)
-        where = np.where(ins_cat == STATE_STALL, np.searchsorted(base, key, "right"),
-                         np.searchsorted(base, key, "left"))
-        o = np.lexsort((ins_cat == STATE_HOST, key))
-        where, ins_thread, ins_start, ins_cat = where[o], ins_thread[o], ins_start[o], ins_cat[o]
-        return (np.insert(seg_thread, where, ins_thread), np.insert(seg_start, where, ins_start),
-                np.insert(seg_cat, where, ins_cat))
+        where = np.where(cat == STATE_STALL, np.searchsorted(seg_key, key, "right"),
+                         np.searchsorted(seg_key, key, "left"))
+        o = np.lexsort((cat == STATE_HOST, key))
+        return np.insert(seg_key, where[o], key[o]), np.insert(seg_cat, where[o], cat[o])
 
-    def _at(self, thread: np.ndarray, t: np.ndarray) -> np.ndarray:
-        """Index of the segment holding time ``t`` on each thread."""
-        return np.searchsorted(self.seg_key, self.tk.key(thread, t), side="right") - 1
-
-    def _before(self, i: np.ndarray, t: np.ndarray) -> np.ndarray:
-        """Time per category up to ``t`` inside segment ``i`` and before it on its thread (plus
-        the earlier threads' totals, which cancel in :meth:`split`): (n, N_STATES)."""
-        out = self.cum[i]
-        out[np.arange(i.size), self.seg_cat[i]] += t - self.seg_start[i]
-        return out
+    def _before(self, c: int, i: np.ndarray) -> np.ndarray:
+        """Time in category ``c`` of the segments before segment ``i``."""
+        sums = self._sums[c]
+        if isinstance(sums, tuple):
+            where, prefix = sums
+            return prefix[np.searchsorted(where, i, "left")]
+        return sums[i]
 
     def split(self, thread: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(time per category each thread spent inside its window ``[a, b)`` (``a <= b``),
         shape (n, N_STATES), each row summing to ``b - a``; the category at ``a``)."""
-        if np.asarray(thread).size == 0:
-            return np.zeros((0, N_STATES), dtype=np.int64), np.zeros(0, dtype=np.int8)
-        ia = self._at(thread, a)
-        return self._before(self._at(thread, b), b) - self._before(ia, a), self.seg_cat[ia]
+        n = np.asarray(thread).size
+        out = np.empty((n, N_STATES), dtype=np.int64)
+        if n == 0:
+            return out, np.zeros(0, dtype=np.int8)
+        qa, qb = self.tk.key(thread, a), self.tk.key(thread, b)
+        ia = np.searchsorted(self.seg_key, qa, side="right") - 1  # the segments holding a and b
+        ib = np.searchsorted(self.seg_key, qb, side="right") - 1
+        for c in range(N_STATES):  # the sums before b's segment minus those before a's
+            np.subtract(self._before(c, ib), self._before(c, ia), out=out[:, c])
+        rows = np.arange(n)
+        out[rows, self.seg_cat[ib]] += qb - self.seg_key[ib]  # the parts inside those segments
+        out[rows, self.seg_cat[ia]] -= qa - self.seg_key[ia]
+        return out, self.seg_cat[ia]

@@ -108,9 +108,10 @@ def group_timelines(
     gap_count[present] = np.add.reduceat(is_gap.astype(np.int64), heads)
 
     idx = np.flatnonzero(is_gap)
-    # The interval that holds the running end: the last one (in sorted order) whose own end is
-    # the running end; a group's first interval always is, so the holder never crosses groups.
-    holder = np.maximum.accumulate(np.where(e == running_end, np.arange(g.size), 0))
+    # The interval that holds the running end before a gap: the last one (in sorted order)
+    # whose own end is the running end; a group's first interval always is one.
+    marks = np.flatnonzero(e == running_end)
+    holder = marks[np.searchsorted(marks, idx - 1, side="right") - 1] if idx.size else empty
     return GroupTimelines(
         n_groups=n_groups,
         count=count,
@@ -122,7 +123,7 @@ def group_timelines(
         gaps_len=gap[idx],
         gaps_start=prev_end[idx],
         gaps_next=order[idx],
-        gaps_prev=order[holder[idx - 1]] if idx.size else empty,
+        gaps_prev=order[holder],
     )
 
 

@@ -14,6 +14,7 @@ one device); pairs roll up into output rows (a range, a device, a stream).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -72,7 +73,7 @@ class GapList:
     next_act: np.ndarray
     prev_act: np.ndarray
     category: np.ndarray | None = None  # the largest IdleCategory of each gap, once attributed
-    split: np.ndarray | None = None  # time per IdleCategory of each gap, (n, N_CATEGORIES)
+    split: Any = None  # gapscope.analysis.attribution.GapSplit, once attributed
 
 
 def fraction(num: np.ndarray, den: np.ndarray) -> np.ndarray:

@@ -331,17 +331,15 @@ def run_analysis(
             device_gaps, pair_gaps = attributor.attribute([device_gaps, pair_gaps])
             (stream_gaps,) = streams_done.result()
         range_gaps = replace(pair_gaps, row=pair_range[pair_gaps.row])
-        pair_cats = category_sums(pair_gaps.row, pair_gaps.split, n_pairs)
+        pair_cats = category_sums(pair_gaps, n_pairs)
         range_cats = pair_cats.reshape(n_ranges, n_dev, -1).sum(axis=1) if n_pairs else \
             np.zeros((n_ranges, pair_cats.shape[1]), dtype=np.int64)
         range_rows = _with_categories(range_rows, range_cats, True)
         name_cats = np.zeros((n_names, range_cats.shape[1]), dtype=np.int64)
         np.add.at(name_cats, range_name, range_cats)
         name_rows = _with_categories(name_rows, name_cats, True)
-        device_rows = _with_categories(
-            device_rows, category_sums(device_gaps.row, device_gaps.split, n_dev), True)
-        stream_rows = _with_categories(
-            stream_rows, category_sums(stream_gaps.row, stream_gaps.split, n_str), False)
+        device_rows = _with_categories(device_rows, category_sums(device_gaps, n_dev), True)
+        stream_rows = _with_categories(stream_rows, category_sums(stream_gaps, n_str), False)
         payoff = measured_pairs(name_rows)
         # With a selection, the longest gaps are those of the selected ranges' work.
         top_gaps = longest_gaps(frames, distinct_gaps(range_gaps) if selected else device_gaps, launch,
