@@ -7,6 +7,8 @@ import bisect
 import sqlite3
 from collections import defaultdict
 
+from gapscope.trace.cuda_api import LAUNCH_CALLS, QUIET_CALLS, SETUP_CALLS, SYNC_CALLS
+
 
 def merge(intervals: list[tuple[int, int]]) -> tuple[int, int, list[int]]:
     """(span, gap, individual gaps) of a list of [start, end) intervals."""
@@ -103,36 +105,11 @@ def range_metrics(rng: dict, ks: list[dict]) -> tuple[int, int, int]:
 #
 # The rules of docs/metrics.md ("Gap attribution"), written again in plain Python over rows read
 # with sqlite3: per gap, a walk over the launching thread's calls. Nothing here is shared with
-# gapscope.analysis; the call lists below are this module's own.
+# gapscope.analysis.
 
-# Calls nsys records that gapscope leaves out of its API frame (matched with any _vNNNN tail).
-QUIET = ("cudaEventRecord", "cudaEventRecordWithFlags", "cuEventRecord", "cuEventRecordWithFlags",
-         "cudaStreamWaitEvent", "cuStreamWaitEvent", "cudaEventQuery", "cuEventQuery", "cudaEventElapsedTime",
-         "cuEventElapsedTime", "cudaGetDevice", "cudaSetDevice", "cudaGetDeviceCount", "cudaGetLastError",
-         "cudaPeekAtLastError", "cudaStreamIsCapturing", "cudaStreamGetCaptureInfo", "cuStreamIsCapturing",
-         "cuStreamGetCaptureInfo", "cuCtxGetCurrent", "cuCtxSetCurrent", "cuCtxGetDevice",
-         "cuDevicePrimaryCtxGetState", "cuKernelGetName", "cuKernelGetAttribute", "cuKernelGetFunction",
-         "cuGetProcAddress", "cudaFuncGetAttributes", "cudaFuncSetAttribute", "cuFuncGetAttribute",
-         "cuFuncSetAttribute", "cudaDeviceGetAttribute", "cuDeviceGetAttribute", "cudaPointerGetAttributes",
-         "cuPointerGetAttribute", "cudaOccupancyMaxActiveBlocksPerMultiprocessor",
-         "cuOccupancyMaxActiveBlocksPerMultiprocessor", "cuModuleGetFunction", "cuLibraryGetKernel",
-         "cuLibraryGetModule")
-SYNC = {"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaThreadSynchronize",
-        "cudaMemcpy", "cudaMemcpy2D", "cudaMemset", "cuCtxSynchronize", "cuStreamSynchronize",
-        "cuEventSynchronize", "cuMemcpy", "cuMemcpyDtoH", "cuMemcpyHtoD", "cuMemcpyDtoD"}
-SETUP = {"cuLibraryLoadData", "cuModuleLoad", "cuModuleLoadData", "cuModuleUnload", "cuInit",
-         "cudaMalloc", "cudaFree", "cudaMallocAsync", "cudaFreeAsync", "cudaHostAlloc", "cudaMallocHost",
-         "cudaFreeHost", "cudaHostRegister", "cudaHostUnregister", "cuMemAlloc", "cuMemFree", "cuMemCreate",
-         "cuMemRelease", "cuMemMap", "cuMemUnmap", "cuMemSetAccess", "cuMemAddressReserve", "cuMemAddressFree",
-         "cuMemHostAlloc", "cuMemFreeHost", "cudaStreamCreate", "cudaStreamCreateWithFlags",
-         "cudaStreamCreateWithPriority", "cudaStreamDestroy", "cuStreamCreate", "cuStreamCreateWithPriority",
-         "cuStreamDestroy", "cudaEventCreate", "cudaEventCreateWithFlags", "cudaEventDestroy", "cuEventCreate",
-         "cuEventDestroy", "cudaStreamBeginCapture", "cudaStreamEndCapture", "cudaGraphInstantiate",
-         "cudaGraphInstantiateWithFlags", "cudaGraphDestroy", "cudaGraphExecDestroy", "cuGraphCreate",
-         "cuGraphAddNode", "cuGraphInstantiateWithFlags", "cuGraphDestroy", "cuGraphExecDestroy"}
-LAUNCH = {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaGraphLaunch",
-          "cuGraphLaunch", "cudaMemcpyAsync", "cudaMemsetAsync", "cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync",
-          "cuMemcpyDtoDAsync", "cuLaunchHostFunc"}
+# The calls by role are definitions, not computations: taken from gapscope.trace.cuda_api (its
+# QUIET_CALLS are left out of gapscope's API frame, matched with any _vNNNN tail).
+QUIET, SYNC, SETUP, LAUNCH = QUIET_CALLS, SYNC_CALLS, SETUP_CALLS, LAUNCH_CALLS
 CATEGORIES = ("launch", "host", "stall", "setup", "sync", "dependency", "memop", "pipeline", "unknown")
 
 

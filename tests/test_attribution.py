@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from gapscope.analysis import analyze
 from gapscope.analysis.attribution import GapSplit, IdleCategory, base_name
@@ -176,19 +177,20 @@ def test_a_thread_waiting_while_another_thread_calls_is_not_stalled(tmp_path):
     assert device_categories(t, tmp_path) == {"host": 2_999_000, "launch": 2_000}
 
 
-def test_a_call_longer_than_the_threshold_is_a_stall(tmp_path):
+@pytest.mark.parametrize("name,end,expected", [
     # A 5.75 ms cudaMemsetAsync (blocked in an allocator or a lock, not paying launch overhead).
+    ("cudaMemsetAsync_v3020", 5_751_500, {"host": 1_000, "stall": 5_750_000, "launch": 2_000}),
+    # 30 ms of lazy module loading: setup, however long.
+    ("cuLibraryLoadData", 30_001_500, {"host": 1_000, "setup": 30_000_000, "launch": 2_000}),
+    # A synchronize after the gap began.
+    ("cudaStreamSynchronize_v3020", 1_700, {"host": 1_000, "sync": 200, "launch": 2_000}),
+])
+def test_a_call_inside_the_gap_counts_by_its_role(tmp_path, name, end, expected):
+    # The call from 1500 to `end`, host 500 ns before and after it, then the launch call.
     t = first_kernel()
-    t.call(1_500, 5_751_500, 5, name="cudaMemsetAsync_v3020")
-    t.call(5_752_000, 5_753_000, 2).kernel(5_754_000, 5_755_000, 2)
-    assert device_categories(t, tmp_path) == {"host": 1_000, "stall": 5_750_000, "launch": 2_000}
-
-
-def test_module_loading_is_setup_however_long(tmp_path):
-    t = first_kernel()
-    t.call(1_500, 30_001_500, 5, name="cuLibraryLoadData")  # 30 ms of lazy loading
-    t.call(30_002_000, 30_003_000, 2).kernel(30_004_000, 30_005_000, 2)
-    assert device_categories(t, tmp_path) == {"host": 1_000, "setup": 30_000_000, "launch": 2_000}
+    t.call(1_500, end, 5, name=name)
+    t.call(end + 500, end + 1_500, 2).kernel(end + 2_500, end + 3_500, 2)
+    assert device_categories(t, tmp_path) == expected
 
 
 def test_sync_then_data_loading_keeps_the_loading_a_stall(tmp_path):
@@ -198,13 +200,6 @@ def test_sync_then_data_loading_keeps_the_loading_a_stall(tmp_path):
     t.call(600, 1_200, 3, name="cudaStreamSynchronize_v3020")
     t.call(5_001_200, 5_002_200, 2).kernel(5_003_000, 5_004_000, 2)
     assert device_categories(t, tmp_path) == {"sync": 2_000, "stall": 5_000_000}
-
-
-def test_a_synchronize_after_the_gap_began_is_sync_time(tmp_path):
-    t = first_kernel()
-    t.call(1_500, 1_700, 3, name="cudaStreamSynchronize_v3020")
-    t.call(1_800, 2_800, 2).kernel(3_000, 4_000, 2)
-    assert device_categories(t, tmp_path) == {"host": 600, "sync": 200, "launch": 1_200}
 
 
 def test_before_a_threads_first_call_the_process_decides(tmp_path):
