@@ -16,17 +16,12 @@ Target (issue 2): analyze within 2 s and 1.5 GB on a 2-core machine at 1,000,000
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import big_trace, run_child  # noqa: E402
 
 CHILD = r"""
 import json, resource, sys, time
@@ -56,27 +51,11 @@ print(json.dumps(out))
 
 
 def run_step(path: Path, step: str) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(path), step], capture_output=True,
-                          text=True, env=env)
-    if proc.returncode != 0:
-        raise SystemExit(f"{step} failed:\n{proc.stderr}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_child(CHILD, str(path), step, what=step)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--source", type=Path, default=ROOT / "traces" / "cupy_paths_node.sqlite")
-    ap.add_argument("--kernels", type=int, default=1_000_000)
-    ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "gapscope-bench")
-    ap.add_argument("--repeat", type=int, default=3, help="runs per step; the best is shown")
-    args = ap.parse_args()
-
-    from tile_trace import cached_tiling
-
-    big = cached_tiling(args.source, args.kernels, args.workdir)
-    print(f"trace: {big} ({big.stat().st_size / 1e6:.0f} MB, SYNTHETIC tiling of {args.source.name}); "
-          f"{os.cpu_count()} CPUs; best of {args.repeat}")
+    args, big = big_trace(__doc__)
     print("call: the library call alone; +imports: also importing gapscope (numpy, pandas, pyarrow)")
     print(f"{'step':<22}{'rows':>12}{'call s':>9}{'+imports s':>12}{'peak MB':>10}")
     for step in ("select", "analyze", "analyze+attribution"):

@@ -94,7 +94,7 @@ def main() -> None:
 
     executors = [e for e in args.executors.split(",") if e]
     if importlib.util.find_spec("distributed") is None:
-        print("dask.distributed not installed: pool only (pip install 'gapscope[dask]')")
+        print("dask.distributed not installed: pool only (pip install -e '.[dask]')")
         executors = [e for e in executors if not e.startswith("dask")]
     workers = [int(w) for w in args.workers.split(",")]
     cores = os.cpu_count()

@@ -1,11 +1,18 @@
 """An independent, deliberately plain computation of the gap metrics (sort and merge in
-Python loops, stdlib sqlite3), used to check gapscope's vectorized numbers on real traces."""
+Python loops), used to check gapscope's vectorized numbers on real traces. Rows are read with
+the stdlib sqlite3 module (SQLite exports), pyarrow's plain table readers (parquetdir and
+arrowdir exports) and json/gzip (PyTorch profiler traces); none of gapscope's readers is used."""
 
 from __future__ import annotations
 
 import bisect
+import gzip
+import json
+import re
 import sqlite3
 from collections import defaultdict
+from decimal import Decimal
+from pathlib import Path
 
 from gapscope.trace.cuda_api import LAUNCH_CALLS, QUIET_CALLS, SETUP_CALLS, SYNC_CALLS
 
@@ -334,3 +341,84 @@ def range_acts(trace: Trace, rng: dict, process: bool = False) -> list[dict]:
     return [a for a in trace.acts if a["call"] is not None
             and owner(trace.calls[a["call"]][2]) == owner(rng["tid"])
             and rng["start"] <= trace.calls[a["call"]][0] <= rng["end"]]
+
+
+# ------------------------------------------------------------------ nsys parquetdir / arrowdir
+
+
+def table_rows(folder: str | Path, table: str) -> list[dict]:
+    """Every row of one table of a columnar export, as dicts (pyarrow, whole table)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = Path(folder)
+    if (folder / f"{table}.parquet").exists():
+        return pq.read_table(folder / f"{table}.parquet").to_pylist()
+    path = folder / f"{table}.arrow"
+    if not path.exists():
+        return []
+    with pa.OSFile(str(path), "rb") as fh:
+        return pa.ipc.open_stream(fh).read_all().to_pylist()
+
+
+def _signed(v: int | None) -> int | None:
+    """An unsigned 64-bit value as SQLite stores it (two's complement)."""
+    return v - (1 << 64) if v is not None and v >= 1 << 63 else v
+
+
+def columnar_kernels(folder: str | Path) -> list[dict]:
+    """Every kernel of a parquetdir/arrowdir export with its launching call (as kernels())."""
+    calls = {}
+    for r in table_rows(folder, "CUPTI_ACTIVITY_KIND_RUNTIME"):
+        tid = _signed(r["globalTid"])
+        if r["eventClass"] != 67:
+            calls.setdefault((tid >> 24, r["correlationId"]), (tid, r["start"]))
+    out = []
+    for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"):
+        for r in table_rows(folder, table):
+            out.append({"start": r["start"], "end": r["end"], "device": r["deviceId"], "stream": r["streamId"],
+                        "call": calls.get((_signed(r["globalPid"]) >> 24, r["correlationId"]))})
+    return out
+
+
+def columnar_ranges(folder: str | Path) -> list[dict]:
+    """NVTX push/pop and start/end ranges of a columnar export, names resolved, in start order."""
+    strings = {r["id"]: r["value"] for r in table_rows(folder, "StringIds")}
+    out = [{"start": r["start"], "end": r["end"], "tid": _signed(r["globalTid"]),
+            "name": r["text"] if r["text"] is not None else strings.get(r["textId"])}
+           for r in table_rows(folder, "NVTX_EVENTS") if r["eventType"] in (59, 60) and r["end"] is not None]
+    return sorted(out, key=lambda r: r["start"])
+
+
+# ------------------------------------------------------------------ PyTorch profiler (Kineto) traces
+
+
+def kineto_events(path: str | Path) -> list[dict]:
+    """The traceEvents of a PyTorch profiler trace, numbers as exact decimals (json.load)."""
+    opener = gzip.open if Path(path).read_bytes()[:2] == b"\x1f\x8b" else open
+    with opener(path, "rt", encoding="utf-8") as fh:
+        return json.load(fh, parse_float=Decimal)["traceEvents"]
+
+
+def ns(us) -> int:
+    """Kineto's microseconds (three decimals) as integer nanoseconds."""
+    return int(Decimal(us) * 1000)
+
+
+def kineto_kernels(path: str | Path) -> list[dict]:
+    """Every kernel of a Kineto trace with its launching call: the cuda_runtime/cuda_driver event
+    with the same args.correlation, its thread packed as (pid << 24) | tid. The driver's kernels
+    for graph memcpy nodes (memcpyNN_post) are copies, as nsys records them."""
+    events = kineto_events(path)
+    calls = {e["args"]["correlation"]: ((e["pid"] << 24) | e["tid"], ns(e["ts"]))
+             for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")}
+    return [{"start": ns(e["ts"]), "end": ns(e["ts"]) + ns(e["dur"]), "device": e["args"]["device"],
+             "stream": e["args"]["stream"], "call": calls.get(e["args"]["correlation"])}
+            for e in events if e.get("cat") == "kernel" and not re.fullmatch(r"memcpy\d+_post", e["name"])]
+
+
+def kineto_ranges(path: str | Path) -> list[dict]:
+    """The user_annotation events (record_function, ProfilerStep#N) as ranges, in start order."""
+    out = [{"start": ns(e["ts"]), "end": ns(e["ts"]) + ns(e["dur"]), "tid": (e["pid"] << 24) | e["tid"],
+            "name": e["name"]} for e in kineto_events(path) if e.get("cat") == "user_annotation"]
+    return sorted(out, key=lambda r: r["start"])

@@ -94,7 +94,11 @@ def test_bad_inputs_one_line_exit_2(tmp_path, cloverleaf):
     assert_one_line_error(gapscope("analyze", str(cloverleaf), "--range", "x"), "has no NVTX ranges")
     rep = tmp_path / "x.nsys-rep"
     rep.write_bytes(b"\0" * 200)
-    assert_one_line_error(gapscope("analyze", str(rep)), "nsys export --type sqlite")
+    with pytest.MonkeyPatch.context() as mp:  # no nsys to export it with, on any machine
+        mp.setenv("GAPSCOPE_NSYS", str(tmp_path / "no-nsys"))
+        mp.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+        assert_one_line_error(gapscope("analyze", str(rep)), "an Nsight Systems report, which gapscope "
+                              "reads by exporting it with nsys, and there is no nsys to run")
 
 
 def test_trace_is_never_written(tmp_path, cloverleaf):

@@ -36,7 +36,7 @@ def test_resolver_names_what_each_input_is(tmp_path, analyzed):
 
 @pytest.mark.parametrize("make,message", [
     (lambda d: d / "missing.sqlite", "missing.sqlite: no such file"),
-    (lambda d: d, "is a directory, not an nsys SQLite export"),
+    (lambda d: d, "is a directory, not an nsys export folder or a `gapscope run` output folder"),
 ])
 def test_resolver_errors_start_with_the_path(tmp_path, make, message):
     with pytest.raises(GapscopeError) as info:

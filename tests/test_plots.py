@@ -376,9 +376,9 @@ def test_cli_without_matplotlib(tmp_path):
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("raise ImportError('No module named matplotlib')\n")
     proc = gapscope("plot", "traces/torch_decode.sqlite", "-o", str(tmp_path / "o"), pythonpath=str(fake.parent))
-    assert_one_line_error(proc, "install gapscope[plot]")
+    assert_one_line_error(proc, "pip install matplotlib (or, in a gapscope checkout, pip install -e '.[plot]')")
     proc = gapscope("report", "traces/torch_decode.sqlite", "-o", str(tmp_path / "r.md"), pythonpath=str(fake.parent))
-    assert_one_line_error(proc, "install gapscope[plot]")
+    assert_one_line_error(proc, "pip install matplotlib")
     # Tables alone need no matplotlib.
     proc = gapscope("report", "traces/torch_decode.sqlite", "-o", str(tmp_path / "r.md"), "--no-figures",
                     pythonpath=str(fake.parent))

@@ -24,12 +24,18 @@ from paths import TRACES
 
 @pytest.fixture(scope="module")
 def results(analyzed):
+    from gapscope.analysis.pipeline import opened_analysis
+    from gapscope.render.document import Document, Part
+
     base, cur = analyzed("torch_decode"), analyzed("torch_decode_sync")
     sweep = analyzed("run_sweep_node")
     run = RunResult(options=RunOptions(out_dir=Path("out"), kernel_us=[2, 10, 50, 200, 1000]), command=["nsys"],
                     rows=sweep_rows(sweep.ranges, [], ["eager", "multistream", "graph"], [2, 10, 50, 200, 1000], 150))
     fleet = analyze_fleet([str(TRACES / "torch_decode.sqlite"), str(TRACES / "cupy_paths_node.sqlite")], InProcess())
-    return {"analysis": base, "fleet": fleet, "comparison": compare([base.to_dict()], [cur.to_dict()]), "run": run}
+    document = Document((Part("torch_decode.sqlite", base), Part("torch_decode_sync.sqlite", cur)))
+    with opened_analysis(TRACES / "cupy_paths_node.sqlite", all_calls=True) as timeline:  # names need it open
+        yield {"analysis": base, "fleet": fleet, "comparison": compare([base.to_dict()], [cur.to_dict()]),
+               "run": run, "document": document, "timeline": timeline}
 
 
 def test_every_renderer_has_the_one_signature():
@@ -58,6 +64,10 @@ def test_each_renderer_writes_its_format_to_the_given_file(results, kind, fmt):
         assert ET.fromstring(text).tag in ("testsuites", "testsuite")
     elif fmt == "markdown":
         assert "|" in text and "---" in text
+    elif fmt == "html":
+        assert text.startswith("<!DOCTYPE html>") and text.rstrip().endswith("</html>") and "<table>" in text
+    elif fmt == "perfetto":
+        assert {e["ph"] for e in json.loads(text)["traceEvents"]} == {"X", "M"}
     else:  # table
         assert "\x1b[" not in text  # not a terminal: no colour codes
 

@@ -36,7 +36,7 @@ from gapscope.analysis.host_timeline import DEFAULT_STALL_THRESHOLD_NS, HostTime
 from gapscope.analysis.intervals import union_blocks
 from gapscope.analysis.keys import TimeKeys, pid_stream_key, stream_key, stream_key_without_device
 from gapscope.analysis.metrics import ActivityArrays, GapList
-from gapscope.trace.cuda_api import base_name, call_role
+from gapscope.trace.cuda_api import QUIET_CALLS, base_name, call_role
 from gapscope.trace.frames import TraceFrames
 
 
@@ -143,8 +143,10 @@ class Attributor:
                            max(acts.device_ids.size, acts.stream_keys.size))
         self.lo = self.tk.lo
         roles = np.array([call_role(str(n)) for n in self.name_table], dtype=np.int8)
+        quiet = np.isin(self.name_table, sorted(QUIET_CALLS))
         self.timeline = HostTimeline(self.api_start, self.api_end, self.api_tid, roles[self.name_codes],
-                                     stall_threshold_ns, self.tk)
+                                     stall_threshold_ns, self.tk,
+                                     counted=~quiet[self.name_codes] if quiet.any() else None)
         self._index_memops()
         self._index_streams()
         self._index_activities()
@@ -338,7 +340,7 @@ def category_sums(gaps: GapList, n_rows: int) -> np.ndarray:
 
 def as_dicts(sums: np.ndarray) -> list[dict[str, int]]:
     """Rows of ``category_sums`` as {category label: ns} dicts."""
-    return [dict(zip(CATEGORY_LABELS, map(int, row))) for row in sums]
+    return [dict(zip(CATEGORY_LABELS, row)) for row in np.asarray(sums, dtype=np.int64).tolist()]
 
 
 def longest_indices(lengths: np.ndarray, top: int) -> np.ndarray:

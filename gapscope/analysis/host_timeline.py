@@ -52,13 +52,20 @@ class HostTimeline:
     DENSE_SHARE = 1 / 16
 
     def __init__(self, start: np.ndarray, end: np.ndarray, tid: np.ndarray, role: np.ndarray,
-                 threshold_ns: int, tk: TimeKeys) -> None:
+                 threshold_ns: int, tk: TimeKeys, counted: np.ndarray | None = None) -> None:
         """Calls by ``start``, ``end``, ``tid`` (nsys globalTid: the process is ``tid >> 24``)
-        and ``role`` (gapscope.trace.cuda_api.ROLE_*); keys in ``tk``'s space."""
+        and ``role`` (gapscope.trace.cuda_api.ROLE_*); keys in ``tk``'s space. ``counted``:
+        the calls that make segments (default all); the others (QUIET_CALLS, when a trace was
+        read with every call) count as host time, as when they are not read at all, so the
+        figures do not depend on how many calls were read."""
         start = np.asarray(start, dtype=np.int64)
         end = np.maximum(np.asarray(end, dtype=np.int64), start)
         codes, threads = pd.factorize(np.asarray(tid))
         self.call_thread = codes.astype(np.int64)
+        seg_thread = self.call_thread
+        if counted is not None:
+            counted = np.asarray(counted, dtype=bool)
+            start, end, role, seg_thread = start[counted], end[counted], np.asarray(role)[counted], seg_thread[counted]
         self.n_threads = len(threads)
         self.threshold_ns = int(threshold_ns)
         tk.check(self.n_threads + 1)
@@ -71,9 +78,9 @@ class HostTimeline:
         thread_proc = pd.factorize(np.asarray(threads, dtype=np.int64) >> 24)[0].astype(np.int64)
         # With one calling thread per process, a process's no-call stretches are its thread's.
         alone = np.unique(thread_proc).size == thread_proc.size
-        seg_key, seg_cat = self._thread_segments(start, end, np.asarray(role), alone)
+        seg_key, seg_cat = self._thread_segments(seg_thread, start, end, np.asarray(role), alone)
         if not alone:
-            seg_key, seg_cat = self._with_process_stalls(seg_key, seg_cat, start, end, thread_proc)
+            seg_key, seg_cat = self._with_process_stalls(seg_key, seg_cat, seg_thread, start, end, thread_proc)
         self.seg_key, self.seg_cat = seg_key, seg_cat
         # The time per category before each segment. A segment's length runs to the next
         # segment's key; across a thread boundary that adds a constant to every later sum,
@@ -95,19 +102,19 @@ class HostTimeline:
                 where = np.flatnonzero(mine)
                 self._sums.append((where, np.r_[0, np.cumsum(length[where])]))
 
-    def _thread_segments(self, start: np.ndarray, end: np.ndarray, role: np.ndarray, alone: bool
-                         ) -> tuple[np.ndarray, np.ndarray]:
+    def _thread_segments(self, call_thread: np.ndarray, start: np.ndarray, end: np.ndarray, role: np.ndarray,
+                         alone: bool) -> tuple[np.ndarray, np.ndarray]:
         """(key, category) of every thread's segments in (thread, time) order: a stretch from
         the trace's start to its first call, its calls, and the stretches after them; the
         stretches are ``host``, or (``alone``: each thread is its process's only caller)
         ``stall`` when longer than the threshold."""
         tk = self.tk
-        key = tk.key(self.call_thread, start)
+        key = tk.key(call_thread, start)
         if key.size < 2 or bool((key[1:] >= key[:-1]).all()):  # a trace read in thread-and-time order
-            t, s, e, r = self.call_thread, start, end, role
+            t, s, e, r = call_thread, start, end, role
         else:
             order = np.argsort(key, kind="stable")
-            t, s, e, r, key = self.call_thread[order], start[order], end[order], role[order], key[order]
+            t, s, e, r, key = call_thread[order], start[order], end[order], role[order], key[order]
         same = t[1:] == t[:-1]
         # End of the block of overlapping calls so far (calls of one thread rarely overlap).
         run = grouped_running_max(e, t) if bool((same & (s[1:] < e[:-1])).any()) else e
@@ -147,13 +154,14 @@ class HostTimeline:
             seg_cat[after[long_after]] = STATE_STALL
         return seg_key, seg_cat
 
-    def _with_process_stalls(self, seg_key: np.ndarray, seg_cat: np.ndarray, start: np.ndarray,
-                             end: np.ndarray, thread_proc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _with_process_stalls(self, seg_key: np.ndarray, seg_cat: np.ndarray, call_thread: np.ndarray,
+                             start: np.ndarray, end: np.ndarray, thread_proc: np.ndarray
+                             ) -> tuple[np.ndarray, np.ndarray]:
         """The segments with every long no-call stretch of a process marked ``stall`` on each of
         its threads: a ``stall`` segment where the stretch starts and a ``host`` one where it
         ends (a thread's own next call, if it starts there, comes after that)."""
         tk, thr = self.tk, self.threshold_ns
-        call_proc = thread_proc[self.call_thread]
+        call_proc = thread_proc[call_thread]
         order = np.argsort(tk.key(call_proc, start), kind="stable")
         p, s, e = call_proc[order], start[order], end[order]
         run = grouped_running_max(e, p)

@@ -13,8 +13,10 @@ and the case figures use them instead of computing them again.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -34,12 +36,12 @@ from gapscope.analysis.ranges import (
     CallIndex, RangeTable, is_library_domain, link_launches, process_work_counts, range_members, range_table,
 )
 from gapscope.analysis.replays import Replays, figures as replay_figures
-from gapscope.analysis.result import AnalysisResult, clean_rows
+from gapscope.analysis.result import AnalysisResult, frame_records
 from gapscope.analysis.verdicts import verdict
 from gapscope.errors import GapscopeError
 from gapscope.trace.cuda_api import GRAPH_LAUNCH_CALLS, base_name
 from gapscope.trace.frames import ActivityKind, TraceFrames
-from gapscope.trace.nsys_sqlite import KNOWN_SCHEMA_MAJORS
+from gapscope.trace.nsys_schema import KNOWN_SCHEMA_MAJORS
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,9 @@ class Analysis:
     stream_keys: pd.DataFrame
     stream_gaps: GapList
     result: AnalysisResult
+    #: Seconds spent opening the trace and reading its frames (analysis_of measures it; None
+    #: for frames read elsewhere). Shown in report headers, never written into the result.
+    read_seconds: float | None = None
 
 
 def activity_arrays(frames: TraceFrames, count_memops: bool) -> ActivityArrays:
@@ -113,9 +118,7 @@ def activity_arrays(frames: TraceFrames, count_memops: bool) -> ActivityArrays:
 
 
 def _rows(keys: pd.DataFrame, stats: pd.DataFrame) -> list[dict]:
-    return clean_rows(
-        pd.concat([keys.reset_index(drop=True), stats[list(STATS_FIELDS)]], axis=1).to_dict("records")
-    )
+    return frame_records(pd.concat([keys.reset_index(drop=True), stats[list(STATS_FIELDS)]], axis=1))
 
 
 def _graph_trace_mode(frames: TraceFrames, launch: np.ndarray) -> str:
@@ -136,9 +139,10 @@ def _graph_trace_mode(frames: TraceFrames, launch: np.ndarray) -> str:
 
 def _warnings(frames: TraceFrames, launch: np.ndarray, ranges: RangeTable, mode: str,
               elsewhere: list[str]) -> list[str]:
-    out = []
+    out = list(frames.warnings)  # what the reader says about the trace comes first
     major = (frames.meta.export_schema or "").split(".")[0]
-    if major.isdigit() and int(major) not in KNOWN_SCHEMA_MAJORS:
+    nsys = frames.meta.format.startswith("nsys")  # other formats check their own schema
+    if nsys and major.isdigit() and int(major) not in KNOWN_SCHEMA_MAJORS:
         checked = ", ".join(f"{m}.x" for m in KNOWN_SCHEMA_MAJORS)
         out.append(f"export schema {frames.meta.export_schema} is not one gapscope was checked on ({checked})")
     if mode in ("graph", "mixed"):
@@ -351,6 +355,7 @@ def run_analysis(
         trace={
             "path": frames.meta.path,
             "name": Path(frames.meta.path).name,
+            "format": frames.meta.format,
             "nsys_version": frames.meta.nsys_version,
             "export_schema": frames.meta.export_schema,
             "graph_trace": mode,
@@ -376,15 +381,27 @@ def run_analysis(
     )
 
 
+@contextmanager
+def opened_analysis(path: str | Path, *, all_calls: bool = False, **options: Any) -> Iterator[Analysis]:
+    """The analysis of one trace (:func:`run_analysis`'s ``options``) that stays open inside the
+    ``with`` block, so that any name (every kernel's, for the timeline export) can still be looked
+    up; ``all_calls``: also read every activity's name id and every CUDA API call (the figures
+    are the same). ``read_seconds`` says how long opening and reading took."""
+    from gapscope.trace.handle import open_trace
+
+    started = time.perf_counter()
+    with open_trace(path) as trace:
+        frames = trace.frames(syncs=options.get("attribution", True), all_calls=all_calls)
+        read = time.perf_counter() - started
+        yield replace(run_analysis(frames, **options), read_seconds=read)
+
+
 def analysis_of(path: str | Path, **options: Any) -> Analysis:
     """Open, read and analyze one trace with :func:`run_analysis`'s ``options``, keeping the raw
     arrays beside the result (for transforms such as plots that need the gaps themselves). The
     trace is closed on return."""
-    from gapscope.trace.handle import open_trace
-
-    with open_trace(path) as trace:
-        frames = trace.frames(syncs=options.get("attribution", True))
-        return run_analysis(frames, **options)
+    with opened_analysis(path, **options) as analysis:
+        return analysis
 
 
 def analyze(path: str | Path, **options: Any) -> AnalysisResult:

@@ -42,6 +42,25 @@ def clean_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{k: _clean(v) for k, v in row.items()} for row in rows]
 
 
+def frame_records(frame: Any) -> list[dict[str, Any]]:
+    """``clean_rows(frame.to_dict("records"))`` of a DataFrame, converted column by column (the
+    same values and types, without a Python call per cell of a numeric column)."""
+    import numpy as np
+
+    columns = []
+    for name in frame.columns:
+        values = frame[name].to_numpy()
+        col = values.tolist()
+        if values.dtype.kind == "f":
+            for i in np.flatnonzero(np.isnan(values)).tolist():
+                col[i] = None
+        elif values.dtype.kind not in "iub":
+            col = [_clean(v) for v in col]
+        columns.append(col)
+    names = list(frame.columns)
+    return [dict(zip(names, row)) for row in zip(*columns)]
+
+
 @dataclass(frozen=True)
 class AnalysisResult:
     """What `gapscope analyze` learned from one trace.

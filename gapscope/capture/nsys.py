@@ -1,4 +1,5 @@
-"""Capture: find Nsight Systems, build the `nsys profile` command, run it, keep what it wrote.
+"""Capture: find Nsight Systems, build the `nsys profile` command, run it, keep what it wrote;
+export a report (`nsys export`) into the format gapscope reads fastest.
 
 Discovery order for nsys: `--nsys PATH`, the environment variable GAPSCOPE_NSYS, PATH, then the
 usual install places: /opt/nvidia/nsight-systems/*/bin (newest first), /usr/local/cuda/bin, and
@@ -72,6 +73,57 @@ def nsys_version(nsys: Path) -> str | None:
         return None
     m = re.search(r"(\d{4}\.\d+(?:\.\d+)*)", out.stdout + out.stderr)
     return m.group(1) if m else None
+
+
+#: `nsys export --type` values gapscope reads, fastest to read first: an Arrow folder is memory-
+#: mapped, a Parquet folder decodes only the columns read, SQLite decodes row by row.
+EXPORT_TYPES: tuple[str, ...] = ("arrowdir", "parquetdir", "sqlite")
+
+
+def export_types(nsys: Path, timeout: float = 60) -> tuple[str, ...]:
+    """The EXPORT_TYPES this nsys offers, in EXPORT_TYPES order, from `nsys export --help`
+    (arrowdir and parquetdir came with nsys 2024; sqlite is always offered)."""
+    try:
+        out = subprocess.run([str(nsys), "export", "--help"], capture_output=True, text=True,
+                             timeout=timeout)
+        text = out.stdout + out.stderr
+    except (OSError, subprocess.SubprocessError):
+        text = ""
+    return tuple(t for t in EXPORT_TYPES if t == "sqlite" or re.search(rf"\b{t}\b", text))
+
+
+def export_report(report: str | os.PathLike[str], output: str | os.PathLike[str],
+                  export_type: str | None = None, *, nsys: str | os.PathLike[str] | None = None,
+                  timeout: float | None = None) -> Path:
+    """Export an Nsight Systems report with `nsys export --type EXPORT_TYPE` and return what it
+    wrote (``output``: a folder for arrowdir and parquetdir, a file for sqlite).
+
+    ``report`` is only read. ``output`` must not exist yet (nothing is overwritten); its parent
+    folder must. ``export_type`` defaults to the fastest to read that this nsys offers
+    (:func:`export_types`); ``nsys`` to :func:`find_nsys`'s choice. GapscopeError when nsys
+    fails, times out (``timeout`` seconds) or writes nothing, with its last line of output."""
+    report, output = Path(report), Path(output)
+    exe = Path(nsys) if nsys is not None else find_nsys()
+    export_type = export_type or export_types(exe)[0]
+    if export_type not in EXPORT_TYPES:
+        raise GapscopeError(f"nsys export type {export_type!r} is not one gapscope reads "
+                            f"({', '.join(EXPORT_TYPES)})")
+    if output.exists():
+        raise GapscopeError(f"{output}: already exists; export_report never overwrites")
+    # The form the shipped exports were made with (traces/provenance/wave2_group2.txt).
+    command = [str(exe), "export", "--type", export_type, "-o", str(output), str(report)]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise GapscopeError(f"{report}: `{shell_line(command)}` ran past {timeout} s") from None
+    except OSError as exc:
+        raise GapscopeError(f"cannot start nsys ({exe}): {exc.strerror or exc}") from None
+    if done.returncode != 0 or not output.exists():
+        lines = [ln.strip() for ln in (done.stdout + done.stderr).splitlines() if ln.strip()]
+        last = f": {lines[-1][:200]}" if lines else ""
+        what = f"exited with {done.returncode}" if done.returncode else "wrote nothing"
+        raise GapscopeError(f"{report}: `nsys export --type {export_type}` {what}{last}")
+    return output
 
 
 def build_command(nsys: str | os.PathLike[str], output_base: str | os.PathLike[str],

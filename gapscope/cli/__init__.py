@@ -2,11 +2,14 @@
 
 Each command parses its options, calls one library function and hands the result to a
 renderer. Every GapscopeError becomes one line on stderr and its exit code; nothing a user
-can cause ends in a traceback.
+can cause ends in a traceback. A reader that closes the pipe early (``gapscope analyze T | head``)
+ends the command quietly with exit status 141 (128 + SIGPIPE), as a Unix tool killed by SIGPIPE
+reports it: distinct from 1 (a regression) and 2 (bad input).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -15,22 +18,41 @@ from gapscope import __version__
 from gapscope.errors import GapscopeError
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class ClosedPipe(Exception):
+    """The reader of stdout went away (raised instead of click's own exit with status 1)."""
+
+
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError as exc:
+            raise ClosedPipe() from exc
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="gapscope")
 def cli() -> None:
-    """Measure CUDA launch gaps in Nsight Systems traces.
+    """Measure CUDA launch gaps in Nsight Systems and PyTorch profiler traces.
 
     \b
-    gapscope analyze TRACE.sqlite     gap fraction per NVTX range, device and stream
-    gapscope run -o DIR               record CuPy micro-kernels under nsys, then analyze
-    gapscope compare BASE CURRENT     fail CI when launch gaps regress
+    gapscope analyze TRACE                    gap fraction per range, device and stream
+    gapscope compare BASE CURRENT             fail CI when launch gaps regress
+    gapscope plot TRACE -o DIR                timeline, gap histogram, sweep crossover
+    gapscope report TRACE -o report.html      one page (or Markdown): tables, readings, figures
+    gapscope export TRACE --perfetto T.json   gaps on a timeline for ui.perfetto.dev
+    gapscope run -o DIR                       record CuPy micro-kernels under nsys (GPU)
+
+    TRACE: an nsys SQLite, parquetdir or arrowdir export, a .nsys-rep, a PyTorch profiler trace.
+
+    Shell completion (bash): eval "$(_GAPSCOPE_COMPLETE=bash_source gapscope)"
     """
 
 
 def _register() -> None:
     from gapscope.cli import analyze  # noqa: F401  (registers the command)
 
-    for optional in ("run", "compare", "plot", "report"):
+    for optional in ("run", "compare", "plot", "report", "export"):
         try:
             __import__(f"gapscope.cli.{optional}")
         except ModuleNotFoundError as exc:  # a command module not written yet
@@ -38,11 +60,28 @@ def _register() -> None:
                 raise
 
 
+#: Exit status when the reader of stdout went away: 128 + SIGPIPE, as the shell reports a Unix
+#: tool that SIGPIPE ended (`yes | head -1`).
+EXIT_BROKEN_PIPE = 141
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush of a closed pipe is silent."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (tests capture stdout)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
     _register()
     try:
         rv = cli.main(args=argv, prog_name="gapscope", standalone_mode=False)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
     except GapscopeError as exc:
         click.echo(f"gapscope: error: {exc.message}", err=True)
         sys.exit(exc.exit_code)
@@ -56,6 +95,7 @@ def main(argv: list[str] | None = None) -> None:
     except click.ClickException as exc:
         click.echo(f"gapscope: error: {exc.format_message()}", err=True)
         sys.exit(2 if exc.exit_code == 1 else exc.exit_code)
-    except BrokenPipeError:
-        sys.exit(1)
+    except (BrokenPipeError, ClosedPipe):
+        _quiet_stdout()
+        sys.exit(EXIT_BROKEN_PIPE)
     sys.exit(rv if isinstance(rv, int) else 0)

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from gapscope.cli import cli
-from gapscope.cli.output import output_file
+from gapscope.cli.output import output_file, output_format
 from gapscope.errors import GapscopeError
 from gapscope.inputs import KIND_WORDS, Input, expand, resolve
 
 
+#: The formats `gapscope analyze` writes (a many-trace result: table, json, csv).
+FORMATS = ("table", "json", "csv", "markdown", "html")
+#: Options that change the analysis itself, which a saved result cannot redo.
+ANALYSIS_OPTIONS = ("top", "count_memops", "attribution")
 #: The options of :func:`gapscope.analysis.pipeline.run_analysis` that only a trace honours
 #: (a saved result refuses them), with the flag that sets each.
 TRACE_ONLY = {"ranges": "--range", "domains": "--domain", "threads": "--threads",
@@ -20,11 +26,12 @@ TRACE_ONLY = {"ranges": "--range", "domains": "--domain", "threads": "--threads"
 DEFAULTS = {"threads": "same", "normalize": True}
 
 
-def load_input(found: Input, **options: Any) -> tuple[Any, Any]:
+def load_input(found: Input, given: frozenset[str] = frozenset(), **options: Any) -> tuple[Any, Any]:
     """(result, the Analysis behind it or None): a trace is analyzed with
     :func:`gapscope.analysis.pipeline.run_analysis`'s ``options``; a saved analysis or
     many-trace result is loaded; a `gapscope run` output gives its trace's analysis (or its
-    saved analysis.json when the trace is not there)."""
+    saved analysis.json when the trace is not there). ``given``: the ANALYSIS_OPTIONS set on
+    the command line, which a saved result must honour or refuse."""
     found = found.require("trace", "analysis", "fleet", "run", command="analyze")
     if found.kind == "run":
         trace = found.run_file("gapscope_run.sqlite")
@@ -37,22 +44,57 @@ def load_input(found: Input, **options: Any) -> tuple[Any, Any]:
     for key, flag in TRACE_ONLY.items():
         if options.get(key) not in (None, (), DEFAULTS.get(key)):
             raise GapscopeError(f"{flag} applies to traces, not to a saved result JSON")
+    attribution = options.get("attribution", True)
     if found.kind == "fleet":
         from gapscope.fleet.result import FleetResult
 
+        if given:
+            raise GapscopeError(f"{_flag(sorted(given)[0], attribution)} changes the analysis; a saved "
+                                "many-trace result cannot be analyzed again: give the traces")
         return FleetResult.from_dict(found.json()), None
     from gapscope.analysis.result import AnalysisResult
 
-    return AnalysisResult.from_dict(found.json()), None
+    saved = AnalysisResult.from_dict(found.json())
+    return _honoured(saved, given, count_memops=options.get("count_memops", False), attribution=attribution,
+                     top=options.get("top", 10)), None
+
+
+def _flag(name: str, attribution: bool = True) -> str:
+    if name == "attribution":
+        return "--attribution" if attribution else "--no-attribution"
+    return "--" + name.replace("_", "-")
+
+
+def _honoured(saved: Any, given: frozenset[str], *, count_memops: bool, attribution: bool, top: int) -> Any:
+    """A saved result as the options given ask for it, or one line saying which option it cannot
+    honour: it holds the analysis as made, so only a shorter --top list can be cut from it."""
+    again = "give the trace to analyze it again"
+    if "count_memops" in given and count_memops != bool(saved.options.get("count_memops")):
+        raise GapscopeError(f"--count-memops: this saved result was analyzed "
+                            f"{'without' if count_memops else 'with'} it; {again}")
+    if "attribution" in given and attribution != saved.attributed:
+        raise GapscopeError(f"{_flag('attribution', attribution)}: this saved result was analyzed "
+                            f"{'without' if attribution else 'with'} gap attribution; {again}")
+    if "top" in given and attribution:
+        held = saved.top_gaps
+        if held is None:
+            raise GapscopeError(f"--top: this saved result holds no longest gaps (analyzed without "
+                                f"attribution); {again}")
+        every = sum(int(d.get("gap_count") or 0) for d in saved.devices)
+        if top > len(held) and len(held) < every:
+            raise GapscopeError(f"--top {top}: this saved result holds the {len(held)} longest gaps; {again}")
+        return dataclasses.replace(saved, top_gaps=held[:top])
+    return saved
 
 
 @cli.command("analyze")
 @click.argument("traces", nargs=-1, required=True, metavar="TRACE", type=click.Path(dir_okay=True, path_type=str))
 @click.option("--range", "-r", "ranges", multiple=True, metavar="NAME",
               help="Only NVTX ranges with this name (exact or glob, e.g. 'decode*'); repeatable.")
-@click.option("--format", "-f", "fmt", type=click.Choice(["table", "json", "csv"]), default="table",
-              show_default=True, help="Output format.")
+@click.option("--format", "-f", "fmt", type=click.Choice(FORMATS), default=None,
+              help="Output format  [default: the one -o's suffix names (.json, .csv, .md, .html), else table]")
 @click.option("--output", "-o", "output", metavar="FILE", help="Write the report to FILE instead of stdout.")
+@click.option("--wide", is_flag=True, help="Every column of every table, whatever the terminal's width.")
 @click.option("--count-memops", is_flag=True, help="Count memcpy/memset time as busy GPU time.")
 @click.option("--domain", "-d", "domains", multiple=True, metavar="NAME",
               help="Only NVTX ranges of this domain ('default' for the default domain; a library's "
@@ -65,10 +107,10 @@ def load_input(found: Input, **options: Any) -> tuple[Any, Any]:
                    "(ns, us, ms or s; docs/metrics.md).  [default: 1ms]")
 @click.option("--normalize/--no-normalize", default=True, show_default=True,
               help="Group range names without PyTorch emit_nvtx suffixes (', seq = N', ', op_id = N', ...).")
-@click.option("--limit", default=20, show_default=True, metavar="N",
+@click.option("--limit", type=click.IntRange(min=0), default=20, show_default=True, metavar="N",
               help="Range names and instances shown in the table, those with the most gap time "
                    "(0: none); several traces: steps and ranks.")
-@click.option("--top", default=10, show_default=True, metavar="N",
+@click.option("--top", type=click.IntRange(min=0), default=10, show_default=True, metavar="N",
               help="Longest gaps listed; several traces: stragglers per range name.")
 @click.option("--attribution/--no-attribution", default=True, show_default=True,
               help="Classify every gap (launch, sync, dependency, memop, pipeline).")
@@ -79,14 +121,16 @@ def load_input(found: Input, **options: Any) -> tuple[Any, Any]:
 @click.option("--plot", "plot_dir", metavar="DIR",
               help="Also draw the timeline and gap histogram into DIR (one trace; needs matplotlib).")
 def analyze_command(traces: tuple[str, ...], ranges: tuple[str, ...], domains: tuple[str, ...],
-                    threads: str, stall_threshold: str | None, normalize: bool, fmt: str, output: str | None,
-                    count_memops: bool, limit: int, top: int, attribution: bool, jobs: int | None,
-                    scheduler: str | None, plot_dir: str | None) -> None:
+                    threads: str, stall_threshold: str | None, normalize: bool, fmt: str | None,
+                    output: str | None, wide: bool, count_memops: bool, limit: int, top: int,
+                    attribution: bool, jobs: int | None, scheduler: str | None, plot_dir: str | None) -> None:
     """Share of GPU time lost to gaps between kernels, per NVTX range, device and stream.
 
     TRACE is an nsys SQLite export (`nsys export --type sqlite`, or `nsys profile
-    --export sqlite`), a result JSON saved by `gapscope analyze --format json`, or a
-    `gapscope run` output folder.
+    --export sqlite`), an nsys parquetdir or arrowdir export folder, an Nsight Systems report
+    (.nsys-rep: exported with nsys into gapscope's cache), a PyTorch profiler trace (.json or
+    .json.gz), a result JSON saved by `gapscope analyze --format json`, or a `gapscope run`
+    output folder (docs/formats.md).
 
     Several TRACEs (or a folder of exports, or a quoted glob) give one report across ranks,
     each device of each file being a rank: gap fraction and gap time per rank and range name,
@@ -95,6 +139,9 @@ def analyze_command(traces: tuple[str, ...], ranges: tuple[str, ...], domains: t
     """
     from gapscope.render import render
 
+    fmt = output_format(output, fmt, FORMATS, "table")
+    ctx = click.get_current_context()
+    given = frozenset(n for n in ANALYSIS_OPTIONS if ctx.get_parameter_source(n) is ParameterSource.COMMANDLINE)
     threshold = None
     if stall_threshold is not None:
         from gapscope.plots.window import parse_time
@@ -111,7 +158,7 @@ def analyze_command(traces: tuple[str, ...], ranges: tuple[str, ...], domains: t
                                 "trace; several traces take the defaults")
         fleet = _analyze_many(paths, ranges, count_memops, top, attribution, jobs, scheduler)
         with output_file(output) as fh:
-            render(fleet, fmt, fh, limit=limit)
+            render(fleet, fmt, fh, limit=limit, wide=wide)
         if fleet.failed:
             raise GapscopeError(f"{len(fleet.failed)} of {len(paths)} traces failed (listed above); "
                                 "the report covers the others", 1)
@@ -125,9 +172,10 @@ def analyze_command(traces: tuple[str, ...], ranges: tuple[str, ...], domains: t
                "domains": domains, "threads": threads, "normalize": normalize}
     if threshold is not None:
         options["stall_threshold_ns"] = threshold
-    result, analysis = load_input(found, **options)
+    result, analysis = load_input(found, given, **options)
+    read = analysis.read_seconds if analysis is not None else None
     with output_file(output) as fh:
-        render(result, fmt, fh, limit=limit)
+        render(result, fmt, fh, limit=limit, wide=wide, read_seconds=read)
     if plot_dir:
         _plot(found, analysis, ranges, plot_dir)
 
@@ -159,7 +207,7 @@ def _analyze_many(paths: list[str], ranges: tuple[str, ...], count_memops: bool,
         except GapscopeError:
             kind = "analysis" if p.endswith(".json") else "trace"
         if kind != "trace":
-            raise GapscopeError(f"{p}: {KIND_WORDS[kind]}; several inputs must all be nsys SQLite exports")
+            raise GapscopeError(f"{p}: {KIND_WORDS[kind]}; several inputs must all be traces")
     executor = choose_executor(len(paths), jobs, scheduler, preload=["gapscope.fleet.merge"])
     with FileProgress(len(paths), sys.stderr) as progress:
         fleet = analyze_fleet(paths, executor, ranges=ranges, count_memops=count_memops,

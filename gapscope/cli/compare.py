@@ -10,7 +10,7 @@ from typing import TextIO
 import click
 
 from gapscope.cli import cli
-from gapscope.cli.output import output_file
+from gapscope.cli.output import output_file, output_format
 from gapscope.compare.comparison import Comparison, compare_paths
 from gapscope.errors import GapscopeError
 from gapscope.render import render
@@ -58,7 +58,7 @@ def _write(path: str | None, render: Callable[[TextIO], None], *, append: bool =
 @click.argument("paths", nargs=-1, metavar="[BASELINE CURRENT]")
 @click.option(
     "-b", "--baseline", "baselines", multiple=True, metavar="PATH...",
-    help="Baseline run(s): result JSON, gapscope run folder or nsys SQLite export. "
+    help="Baseline run(s): result JSON, gapscope run folder or trace (any format analyze reads). "
     "Takes several paths.",
 )
 @click.option(
@@ -79,11 +79,12 @@ def _write(path: str | None, render: Callable[[TextIO], None], *, append: bool =
 @click.option("--markdown", "markdown", metavar="FILE", help="Also write a Markdown report ('-' = stdout).")
 @click.option("--junit", "junit", metavar="FILE", help="Also write JUnit XML ('-' = stdout).")
 @click.option(
-    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
-    help="Main report format.",
+    "--format", "fmt", type=click.Choice(["table", "json"]), default=None,
+    help="Main report format  [default: json when -o names a .json file, else table]",
 )
 @click.option("-o", "--output", "output", metavar="FILE", help="Write the main report to FILE instead of stdout.")
 @click.option("--all", "show_all", is_flag=True, help="List every ok check in the table.")
+@click.option("--wide", is_flag=True, help="Every column of the table, whatever the terminal's width.")
 def compare_command(
     paths: tuple[str, ...],
     baselines: tuple[str, ...],
@@ -92,9 +93,10 @@ def compare_command(
     config: str | None,
     markdown: str | None,
     junit: str | None,
-    fmt: str,
+    fmt: str | None,
     output: str | None,
     show_all: bool,
+    wide: bool,
 ) -> int:
     """Compare launch gaps of CURRENT against BASELINE; exit 1 on a regression.
 
@@ -103,8 +105,8 @@ def compare_command(
     gapscope compare --baseline b1.json b2.json b3.json --current c1.json c2.json c3.json
     gapscope compare base.json trace.sqlite --fail gap_fraction:+0.01 --junit report.xml
 
-    Each side is a result JSON (gapscope analyze --format json), a gapscope run folder, or an
-    nsys SQLite export, analyzed on the fly. Ranges match by name, devices by id, streams by
+    Each side is a result JSON (gapscope analyze --format json), a gapscope run folder, or a
+    trace in any format `gapscope analyze` reads, analyzed on the fly. Ranges match by name, devices by id, streams by
     device and stream. A metric regresses when its rise exceeds its threshold and the spread
     of the runs. The Markdown report is also appended to $GITHUB_STEP_SUMMARY when that is set.
 
@@ -141,10 +143,11 @@ def compare_command(
     if len(to_stdout) > 1:
         raise GapscopeError(f"only one report can go to stdout, not {' and '.join(to_stdout)}", 2)
 
+    fmt = output_format(output, fmt, ("table", "json"), "table")
     thresholds = resolve_thresholds(fail, config)
     comparison = compare_paths(list(baselines), list(currents), thresholds)
 
-    _write(output, lambda fh: _render_main(comparison, fh, fmt, show_all))
+    _write(output, lambda fh: _render_main(comparison, fh, fmt, show_all, wide))
     if not to_stdout:  # every report went to a file: still say the outcome
         click.echo(comparison.headline())
     if markdown is not None:
@@ -160,8 +163,8 @@ def compare_command(
     return comparison.exit_code
 
 
-def _render_main(comparison: Comparison, fh: TextIO, fmt: str, show_all: bool) -> None:
-    render(comparison, fmt, fh, show_all=show_all)
+def _render_main(comparison: Comparison, fh: TextIO, fmt: str, show_all: bool, wide: bool) -> None:
+    render(comparison, fmt, fh, show_all=show_all, wide=wide)
 
 
 def _render_markdown(comparison: Comparison, fh: TextIO) -> None:

@@ -1,9 +1,10 @@
-"""Where a command writes a report: stdout, or a file opened with one clear error."""
+"""Where a command writes a report: stdout, or a file opened with one clear error; and which
+format a report takes when ``-f`` is not given (the one the ``-o`` file's suffix names)."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
@@ -26,3 +27,25 @@ def output_file(path: str | Path | None, *, append: bool = False) -> Iterator[Te
         raise GapscopeError(f"{p}: cannot write ({exc.strerror or exc})") from None
     with fh:
         yield fh
+
+
+#: The format an output file's suffix names.
+SUFFIX_FORMATS = {".json": "json", ".csv": "csv", ".md": "markdown", ".markdown": "markdown",
+                  ".html": "html", ".htm": "html", ".xml": "junit"}
+
+
+def output_format(path: str | Path | None, given: str | None, choices: Sequence[str], default: str) -> str:
+    """The format to write: ``given`` (``-f``) when set; else the one the suffix of ``path``
+    (``-o``) names, which must be one of ``choices``; else ``default``."""
+    if given is not None:
+        return given
+    if path is None or str(path) == "-":
+        return default
+    suffix = Path(path).suffix.lower()
+    fmt = SUFFIX_FORMATS.get(suffix)
+    if fmt is None:
+        return default
+    if fmt not in choices:
+        raise GapscopeError(f"{path}: this command writes no {fmt} ({', '.join(choices)}); "
+                            f"give -f {default} to write the {default} to a {suffix} file")
+    return fmt

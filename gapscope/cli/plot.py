@@ -8,7 +8,8 @@ from gapscope.cli import cli
 
 
 @cli.command("plot")
-@click.argument("source", metavar="TRACE_OR_RESULT", type=click.Path(dir_okay=True, path_type=str))
+@click.argument("sources", nargs=-1, required=True, metavar="TRACE_OR_RESULT...",
+                type=click.Path(dir_okay=True, path_type=str))
 @click.option("--output-dir", "-o", "out_dir", required=True, metavar="DIR",
               help="Folder for the figures (created if missing).")
 @click.option("--range", "-r", "ranges", multiple=True, metavar="NAME",
@@ -19,14 +20,25 @@ from gapscope.cli import cli
                    "units: 0:200us, 1.5ms:2ms, :500us.")
 @click.option("--format", "-f", "fmt", default="png", show_default=True, metavar="png,svg",
               help="Image formats, comma-separated.")
-def plot_command(source: str, out_dir: str, ranges: tuple[str, ...], window: str | None, fmt: str) -> None:
+def plot_command(sources: tuple[str, ...], out_dir: str, ranges: tuple[str, ...], window: str | None,
+                 fmt: str) -> None:
     """Draw the timeline, the gap-duration histogram and, for a `gapscope run` sweep, the
     crossover chart.
 
-    TRACE_OR_RESULT is an nsys SQLite export, a `gapscope run` output folder (or its run.json),
+    TRACE_OR_RESULT is a trace (any format `gapscope analyze` reads), a `gapscope run` output
+    folder (or its run.json),
     or a result JSON of `gapscope analyze` (a sweep's crossover only: it holds no gap list).
+    Several (or a folder of exports, or a quoted glob): each one's figures in a folder of its own
+    inside DIR, named by its file.
     """
+    from pathlib import Path
+
+    from gapscope.cli.report import part_names
+    from gapscope.inputs import expand
     from gapscope.plots import write_plots
 
-    for path in write_plots(source, out_dir, fmt.split(","), range_name=ranges, window=window):
-        click.echo(str(path))
+    paths = expand(sources)
+    folders = [Path(out_dir)] if len(paths) == 1 else [Path(out_dir) / n for n in part_names(paths)]
+    for source, folder in zip(paths, folders):
+        for path in write_plots(source, folder, fmt.split(","), range_name=ranges, window=window):
+            click.echo(str(path))

@@ -23,7 +23,7 @@ from gapscope.run.workload import CASES, KERNEL_KINDS, PATHS, parse_us_list
                    f"({', '.join(CASES)}; docs/cases.md).")
 @click.option("--repeat", "-r", default=1, show_default=True,
               help="Runs of each path under its range (median and spread in the table).")
-@click.option("--device", default=0, show_default=True, help="CUDA device index.")
+@click.option("--device", type=click.IntRange(min=0), default=0, show_default=True, help="CUDA device index.")
 @click.option("--kind", type=click.Choice(KERNEL_KINDS), default="spin", show_default=True,
               help="Micro-kernel: compute-bound spin, memory-bound stream, or empty.")
 @click.option("--nsys", metavar="PATH", help="The nsys to use (else $GAPSCOPE_NSYS, PATH, "
@@ -46,7 +46,7 @@ from gapscope.run.workload import CASES, KERNEL_KINDS, PATHS, parse_us_list
 @click.option("--dry-run", is_flag=True, help="Print the nsys command and stop (no GPU needed).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress display.")
 @click.option("--plot", "plot_dir", metavar="DIR",
-              help="Also draw the timeline, histogram and crossover into DIR (needs gapscope[plot]).")
+              help="Also draw the timeline, histogram and crossover into DIR (needs matplotlib: pip install -e '.[plot]').")
 def run_command(kernel_us: str, kernels: int, streams: int, paths: str, repeat: int, device: int,
                 kind: str, nsys: str | None, graph_trace: str, steps: int, layers: int,
                 pool_sizes: str, seed: int, output_dir: str, fmt: str, report: bool,

@@ -127,7 +127,8 @@ class DaskCluster:
             from distributed import Client
         except ImportError:
             raise GapscopeError(
-                "--scheduler needs dask.distributed: pip install 'gapscope[dask]'"
+                "--scheduler needs dask.distributed: pip install 'dask[distributed]' "
+                "(or, in a gapscope checkout, pip install -e '.[dask]')"
             ) from None
         try:
             return Client(self.address, timeout=self.connect_timeout, set_as_default=False)

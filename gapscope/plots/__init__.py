@@ -3,7 +3,8 @@
 Plotting never changes the analysis: ``source`` loads a trace, a result JSON or a `gapscope run`
 output with the library's own analysis, ``binning`` prepares plain arrays, and ``timeline``,
 ``histogram`` and ``crossover`` each draw one figure from them. matplotlib (the optional extra
-``gapscope[plot]``) is imported only when a figure is drawn, on the Agg canvas.
+``plot``: ``pip install -e '.[plot]'`` in a checkout) is imported only when a figure is drawn, on
+the Agg canvas.
 
     from gapscope.plots import write_plots
     write_plots("traces/torch_decode.sqlite", "plots/", ("png", "svg"))

@@ -49,8 +49,8 @@ def require_matplotlib() -> Any:
         import matplotlib
     except ImportError:
         raise GapscopeError(
-            "drawing needs matplotlib, which is not installed: install gapscope[plot] "
-            "(pip install 'gapscope[plot]')") from None
+            "drawing needs matplotlib, which is not installed: pip install matplotlib "
+            "(or, in a gapscope checkout, pip install -e '.[plot]')") from None
     return matplotlib
 
 

@@ -5,7 +5,9 @@ package with one function, ``render(result, file, **options)``, that writes to `
     render(result, "table", sys.stdout, limit=20)
 
 Kinds: ``analysis`` (AnalysisResult), ``fleet`` (FleetResult), ``comparison`` (Comparison),
-``run`` (RunResult). Modules are imported only when used, so choosing a renderer is cheap.
+``run`` (RunResult), ``timeline`` (gapscope.analysis.pipeline.Analysis: the arrays behind a
+result, for the Perfetto export, which needs every kernel and gap), ``document``
+(gapscope.render.document.Document: a report on one trace or several, with its figures). Modules are imported only when used, so choosing a renderer is cheap.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ RENDERERS: dict[tuple[str, str], str] = {
     ("analysis", "json"): "json",
     ("analysis", "csv"): "csv",
     ("analysis", "markdown"): "markdown",
+    ("analysis", "html"): "html",
     ("fleet", "table"): "fleet_table",
     ("fleet", "json"): "json",
     ("fleet", "csv"): "fleet_csv",
@@ -31,14 +34,18 @@ RENDERERS: dict[tuple[str, str], str] = {
     ("run", "table"): "run_table",
     ("run", "json"): "json",
     ("run", "markdown"): "run_markdown",
+    ("document", "markdown"): "markdown",
+    ("document", "html"): "html",
+    ("timeline", "perfetto"): "perfetto",
 }
 
 _KINDS = {"AnalysisResult": "analysis", "FleetResult": "fleet", "Comparison": "comparison",
-          "RunResult": "run"}
+          "RunResult": "run", "Analysis": "timeline",
+          "Document": "document"}
 
 
 def kind_of(result: Any) -> str:
-    """The kind of a result object (``analysis``, ``fleet``, ``comparison``, ``run``)."""
+    """The kind of a result object (``analysis``, ``fleet``, ``comparison``, ``run``, ``timeline``)."""
     try:
         return _KINDS[type(result).__name__]
     except KeyError:

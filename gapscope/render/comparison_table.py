@@ -1,16 +1,18 @@
-"""A terminal report of a Comparison (rich): headline, then a table with regressions first."""
+"""A terminal report of a Comparison (rich): headline, then a table with regressions first,
+fitted to the terminal like every report table (gapscope.render.layout)."""
 
 from __future__ import annotations
 
 from typing import Any, TextIO
 
-from rich import box
-from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from gapscope.compare.comparison import Comparison, Verdict
 from gapscope.compare.thresholds import METRICS
+from gapscope.render.layout import Column
+from gapscope.render.sections import Name
+from gapscope.render.console import console_for
+from gapscope.render.table import fitted_table
 
 #: With more verdicts than this, ``ok`` rows are summarized in one line unless ``show_all``.
 MAX_ROWS_BEFORE_FOLDING_OK = 24
@@ -33,14 +35,20 @@ STATUS_LABEL = {
 }
 
 
-def _row(v: Verdict, with_noise: bool) -> list[Text | str]:
+COLUMNS = (Column("status", False), Column("scope", False, priority=2), Column("name", False),
+           Column("metric", False, priority=1), Column("baseline", short="base"), Column("current", short="cur"),
+           Column("Δ"), Column("Δ%", priority=2), Column("limit", priority=1))
+NOISE = Column("noise", priority=2)
+
+
+def _row(v: Verdict, with_noise: bool) -> list[Text | str | Name]:
     m = METRICS[v.metric]
     style = STATUS_STYLE[v.status]
     rel = "—" if v.relative_delta is None else f"{v.relative_delta * 100:+.1f}%"
-    row: list[Text | str] = [
+    row: list[Text | str | Name] = [
         Text(STATUS_LABEL[v.status], style=style),
         v.scope,
-        Text(v.key, style="bold" if v.failed else ""),
+        Name(v.key),
         m.short,
         m.format(v.baseline),
         m.format(v.current),
@@ -53,10 +61,12 @@ def _row(v: Verdict, with_noise: bool) -> list[Text | str]:
     return row
 
 
-def render(comparison: Comparison, file: TextIO, *, show_all: bool = False, **_: Any) -> None:
+def render(comparison: Comparison, file: TextIO, *, show_all: bool = False, width: int | None = None,
+           wide: bool = False, **_: Any) -> None:
     """Write the verdict table to ``file``: one headline, then one row per range/device/stream and
-    metric, regressions first; ``ok`` rows fold into a count on big reports unless ``show_all``."""
-    console = Console(file=file, width=None if file.isatty() else 140, highlight=False)
+    metric, regressions first; ``ok`` rows fold into a count on big reports unless ``show_all``.
+    The table fits ``width`` (default: the terminal's; every column with ``wide`` or in a file)."""
+    console, fit = console_for(file, width, wide)
     headline = comparison.headline()
     console.print(Text(headline, style="bold red" if not comparison.passed else "bold green"))
     nb, nc = len(comparison.baseline_sources), len(comparison.current_sources)
@@ -73,19 +83,8 @@ def render(comparison: Comparison, file: TextIO, *, show_all: bool = False, **_:
     rows = [v for v in ordered if not (fold_ok and v.status == "ok")]
     with_noise = nb > 1 or nc > 1
     if rows:
-        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
-        table.add_column("status", no_wrap=True)
-        table.add_column("scope", no_wrap=True)
-        longest = max(len(v.key) for v in rows)
-        table.add_column("name", overflow="fold", min_width=min(longest, 28), max_width=48)
-        table.add_column("metric", no_wrap=True)
-        for name in ("baseline", "current", "Δ", "Δ%", "limit"):
-            table.add_column(name, justify="right", no_wrap=True)
-        if with_noise:
-            table.add_column("noise", justify="right", no_wrap=True)
-        for v in rows:
-            table.add_row(*_row(v, with_noise))
-        console.print(table)
+        console.print(fitted_table("", (*COLUMNS, NOISE) if with_noise else COLUMNS,
+                                   [_row(v, with_noise) for v in rows], fit))
     folded = len(ordered) - len(rows)
     if folded:
         console.print(Text(f"{folded} more checks ok (--all lists them)", style="dim"))

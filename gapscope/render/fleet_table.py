@@ -1,18 +1,20 @@
 """Terminal tables for a FleetResult (rich): range names across ranks, stragglers, the steps
-that differ most, the ranks, and the traces that failed."""
+that differ most, the ranks, and the traces that failed. Each table fits the terminal the way
+the single-trace report's do (gapscope.render.layout); ``wide`` or a file gets every column."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from rich import box
-from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from gapscope.analysis.verdicts import reading
 from gapscope.fleet.result import FleetResult
+from gapscope.render.console import Console, console_for
+from gapscope.render.layout import Column
+from gapscope.render.sections import READING, Name
+from gapscope.render.table import fitted_table
 from gapscope.render.table import share_text as fmt_frac
 from gapscope.render.units import fmt_ns
 
@@ -20,19 +22,24 @@ from gapscope.render.units import fmt_ns
 MATRIX_NAMES = 6
 
 
-def _table(title: str, columns: list[str], left: tuple[str, ...] = ()) -> Table:
-    t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", title_style="bold")
-    for c in columns:
-        t.add_column(c, justify="left" if c in left else "right", overflow="fold",
-                     max_width=40 if c in left else None)
-    return t
+class _Printer:
+    """Prints fitted tables on one console, a blank line before each."""
+
+    def __init__(self, console: Console, width: int | None) -> None:
+        self.console, self.width = console, width
+
+    def table(self, title: str, columns: tuple[Column, ...], rows: list[list[Any]]) -> None:
+        self.console.print()
+        self.console.print(fitted_table(title, columns, rows, self.width))
 
 
-def render(fleet: FleetResult, file: TextIO, *, limit: int = 20, width: int | None = None, **_: Any) -> None:
+def render(fleet: FleetResult, file: TextIO, *, limit: int = 20, width: int | None = None, wide: bool = False,
+           **_: Any) -> None:
     """Write the human report of a fleet: header and warnings, range names across ranks, the
     stragglers, the ``limit`` steps with the largest excess, a gap-% matrix and the ranks (first
-    ``limit``), and the failed traces."""
-    console = Console(file=file, width=width or 160, highlight=False, soft_wrap=False)
+    ``limit``), and the failed traces; tables fit ``width`` (default: the terminal's)."""
+    console, fit = console_for(file, width, wide)
+    out = _Printer(console, fit)
     ok = [f for f in fleet.files if not f.get("error")]
     versions = ", ".join(sorted({str(f.get("nsys_version")) for f in ok})) or "?"
     modes = ", ".join(sorted({str(f.get("graph_trace")) for f in ok})) or "?"
@@ -44,16 +51,14 @@ def render(fleet: FleetResult, file: TextIO, *, limit: int = 20, width: int | No
         console.print(f"[yellow]warning:[/yellow] {w}", markup=True)
     labels = [r["label"] for r in fleet.devices]
     if fleet.by_name:
-        _names(console, fleet, labels)
-        _stragglers(console, fleet)
-        _steps(console, fleet, limit)
-        _matrix(console, fleet, limit)
-    _ranks(console, fleet, limit)
+        _names(out, fleet, labels)
+        _stragglers(out, fleet)
+        _steps(out, fleet, limit)
+        _matrix(out, fleet, limit)
+    _ranks(out, fleet, limit)
     if fleet.failed:
-        t = _table(f"Failed traces ({len(fleet.failed)})", ["trace", "error"], left=("trace", "error"))
-        for f in fleet.failed:
-            t.add_row(f["path"], f["error"])
-        console.print(t)
+        out.table(f"Failed traces ({len(fleet.failed)})", (Column("trace", False), Column("error", False, wrap=True)),
+                  [[Name(f["path"]), f["error"]] for f in fleet.failed])
 
 
 def _spread_cells(s: dict[str, Any] | None, labels: list[str], fmt: Callable[[Any], Any]) -> list[Any]:
@@ -65,31 +70,37 @@ def _spread_cells(s: dict[str, Any] | None, labels: list[str], fmt: Callable[[An
     return [fmt(s["min"]), fmt(s["median"]), top + Text(f" {labels[s['max_rank']]}", style="dim")]
 
 
-def _names(console: Console, fleet: FleetResult, labels: list[str]) -> None:
+def _names(out: _Printer, fleet: FleetResult, labels: list[str]) -> None:
     spread = {s["name"]: s for s in fleet.spread if s["scope"] == "range"}
-    t = _table("Range names across ranks (min, median, max over ranks; the rank with the max)",
-               ["name", "ranks", "instances", "gap % (all)", "gap % min", "median", "max",
-                "gap/rank min", "median", "max"], left=("name",))
+    columns = (Column("name", False), Column("ranks", priority=2), Column("instances", priority=3, short="inst"),
+               Column("gap % (all)", short="gap %"), Column("gap % min", priority=2, short="min"),
+               Column("gap % median", priority=1, short="med"), Column("gap % max", short="max"),
+               Column("gap/rank min", priority=3, short="g/r min"),
+               Column("gap/rank median", priority=2, short="g/r med"),
+               Column("gap/rank max", priority=1, short="g/r max"))
+    rows = []
     for n in fleet.by_name:
         s = spread.get(n["name"], {})
-        t.add_row(n["name"], str(n["ranks"]), str(n["count"]), fmt_frac(n["gap_fraction"]),
-                  *_spread_cells(s.get("gap_fraction"), labels, fmt_frac),
-                  *_spread_cells(s.get("gap_ns"), labels, fmt_ns))
-    console.print(t)
+        rows.append([Name(str(n["name"])), str(n["ranks"]), str(n["count"]), fmt_frac(n["gap_fraction"]),
+                     *_spread_cells(s.get("gap_fraction"), labels, fmt_frac),
+                     *_spread_cells(s.get("gap_ns"), labels, fmt_ns)])
+    out.table("Range names across ranks (min, median, max over ranks; the rank with the max)", columns, rows)
 
 
-def _stragglers(console: Console, fleet: FleetResult) -> None:
+def _stragglers(out: _Printer, fleet: FleetResult) -> None:
     if not fleet.stragglers:
         return
     cats = {(r["rank"], r["name"]): r.get("gap_by_category_ns") for r in fleet.rank_names}
-    t = _table("Stragglers: gap time above the step medians (the ranks that keep the others waiting)",
-               ["name", "rank", "excess gap", "slowest steps", "worst step", "its excess", "rank gap %",
-                "its gaps are mostly"], left=("name", "rank", "its gaps are mostly"))
-    for s in fleet.stragglers:
-        t.add_row(s["name"], s["label"], fmt_ns(s["excess_gap_ns"]), f"{s['slowest_steps']} of {s['steps']}",
-                  f"#{s['worst_step']}", fmt_ns(s["worst_step_excess_ns"]), fmt_frac(s["gap_fraction"]),
-                  _dominant(cats.get((s["rank"], s["name"])), s["gap_ns"]))
-    console.print(t)
+    columns = (Column("name", False), Column("rank", False), Column("excess gap", short="excess"),
+               Column("slowest steps", priority=2, short="slowest"), Column("worst step", priority=3, short="worst"),
+               Column("its excess", priority=3), Column("rank gap %", priority=1, short="gap %"),
+               Column("its gaps are mostly", False, priority=1, short="mostly"))
+    rows = [[Name(str(s["name"])), Name(str(s["label"])), fmt_ns(s["excess_gap_ns"]),
+             f"{s['slowest_steps']} of {s['steps']}", f"#{s['worst_step']}", fmt_ns(s["worst_step_excess_ns"]),
+             fmt_frac(s["gap_fraction"]), _dominant(cats.get((s["rank"], s["name"])), s["gap_ns"])]
+            for s in fleet.stragglers]
+    out.table("Stragglers: gap time above the step medians (the ranks that keep the others waiting)",
+              columns, rows)
 
 
 def _dominant(by_cat: dict[str, int] | None, gap_ns: int) -> str:
@@ -100,48 +111,45 @@ def _dominant(by_cat: dict[str, int] | None, gap_ns: int) -> str:
     return f"{top} {100 * by_cat[top] / gap_ns:.0f}%"
 
 
-def _steps(console: Console, fleet: FleetResult, limit: int) -> None:
+def _steps(out: _Printer, fleet: FleetResult, limit: int) -> None:
     multi = [s for s in fleet.steps if s["ranks"] > 1]
     if not multi or limit <= 0:
         return
     shown = sorted(multi, key=lambda s: -(s["excess_gap_ns"] or 0))[:limit]
     more = f", {len(shown)} of {len(multi)}; --limit N or --format json for more" if len(multi) > len(shown) else ""
-    t = _table(f"Steps aligned across ranks, largest excess first (name #occurrence{more})",
-               ["step", "ranks", "gap min", "median", "max", "slowest rank", "excess", "span median"],
-               left=("step", "slowest rank"))
-    for s in shown:
-        g = s["gap_ns"]
-        t.add_row(f"{s['name']} #{s['occurrence']}", str(s["ranks"]), fmt_ns(g["min"]), fmt_ns(g["median"]),
-                  fmt_ns(g["max"]), s["slowest_label"], fmt_ns(s["excess_gap_ns"]),
-                  fmt_ns(s["gpu_span_ns"]["median"]))
-    console.print(t)
+    columns = (Column("step", False), Column("ranks", priority=3), Column("gap min", priority=2, short="min"),
+               Column("gap median", priority=1, short="med"), Column("gap max", short="max"),
+               Column("slowest rank", False, short="slowest"), Column("excess"),
+               Column("span median", priority=2, short="span med"))
+    rows = [[Name(f"{s['name']} #{s['occurrence']}"), str(s["ranks"]), fmt_ns(s["gap_ns"]["min"]),
+             fmt_ns(s["gap_ns"]["median"]), fmt_ns(s["gap_ns"]["max"]), Name(str(s["slowest_label"])),
+             fmt_ns(s["excess_gap_ns"]), fmt_ns(s["gpu_span_ns"]["median"])] for s in shown]
+    out.table(f"Steps aligned across ranks, largest excess first (name #occurrence{more})", columns, rows)
 
 
-def _matrix(console: Console, fleet: FleetResult, limit: int) -> None:
+def _matrix(out: _Printer, fleet: FleetResult, limit: int) -> None:
     if limit <= 0:
         return
     top = [n["name"] for n in sorted(fleet.by_name, key=lambda n: -n["gap_ns"])[:MATRIX_NAMES]]
     cell = {(r["rank"], r["name"]): r for r in fleet.rank_names}
     ranks = fleet.devices[:limit]
     more = f", first {len(ranks)} of {len(fleet.devices)}" if len(fleet.devices) > len(ranks) else ""
-    t = _table(f"Gap % per rank and range name (the {len(top)} names with the most gap time{more})",
-               ["rank", *top], left=("rank",))
-    for r in ranks:
-        t.add_row(r["label"], *(fmt_frac(cell[(r["rank"], n)]["gap_fraction"]) if (r["rank"], n) in cell
-                                else "-" for n in top))
-    console.print(t)
+    columns = (Column("rank", False), *(Column(str(n), priority=j) for j, n in enumerate(top)))
+    rows = [[Name(str(r["label"])), *(fmt_frac(cell[(r["rank"], n)]["gap_fraction"]) if (r["rank"], n) in cell
+                                      else "-" for n in top)] for r in ranks]
+    out.table(f"Gap % per rank and range name (the {len(top)} names with the most gap time{more})", columns, rows)
 
 
-def _ranks(console: Console, fleet: FleetResult, limit: int) -> None:
+def _ranks(out: _Printer, fleet: FleetResult, limit: int) -> None:
     ranks = fleet.devices[:max(limit, 0)]
     if not ranks:
         return
     more = f", first {len(ranks)} of {len(fleet.devices)}" if len(fleet.devices) > len(ranks) else ""
-    t = _table(f"Ranks: whole-device timelines{more}",
-               ["rank", "device", "kernels", "span", "busy", "gap", "gap %", "gaps", "max gap", "reading"],
-               left=("rank", "reading"))
-    for r in ranks:
-        t.add_row(r["label"], str(r["device"]), str(r["kernels"]), fmt_ns(r["gpu_span_ns"]), fmt_ns(r["busy_ns"]),
-                  fmt_ns(r["gap_ns"]), fmt_frac(r["gap_fraction"]), str(r["gap_count"]),
-                  fmt_ns(r["gap_max_ns"]) if r["gap_count"] else "-", reading(r))
-    console.print(t)
+    columns = (Column("rank", False), Column("device", priority=3, short="dev"),
+               Column("kernels", priority=2, short="kern"), Column("span", priority=1), Column("busy", priority=3),
+               Column("gap", priority=1), Column("gap %"), Column("gaps", priority=3),
+               Column("max gap", priority=2, short="max"), READING)
+    rows = [[Name(str(r["label"])), str(r["device"]), str(r["kernels"]), fmt_ns(r["gpu_span_ns"]),
+             fmt_ns(r["busy_ns"]), fmt_ns(r["gap_ns"]), fmt_frac(r["gap_fraction"]), str(r["gap_count"]),
+             fmt_ns(r["gap_max_ns"]) if r["gap_count"] else "-", reading(r)] for r in ranks]
+    out.table(f"Ranks: whole-device timelines{more}", columns, rows)

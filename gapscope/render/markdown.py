@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
+from urllib.parse import quote
 
 from gapscope.analysis.result import AnalysisResult
-from gapscope.analysis.verdicts import reading
 from gapscope.render import sections
+from gapscope.render.document import Document, Part, document_of, write_part
 from gapscope.render.sections import Cell, Name, Section
-from gapscope.render.units import fmt_ns, fmt_pct
 
 FIGURE_CAPTIONS = {
     "timeline": "GPU timeline: one row per device and stream, kernels dark, device-level gaps "
@@ -67,78 +67,69 @@ def _section(file: TextIO, section: Section | None, level: str = "##") -> None:
 
 def _figure(file: TextIO, figures: Mapping[str, str], key: str) -> None:
     if key in figures:
-        file.write(f"![{key}]({figures[key]})\n\n*{FIGURE_CAPTIONS[key]}*\n\n")
+        file.write(f"![{key}]({link_target(figures[key])})\n\n*{FIGURE_CAPTIONS[key]}*\n\n")
+
+
+def link_target(path: str) -> str:
+    """A relative path as a link target that renders in CommonMark and GitHub: percent-encoded
+    (``my report_files/x.png`` -> ``my%20report_files/x.png``), slashes kept."""
+    return quote(path, safe="/")
 
 
 def render(
-    result: AnalysisResult | None, file: TextIO, *, title: str | None = None, sweep: Sequence[Any] = (),
+    result: AnalysisResult | Document | None, file: TextIO, *, title: str | None = None, sweep: Sequence[Any] = (),
     calibration: dict[str, Any] | None = None, figures: Mapping[str, str] | None = None,
-    limit: int = 20, **_: Any,
+    limit: int = 20, read_seconds: float | None = None, **_: Any,
 ) -> None:
-    """Write the report. ``figures`` maps 'timeline', 'histogram', 'crossover' to image paths
-    relative to the report; ``sweep`` holds gapscope.analysis.sweep.SweepRow rows of a
-    `gapscope run`; ``title`` defaults to the trace's name."""
-    figures = figures or {}
-    if title is None:
-        title = str(result.trace.get("name")) if result is not None else "gapscope"
-    file.write(f"# gapscope report: {_cell(title)}\n\n")
-    if result is not None:
-        _header(file, result, limit)
-    _figure(file, figures, "timeline")
-    if result is not None:
-        _section(file, sections.by_name(result, limit))
-        _section(file, sections.domains(result))
-        _section(file, sections.idle(result, limit))
-        _section(file, sections.payoff(result))
-    _figure(file, figures, "histogram")
-    if sweep:
-        _sweep(file, sweep, calibration, figures)
-    if result is not None:
-        _section(file, sections.top_gaps(result))
-        _section(file, sections.launch(result))
-        _whole_trace(file, result, limit)
+    """Write the report of a Document (gapscope.render.document), or of one result with these
+    options: ``figures`` maps 'timeline', 'histogram', 'crossover' to image paths relative to
+    the report; ``sweep`` holds the SweepRow rows of a `gapscope run`; ``title`` defaults to the
+    trace's name; ``read_seconds`` (how long reading the trace took) goes in its header. A
+    document of several traces has one section per trace."""
+    doc = document_of(result, title=title, sweep=sweep, calibration=calibration, figures=figures,
+                      read_seconds=read_seconds)
+    file.write(f"# gapscope report: {_cell(doc.title)}\n\n")
+    many = len(doc.parts) > 1
+    for part in doc.parts:
+        if many:
+            file.write(f"## {_cell(part.label)}\n\n")
+        _part(file, part, "###" if many else "##", limit)
 
 
-def _header(file: TextIO, result: AnalysisResult, limit: int) -> None:
-    tr = result.trace
-    gpus = ", ".join(sorted(set((tr.get("gpus") or {}).values()))) or "?"
-    file.write(f"nsys {_cell(tr.get('nsys_version') or '?')} · export schema "
-               f"{_cell(tr.get('export_schema') or '?')} · CUDA graphs traced: "
-               f"{_cell(tr.get('graph_trace') or '?')} · GPU: {_cell(gpus)} · gapscope "
-               f"{_cell(result.gapscope_version)}\n\n")
+def _part(file: TextIO, part: Part, h: str, limit: int) -> None:
+    """One trace's report, its headings at level ``h``."""
+    write_part(part, limit, header=lambda r: _header(file, r, h, part.read_seconds, limit), figure=lambda k: _figure(file, part.figures, k),
+               sweep=lambda rows: _sweep(file, rows, part.calibration, part.figures, h),
+               section=lambda s: _section(file, s, h), folded=lambda ss: _folded(file, ss, h + "#"))
+
+
+def _folded(file: TextIO, found: list[Section], h: str) -> None:
+    """The whole-trace tables, folded in a <details> block."""
+    file.write(f"<details><summary>{sections.FOLDED_TITLE}</summary>\n\n")
+    for section in found:
+        _section(file, section, h)
+    file.write("</details>\n")
+
+
+def _header(file: TextIO, result: AnalysisResult, h: str, read_seconds: float | None = None, limit: int = 20) -> None:
+    file.write(" · ".join(_cell(sections.fact_text(what, value))
+                          for what, value in sections.facts(result, read_seconds)) + "\n\n")
     for w in result.warnings:
         file.write(f"> ⚠️ {_cell(w)}\n\n")
-    rows = [r for r in sections.shown_names(result, limit)[0] if r["kernels"] > 0]
-    if rows:
-        file.write("## Readings\n\n")
-        for r in rows:
-            file.write(f"- {_code(sections.label(r))} (x{r['count']}): **{fmt_pct(r['gap_fraction'])}** of the GPU "
-                       f"span in gaps ({fmt_ns(r['gap_ns'])} of {fmt_ns(r['gpu_span_ns'])}): "
-                       f"{reading(r)}\n")
-        file.write("\n")
-    elif result.devices:
-        file.write("## Readings\n\n")
-        for r in result.devices:
-            file.write(f"- device {r['device']}: **{fmt_pct(r['gap_fraction'])}** of the GPU span in gaps: "
-                       f"{reading(r)}\n")
-        file.write("\n")
+    found = sections.readings(result, limit)
+    if found:
+        lines = "".join(f"- {_md(r.label)}{r.after_label()}: **{r.share}**{r.after_share()}: {r.reading}\n"
+                        for r in found)
+        file.write(f"{h} Readings\n\n{lines}\n")
 
 
 def _sweep(file: TextIO, sweep: Sequence[Any], calibration: dict[str, Any] | None,
-           figures: Mapping[str, str]) -> None:
+           figures: Mapping[str, str], h: str) -> None:
     from gapscope.render.run_sections import HEADERS, floors_line, row_cells
 
-    file.write("## Launch paths against kernel time (`gapscope run` sweep)\n\n")
+    file.write(f"{h} Launch paths against kernel time (`gapscope run` sweep)\n\n")
     _figure(file, figures, "crossover")
     file.write(_table(HEADERS, [[_cell(c) for c in row_cells(r)] for r in sweep], [h != "path" for h in HEADERS]))
     line = floors_line(calibration)
     if line:
         file.write(f"{_cell(line)}\n\n")
-
-
-def _whole_trace(file: TextIO, result: AnalysisResult, limit: int) -> None:
-    file.write("<details><summary>Devices, streams and range instances</summary>\n\n")
-    _section(file, sections.devices(result), "###")
-    _section(file, sections.streams(result), "###")
-    _section(file, sections.ranges(result, limit), "###")
-    file.write("</details>\n")

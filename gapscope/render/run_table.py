@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TextIO
 
-from rich.console import Console
 from rich.table import Table
 
+from gapscope.render.console import Console
 from gapscope.render.run_sections import HEADERS, case_tables, column_header, floors_line, row_cells
 
 if TYPE_CHECKING:

@@ -15,7 +15,15 @@ from typing import Any, Union
 from gapscope.analysis.ranges import is_library_domain
 from gapscope.analysis.result import AnalysisResult
 from gapscope.analysis.verdicts import reading
+from gapscope.render.layout import Column
 from gapscope.render.units import fmt_count, fmt_ns, fmt_pct, fmt_share, fmt_speedup
+
+#: The order of a report document (Markdown, HTML): ("figure", key), ("section", builder key),
+#: ("sweep",) for a `gapscope run` sweep, ("folded", builder keys) for the whole-trace tables.
+DOCUMENT = (("figure", "timeline"), ("section", "by_name"), ("section", "domains"), ("section", "idle"), ("section", "payoff"),
+            ("figure", "histogram"), ("sweep",), ("section", "top_gaps"), ("section", "launch"),
+            ("folded", ("devices", "streams", "ranges")))
+FOLDED_TITLE = "Devices, streams and range instances"
 
 
 @dataclass(frozen=True)
@@ -42,14 +50,6 @@ Cell = Union[str, Share, Name]
 
 
 @dataclass(frozen=True)
-class Column:
-    """A column: its header, and whether its cells are numbers (right-aligned)."""
-
-    header: str
-    number: bool = True
-
-
-@dataclass(frozen=True)
 class Section:
     """One table of the report. ``key`` names it (``by_name``, ``ranges``, ``devices``, ...)."""
 
@@ -60,8 +60,15 @@ class Section:
     note: str | None = None
 
 
-STATS_COLUMNS = tuple(Column(h) for h in (
-    "kernels", "span", "busy", "gap", "gap %", "gaps", "p50", "p90", "p99", "max gap", "kernel p50"))
+#: The timeline figures; on a narrow terminal the gap share, its time and span, the typical gap
+#: and the typical kernel (the design text's criterion) stay longest.
+STATS_COLUMNS = (
+    Column("kernels", priority=2, short="kern"), Column("span", priority=1), Column("busy", priority=3),
+    Column("gap", priority=1), Column("gap %"), Column("gaps", priority=3), Column("p50", priority=1),
+    Column("p90", priority=4), Column("p99", priority=3), Column("max gap", priority=2, short="max"),
+    Column("kernel p50", priority=1, short="k p50"),
+)
+READING = Column("reading", False, wrap=True)
 
 
 def stats_cells(r: dict[str, Any]) -> list[Cell]:
@@ -70,6 +77,16 @@ def stats_cells(r: dict[str, Any]) -> list[Cell]:
             Share(r["gap_fraction"]), fmt_count(r["gap_count"]), fmt_ns(r["gap_p50_ns"]),
             fmt_ns(r["gap_p90_ns"]), fmt_ns(r["gap_p99_ns"]),
             fmt_ns(r["gap_max_ns"]) if r["gap_count"] else "-", fmt_ns(r["kernel_median_ns"])]
+
+
+#: Each trace format (the JSON's ``trace.format``) as a report header names it.
+FORMAT_WORDS = {
+    "nsys-sqlite": "nsys SQLite export",
+    "nsys-parquet": "nsys parquetdir export",
+    "nsys-arrow": "nsys arrowdir export",
+    "nsys-rep": "Nsight Systems report",
+    "kineto": "PyTorch profiler trace",
+}
 
 
 def _with_work(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -119,7 +136,7 @@ def by_name(result: AnalysisResult, limit: int = 20) -> Section | None:
     return Section(
         "by_name", f"NVTX ranges by name ({len(_with_work(result.by_name)):,} of {len(result.by_name):,} "
         f"launched GPU work{_left_out(left, f'{len(shown):,}')})",
-        (Column("name", False), Column("count"), *STATS_COLUMNS, Column("reading", False)),
+        (Column("name", False), Column("count", priority=2, short="n"), *STATS_COLUMNS, READING),
         [[Name(label(r)), fmt_count(r["count"]), *stats_cells(r), reading(r)] for r in shown],
     )
 
@@ -139,7 +156,7 @@ def domains(result: AnalysisResult) -> Section | None:
             per[r["domain"]][2] += 1
     return Section(
         "domains", "Library NVTX domains (not in the tables above; --domain NAME shows one)",
-        (Column("domain", False), Column("names"), Column("ranges"), Column("with GPU work")),
+        (Column("domain", False), Column("names"), Column("ranges"), Column("with GPU work", short="w/ work")),
         [[Name(d), fmt_count(n), fmt_count(k), fmt_count(w)] for d, (n, k, w) in per.items()],
     )
 
@@ -152,7 +169,7 @@ def ranges(result: AnalysisResult, limit: int) -> Section | None:
         return None
     return Section(
         "ranges", f"Range instances ({len(work):,} with GPU work{_left_out(len(work) - len(shown), f'{len(shown):,}')})",
-        (Column("id"), Column("name", False), Column("thread"), *STATS_COLUMNS),
+        (Column("id"), Column("name", False), Column("thread", priority=4, short="tid"), *STATS_COLUMNS),
         [[str(r["id"]), Name(label(r)), str(r["thread"]), *stats_cells(r)] for r in shown],
     )
 
@@ -161,7 +178,7 @@ def devices(result: AnalysisResult) -> Section | None:
     """The whole trace's timeline per device, with its reading."""
     if not result.devices:
         return None
-    return Section("devices", "Devices (whole trace)", (Column("device"), *STATS_COLUMNS, Column("reading", False)),
+    return Section("devices", "Devices (whole trace)", (Column("device", short="dev"), *STATS_COLUMNS, READING),
                    [[str(r["device"]), *stats_cells(r), reading(r)] for r in result.devices])
 
 
@@ -170,8 +187,14 @@ def streams(result: AnalysisResult) -> Section | None:
     if not result.streams:
         return None
     return Section("streams", "Streams (whole trace)",
-                   (Column("pid"), Column("device"), Column("stream"), *STATS_COLUMNS),
+                   (Column("pid", priority=3), Column("device", priority=2, short="dev"), Column("stream"),
+                    *STATS_COLUMNS),
                    [[str(r["pid"]), str(r["device"]), str(r["stream"]), *stats_cells(r)] for r in result.streams])
+
+
+#: Gap categories on a narrow terminal: launch and host always, unknown first out; short headers.
+IDLE_PRIORITY = {"stall": 1, "setup": 1, "sync": 1, "pipeline": 1, "dependency": 2, "memop": 2, "unknown": 3}
+IDLE_SHORT = {"dependency": "dep", "memop": "mem", "pipeline": "pipe", "unknown": "unk"}
 
 
 def idle(result: AnalysisResult, limit: int = 20) -> Section | None:
@@ -181,7 +204,7 @@ def idle(result: AnalysisResult, limit: int = 20) -> Section | None:
 
     shown, left = shown_names(result, limit)
     labelled: list[tuple[Cell, dict[str, Any]]] = [
-        (Name(f"range {label(r)} (x{r['count']})"), r) for r in shown if "gap_by_category_ns" in r and r["kernels"] > 0]
+        (Name(f"{label(r)} (x{r['count']})"), r) for r in shown if "gap_by_category_ns" in r and r["kernels"] > 0]
     labelled += [(f"device {r['device']}", r) for r in result.devices if "gap_by_category_ns" in r]
     if not labelled:
         return None
@@ -193,7 +216,9 @@ def idle(result: AnalysisResult, limit: int = 20) -> Section | None:
     more = f" {left:,} more range names in --format json." if left else ""
     return Section(
         "idle", "Why the GPU sat idle (share of gap time)",
-        (Column("timeline", False), Column("gap"), *(Column(c) for c in CATEGORY_LABELS), Column("graph ceiling")),
+        (Column("timeline", False), Column("gap"), *(Column(c, priority=IDLE_PRIORITY.get(c, 0), short=IDLE_SHORT.get(c))
+                                                  for c in CATEGORY_LABELS),
+         Column("graph ceiling", short="ceiling")),
         rows, note="Categories and the ceiling are defined in docs/metrics.md (\"Gap attribution\", "
                    f"\"CUDA Graph payoff\").{more}",
     )
@@ -205,8 +230,9 @@ def launch(result: AnalysisResult) -> Section | None:
         return None
     return Section(
         "launch", "Launch calls",
-        (Column("api", False), Column("calls"), Column("host p50"), Column("host p90"),
-         Column("launch->start p50"), Column("p90"), Column("calls/s")),
+        (Column("api", False), Column("calls", priority=1), Column("host p50"),
+         Column("host p90", priority=2), Column("launch->start p50", priority=1, short="->start p50"),
+         Column("p90", priority=3), Column("calls/s", priority=2)),
         [[Name(r["api"]), fmt_count(r["calls"]), fmt_ns(r["host_median_ns"]), fmt_ns(r["host_p90_ns"]),
           fmt_ns(r["latency_median_ns"]), fmt_ns(r["latency_p90_ns"]), f"{r['per_second']:,.0f}"]
          for r in result.launch],
@@ -219,8 +245,9 @@ def payoff(result: AnalysisResult) -> Section | None:
         return None
     return Section(
         "payoff", "CUDA Graph payoff: measured against the ceiling",
-        (Column("eager range", False), Column("graph range", False), Column("eager span"),
-         Column("graph span"), Column("measured"), Column("ceiling")),
+        (Column("eager range", False, short="eager"), Column("graph range", False, short="graph"),
+         Column("eager span", priority=1), Column("graph span", priority=1), Column("measured"),
+         Column("ceiling")),
         [[Name(p["eager"]), Name(p["graph"]), fmt_ns(p["eager_span_ns"]), fmt_ns(p["graph_span_ns"]),
           fmt_speedup(p["measured_speedup"]), fmt_speedup(p["ceiling_speedup"])] for p in result.payoff],
     )
@@ -232,12 +259,72 @@ def top_gaps(result: AnalysisResult) -> Section | None:
         return None
     return Section(
         "top_gaps", f"Longest gaps ({len(result.top_gaps)})",
-        (Column("gap"), Column("category", False), Column("device"), Column("stream"), Column("at"),
-         Column("before", False), Column("after", False), Column("launched by", False)),
+        (Column("gap"), Column("category", False), Column("device", priority=3, short="dev"),
+         Column("stream", priority=2, short="str"), Column("at", priority=2), Column("before", False, priority=3),
+         Column("after", False, priority=1), Column("launched by", False, priority=1, short="by")),
         [[fmt_ns(g["gap_ns"]), g["category"], str(g["device"]), str(g["stream"]), fmt_ns(g["start_ns"]),
           Name(g["before"]) if g["before"] else "-", Name(g["after"]),
           Name(g["launched_by"]) if g["launched_by"] else "-"] for g in result.top_gaps],
     )
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One timeline's verdict: ``label`` (a range name or ``device N``), ``count`` (its
+    instances, None for a device), its gap fraction, what it is a share of, and the reading."""
+
+    label: Cell
+    count: int | None
+    share: Share
+    detail: str | None
+    reading: str
+
+    def after_label(self) -> str:
+        """What follows the label: `` (x64)`` for a range name's instances."""
+        return f" (x{self.count})" if self.count is not None else ""
+
+    def after_share(self) -> str:
+        """What follows the share: `` of the GPU span in gaps (100 ms of 107 ms)``."""
+        return " of the GPU span in gaps" + (f" ({self.detail})" if self.detail else "")
+
+
+def readings(result: AnalysisResult, limit: int = 20) -> list[Reading]:
+    """The verdict of each range name a report shows (:func:`shown_names`) that launched GPU
+    work, or of each device without ranges."""
+    rows = _with_work(shown_names(result, limit)[0])
+    if rows:
+        return [Reading(Name(label(r)), r["count"], Share(r["gap_fraction"]),
+                        f"{fmt_ns(r['gap_ns'])} of {fmt_ns(r['gpu_span_ns'])}", reading(r)) for r in rows]
+    return [Reading(f"device {r['device']}", None, Share(r["gap_fraction"]), None, reading(r)) for r in result.devices]
+
+
+def facts(result: AnalysisResult, read_seconds: float | None = None) -> list[tuple[str, str]]:
+    """The report's header facts: (what, value) for the trace's format (and how long reading it
+    took, ``read_seconds``, when it was read just now rather than a saved result loaded), the
+    nsys version and export schema (a PyTorch profiler trace: its Kineto schema), graph
+    tracing, GPUs and gapscope version."""
+    tr = result.trace
+    out = []
+    fmt = tr.get("format")
+    if fmt:
+        took = f", read in {fmt_ns(read_seconds * 1e9)}" if read_seconds is not None else ""
+        out.append(("format", f"{FORMAT_WORDS.get(fmt, fmt)}{took}"))
+    if fmt == "kineto":
+        out.append(("Kineto schema", str(tr.get("export_schema") or "?")))
+    else:
+        out += [("nsys", str(tr.get("nsys_version") or "?")), ("export schema", str(tr.get("export_schema") or "?"))]
+    gpus = ", ".join(sorted(set((tr.get("gpus") or {}).values()))) or "?"
+    return [*out, ("CUDA graphs traced", str(tr.get("graph_trace") or "?")), ("GPU", gpus),
+            ("gapscope", str(result.gapscope_version))]
+
+
+#: Header facts written "what value" rather than "what: value".
+SPACED_FACTS = frozenset({"nsys", "export schema", "Kineto schema", "gapscope"})
+
+
+def fact_text(what: str, value: str) -> str:
+    """One header fact as text: ``nsys 2025.3.2.0``, ``GPU: NVIDIA H200``."""
+    return f"{what}{' ' if what in SPACED_FACTS else ': '}{value}"
 
 
 #: Every section builder by key; those taking ``limit`` say so in their signature.

@@ -1,6 +1,9 @@
 """Terminal tables for an AnalysisResult (rich): the report sections of gapscope.render.sections.
 
-Text from the trace (range, kernel and API names, paths) is printed as text, never as markup.
+Each table fits the terminal (gapscope.render.layout: columns chosen by priority, short headers,
+names shortened in the middle, never a number cut); ``wide=True``, or output that is not a
+terminal (a file, a pipe), gets every column. Text from the trace (range, kernel and API names,
+paths) is printed as text, never as markup.
 """
 
 from __future__ import annotations
@@ -8,13 +11,14 @@ from __future__ import annotations
 from typing import Any, TextIO
 
 from rich import box
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from gapscope.analysis.result import AnalysisResult
 from gapscope.analysis.verdicts import AMORTIZED, LAUNCH_BOUND
 from gapscope.render import sections
+from gapscope.render.console import console_for
+from gapscope.render.layout import Column, fit_columns, middle_ellipsis
 from gapscope.render.sections import Name, Section, Share
 
 #: The order of the sections on the terminal.
@@ -29,48 +33,59 @@ def share_text(f: float | None) -> Text:
     return Text(f"{100 * f:.1f}%", style=style)
 
 
-def _cell(cell: Any) -> Text:
+def _cell(cell: Any, width: int) -> Text:
     if isinstance(cell, Share):
         return share_text(cell.value)
+    if isinstance(cell, Name):
+        return Text(middle_ellipsis(cell.text, width))
     return Text(str(cell))
 
 
-def section_table(section: Section) -> Table:
-    """A rich Table of one report section."""
-    t = Table(title=section.title, box=box.SIMPLE_HEAD, title_justify="left", title_style="bold")
-    texts = {i for i, c in enumerate(section.columns) if not c.number}
-    for i, col in enumerate(section.columns):
-        name_like = i in texts and any(isinstance(r[i], Name) for r in section.rows)
-        t.add_column(col.header, justify="right" if col.number else "left",
-                     overflow="fold" if name_like else "ellipsis", max_width=48 if name_like else None,
-                     no_wrap=not name_like)
-    for row in section.rows:
-        t.add_row(*(_cell(c) for c in row))
+def fitted_table(title: str, columns: tuple[Column, ...], rows: list[list[Any]], width: int | None) -> Table:
+    """A rich Table of these columns and rows (cells: str, Share, Name or rich Text) laid out for
+    ``width`` characters (None: every column); a note under it names what the layout changed."""
+    names = frozenset(i for i in range(len(columns)) if any(isinstance(r[i], Name) for r in rows))
+    lay = fit_columns(columns, [[c.plain if isinstance(c, Text) else str(c) for c in r] for r in rows],
+                      width, names)
+    note = lay.note()
+    t = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True,
+              title_justify="left", title_style="bold", caption=note, caption_justify="left",
+              caption_style="dim")
+    for i, header, w in zip(lay.shown, lay.headers, lay.widths):
+        col = columns[i]
+        t.add_column(header, justify="right" if col.number else "left", width=w, no_wrap=not col.wrap,
+                     overflow="fold")
+    for row in rows:
+        t.add_row(*(row[i] if isinstance(row[i], Text) else _cell(row[i], w)
+                    for i, w in zip(lay.shown, lay.widths)))
     return t
 
 
-def header_text(result: AnalysisResult) -> Text:
-    """The report's first line: trace, tool versions, graph tracing, GPUs."""
-    tr = result.trace
-    gpus = ", ".join(sorted(set((tr.get("gpus") or {}).values()))) or "?"
-    return Text.assemble(
-        ("gapscope", "bold"),
-        f" {tr.get('name')}  nsys {tr.get('nsys_version') or '?'}  export schema "
-        f"{tr.get('export_schema') or '?'}  graphs traced: {tr.get('graph_trace')}  GPU: {gpus}",
-    )
+def section_table(section: Section, width: int | None = None) -> Table:
+    """A rich Table of one report section, fitted to ``width`` (None: every column)."""
+    return fitted_table(section.title, section.columns, section.rows, width)
+
+
+def header_text(result: AnalysisResult, read_seconds: float | None = None) -> Text:
+    """The report's first line: trace, its format and read time, tool versions, graph tracing,
+    GPUs."""
+    facts = "  ".join(sections.fact_text(what, value)
+                      for what, value in sections.facts(result, read_seconds) if what != "gapscope")
+    return Text.assemble(("gapscope", "bold"), f" {result.trace.get('name')}  {facts}")
 
 
 def render(result: AnalysisResult, file: TextIO, *, limit: int = 20, width: int | None = None,
-           **_: Any) -> None:
+           wide: bool = False, read_seconds: float | None = None, **_: Any) -> None:
     """Write the human report: header, warnings, then every section in ORDER (``limit``: range
-    names and instances shown)."""
-    if width is None and not (hasattr(file, "isatty") and file.isatty()):
-        width = 160  # a file or a pipe: wide enough for every table
-    console = Console(file=file, width=width, highlight=False, soft_wrap=False)
-    console.print(header_text(result))
+    instances shown), each table fitted to ``width`` (default: the terminal's; every column
+    with ``wide`` or when ``file`` is not a terminal); ``read_seconds``: how long reading the
+    trace took, for the header."""
+    console, fit = console_for(file, width, wide)
+    console.print(header_text(result, read_seconds))
     for w in result.warnings:
         console.print(Text.assemble(("warning:", "yellow"), f" {w}"))
     for key in ORDER:
         section = sections.build(key, result, limit)
         if section is not None:
-            console.print(section_table(section))
+            console.print()
+            console.print(section_table(section, fit))

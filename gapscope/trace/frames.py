@@ -15,6 +15,8 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
+from gapscope.errors import GapscopeError
+
 
 class ActivityKind(enum.IntEnum):
     """What a row of the GPU activity frame is."""
@@ -84,6 +86,8 @@ class TraceFrames:
     the wait), device, stream, proc.
     ``proc`` is the process part of nsys's globalPid/globalTid (``>> 24``): the key that makes
     correlation ids unique across processes.
+    ``warnings``: what the reader has to say about the trace (a field its format lacks, a
+    mapping that differs from nsys's); every analysis of these frames repeats them.
     """
 
     meta: TraceMeta
@@ -92,6 +96,7 @@ class TraceFrames:
     nvtx: pd.DataFrame
     syncs: pd.DataFrame
     names: Names
+    warnings: list[str] = field(default_factory=list)
 
     def activity_names(self, idx: np.ndarray) -> list[str]:
         """A readable name per activity index: the kernel's short name, ``graph <id>``,
@@ -113,3 +118,32 @@ class TraceFrames:
         return [kernel_names.get(n, "?") if k == ActivityKind.KERNEL else f"graph {n}"
                 if k == ActivityKind.GRAPH else labels[ActivityKind(k)]
                 for k, n in zip(kind.tolist(), name_id.tolist())]
+
+
+#: The columns of each frame that build_frames requires, by frame.
+FRAME_COLUMNS = {
+    "activities": (*ACTIVITY_COLUMNS, "kind"),
+    "api": (*API_COLUMNS, "proc"),
+    "nvtx": NVTX_COLUMNS,
+    "syncs": SYNC_COLUMNS,
+}
+
+
+def build_frames(meta: TraceMeta, *, activities: pd.DataFrame, api: pd.DataFrame, nvtx: pd.DataFrame,
+                 syncs: pd.DataFrame, names: Names, warnings: Iterable[str] = ()) -> TraceFrames:
+    """The one place every reader's frames are made: each frame is checked to hold its columns
+    (integers as int64), and a trace without a single kernel execution is refused (GapscopeError,
+    exit 2) whatever its format. Format-neutral checks of the values belong here too."""
+    given = {"activities": activities, "api": api, "nvtx": nvtx, "syncs": syncs}
+    for key, frame in given.items():
+        missing = [c for c in FRAME_COLUMNS[key] if c not in frame.columns]
+        if missing:  # a reader's bug, not the user's file
+            raise TypeError(f"{meta.format} reader: the {key} frame lacks {', '.join(missing)}")
+        for c in frame.columns:
+            if c != "name" and frame[c].dtype != np.int64 and not (key == "activities" and c == "kind"):
+                frame[c] = frame[c].to_numpy().astype(np.int64)
+    kind = activities["kind"].to_numpy()
+    if not ((kind == ActivityKind.KERNEL) | (kind == ActivityKind.GRAPH)).any():
+        raise GapscopeError(f"{meta.path}: the trace holds no kernel executions: nothing to analyze")
+    return TraceFrames(meta=meta, activities=activities, api=api, nvtx=nvtx, syncs=syncs, names=names,
+                       warnings=list(warnings))

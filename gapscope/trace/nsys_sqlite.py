@@ -28,27 +28,15 @@ from gapscope.errors import GapscopeError
 from gapscope.trace.cuda_api import QUIET_CALLS
 from gapscope.trace.frames import (
     ACTIVITY_COLUMNS, API_COLUMNS, NVTX_COLUMNS, NVTX_DOMAIN_CREATE, NVTX_PUSH_POP, NVTX_START_END,
-    SYNC_COLUMNS, ActivityKind, ClosedTraceError, TraceFrames, TraceMeta, empty_frame,
+    SYNC_COLUMNS, ActivityKind, ClosedTraceError, TraceFrames, TraceMeta,
+)
+from gapscope.trace.nsys_schema import (
+    EVENT_CLASS_BACKTRACE, GRAPH_TABLE, KERNEL_TABLE, MEMCPY_TABLE, MEMSET_TABLE, NVTX_TABLE,
+    RUNTIME_TABLE, SYNC_TABLE, SYNC_TYPE_STREAM_WAIT_EVENT, assemble_frames,
 )
 
 FORMAT = "nsys-sqlite"
 SQLITE_MAGIC = b"SQLite format 3\x00"
-
-KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
-MEMCPY_TABLE = "CUPTI_ACTIVITY_KIND_MEMCPY"
-MEMSET_TABLE = "CUPTI_ACTIVITY_KIND_MEMSET"
-GRAPH_TABLE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
-RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
-SYNC_TABLE = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
-NVTX_TABLE = "NVTX_EVENTS"
-
-# CUPTI_ACTIVITY_KIND_RUNTIME.eventClass of rows that repeat a call for its backtrace.
-EVENT_CLASS_BACKTRACE = 67
-# CUPTI_ACTIVITY_KIND_SYNCHRONIZATION.syncType of cudaStreamWaitEvent records.
-SYNC_TYPE_STREAM_WAIT_EVENT = 2
-
-#: Export schema major versions this reader was checked against.
-KNOWN_SCHEMA_MAJORS = (2, 3)
 
 #: Kernel launch configuration columns (kernel_shapes) and their export columns.
 SHAPE_COLUMNS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "shared_bytes")
@@ -108,8 +96,6 @@ class NsysSqlite:
             frames = _load_frames(conn, reader, self.meta, syncs, all_calls, self)
         finally:
             reader.close()
-        if not (frames.activities["kind"].isin([ActivityKind.KERNEL, ActivityKind.GRAPH])).any():
-            raise GapscopeError(f"{self.path}: the export holds no kernel executions: nothing to analyze")
         return frames
 
     # -- names (gapscope.trace.frames.Names) --------------------------------------------------
@@ -470,25 +456,4 @@ def _load_frames(conn: sqlite3.Connection, reader: _Reader, meta: TraceMeta, wit
         # Only stream-wait-event records are used (gap attribution's dependency rule).
         reads["syncs"] = Read(SYNC_TABLE, _aliased(exprs, SYNC_COLUMNS), SYNC_COLUMNS,
                               where=f"syncType = {SYNC_TYPE_STREAM_WAIT_EVENT}" if "syncType" in cols else "")
-    got = reader.frames(reads)
-
-    parts = []
-    for table, kind in kinds.items():
-        if table in got:
-            df = got[table]
-            df["kind"] = np.full(len(df), int(kind), dtype=np.int8)
-            parts.append(df)
-    activities = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
-    activities["proc"] = activities["proc"].to_numpy() >> 24
-    api = got.get("api", empty_frame(API_COLUMNS))
-    api["proc"] = api["tid"].to_numpy() >> 24
-    syncs = got.get("syncs", empty_frame(SYNC_COLUMNS))
-    syncs["proc"] = syncs["proc"].to_numpy() >> 24
-    return TraceFrames(
-        meta=meta,
-        activities=activities,
-        api=api,
-        nvtx=got.get("nvtx", empty_frame(NVTX_COLUMNS)),
-        syncs=syncs,
-        names=names,
-    )
+    return assemble_frames(meta, reader.frames(reads), names)

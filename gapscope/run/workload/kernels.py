@@ -61,7 +61,8 @@ def require_cupy() -> Any:
     except ImportError as exc:
         raise GapscopeError(
             "CuPy is not installed: the workload needs it "
-            "(pip install 'gapscope[cuda12]' or 'gapscope[cuda13]'); "
+            "(pip install cupy-cuda12x nvtx, or cupy-cuda13x; in a gapscope checkout "
+            "pip install -e '.[cuda12]' or -e '.[cuda13]'); "
             f"import failed with: {exc}"
         ) from exc
     try:

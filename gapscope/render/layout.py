@@ -1,0 +1,140 @@
+"""How a report table fits a terminal width: which columns show, under which header, how wide.
+
+Each :class:`Column` of a report section (gapscope.render.sections) has a priority (0: always shown; the
+highest number is left out first) and may have a short header. :func:`fit_columns` tries, in
+order, until the table fits the width:
+
+1. every column under its full header, names and text at full length;
+2. short headers (the table's note then spells them out);
+3. text that may wrap (a reading) at its longest word, names shortened in the middle with an
+   ellipsis down to NAME_MIN characters;
+4. leaving columns out, highest priority number first (the rightmost first among equals).
+
+A number is never cut: a number column is always as wide as its widest cell. If the columns
+that must show still do not fit, names go down to NAME_FLOOR and the table is wider than asked.
+``width=None`` is the full table: every column, full headers, whole names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+#: Characters between two columns (rich: one padding space each side, collapsed, and the box's).
+SEPARATOR = 2
+#: Names are shortened to no fewer characters than this while columns can still be left out ...
+NAME_MIN = 16
+#: ... and to this when only the columns that always show are left.
+NAME_FLOOR = 8
+ELLIPSIS = "…"
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column: its header, whether its cells are numbers (right-aligned, never cut), its
+    priority on a narrow terminal (0: always shown; higher: left out sooner), a short header,
+    and whether its text may wrap at spaces (a reading)."""
+
+    header: str
+    number: bool = True
+    priority: int = 0
+    short: str | None = None
+    wrap: bool = False
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The columns shown (indices into the section's columns), each one's header and width, the
+    columns left out and the short headers used."""
+
+    shown: tuple[int, ...]
+    headers: tuple[str, ...]
+    widths: tuple[int, ...]
+    hidden: tuple[str, ...]
+    abbreviated: tuple[tuple[str, str], ...]  # (short, full)
+
+    @property
+    def width(self) -> int:
+        """The table's width in characters."""
+        return sum(self.widths) + SEPARATOR * max(len(self.widths) - 1, 0)
+
+    def note(self) -> str | None:
+        """One line spelling out the short headers and naming the columns left out."""
+        parts = [", ".join(f"{s} = {f}" for s, f in self.abbreviated)] if self.abbreviated else []
+        if self.hidden:
+            parts.append(f"not shown: {', '.join(self.hidden)} (--wide shows them)")
+        return "; ".join(parts) or None
+
+
+def middle_ellipsis(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters, its middle replaced by an ellipsis."""
+    if len(text) <= width:
+        return text
+    if width <= 1:
+        return ELLIPSIS[:width]
+    head = (width - 1 + 1) // 2
+    tail = width - 1 - head
+    return text[:head] + ELLIPSIS + (text[-tail:] if tail else "")
+
+
+def _longest_word(texts: Sequence[str]) -> int:
+    return max((len(w) for t in texts for w in t.split()), default=0)
+
+
+def fit_columns(specs: Sequence[Column], cells: Sequence[Sequence[str]], width: int | None,
+                names: frozenset[int] = frozenset()) -> Layout:
+    """The layout of a table of ``cells`` (rows of strings, one per column) in ``width``
+    characters (None: the full table); ``names``: the columns holding names from the trace,
+    which may be shortened in the middle."""
+    n = len(specs)
+    cols = [[row[i] for row in cells] for i in range(n)]
+    longest = [max((len(c) for c in col), default=0) for col in cols]
+
+    def widths(shown: list[int], short: bool, squeeze: int | None) -> list[int]:
+        out = []
+        for i in shown:
+            s = specs[i]
+            head = len(s.short) if short and s.short else len(s.header)
+            body = longest[i]
+            if squeeze is not None and i in names:
+                body = min(body, squeeze)
+            elif squeeze is not None and s.wrap:
+                body = _longest_word(cols[i])
+            out.append(max(head, body))
+        return out
+
+    def total(ws: list[int]) -> int:
+        return sum(ws) + SEPARATOR * max(len(ws) - 1, 0)
+
+    shown = list(range(n))
+    short = squeeze = None
+    if width is not None:
+        for short, squeeze in ((False, None), (True, None), (True, NAME_MIN)):
+            if total(widths(shown, short, squeeze)) <= width:
+                break
+        else:
+            droppable = sorted((i for i in range(n) if specs[i].priority > 0),
+                               key=lambda i: (-specs[i].priority, -i))
+            for i in droppable:
+                shown.remove(i)
+                if total(widths(shown, True, NAME_MIN)) <= width:
+                    break
+            else:
+                squeeze = NAME_FLOOR
+    ws = widths(shown, bool(short), squeeze)
+    if width is not None and squeeze is not None:
+        # Give the room left to the names and wrapped text, up to their full length.
+        room = width - total(ws)
+        for j, i in enumerate(shown):
+            if room <= 0:
+                break
+            if i in names or specs[i].wrap:
+                grow = min(room, max(longest[i], len(specs[i].header)) - ws[j])
+                if grow > 0:
+                    ws[j] += grow
+                    room -= grow
+    headers = tuple(specs[i].short if short and specs[i].short else specs[i].header for i in shown)
+    abbreviated = tuple((specs[i].short, specs[i].header) for i in shown
+                        if short and specs[i].short and specs[i].short != specs[i].header)
+    hidden = tuple(specs[i].header for i in range(n) if i not in shown)
+    return Layout(tuple(shown), headers, tuple(ws), hidden, abbreviated)

@@ -1,0 +1,143 @@
+"""Tables that fit the terminal: the layout rules on a small hand-made table, then the real
+reports (one trace, several traces, a comparison) rendered at fixed widths, where no line may
+be longer than the width and every number shown must be whole."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import pytest
+
+from gapscope.render import render
+from gapscope.render.layout import Column, fit_columns, middle_ellipsis
+from paths import ROOT, TRACES
+
+WIDTHS = (80, 100, 120)
+
+
+def test_middle_ellipsis():
+    assert middle_ellipsis("vectorized_layer_norm_kernel", 16) == "vectoriz…_kernel"
+    assert middle_ellipsis("short", 16) == "short"
+    assert middle_ellipsis("abcdef", 2) == "a…"
+
+
+def test_fit_columns_abbreviates_then_leaves_out_by_priority():
+    cols = (Column("name", False), Column("kernels", priority=2, short="kern"), Column("gap %"),
+            Column("p90", priority=3), Column("kernel p50", priority=1, short="k p50"))
+    cells = [["decode_step", "4,992", "87.4%", "54.8 us", "2.62 us"]]
+    # Full headers: 11 + 7 + 5 + 7 + 10 and 4 separators of 2 = 48.
+    full = fit_columns(cols, cells, 48)
+    assert (full.headers, full.widths, full.width, full.hidden) == (
+        ("name", "kernels", "gap %", "p90", "kernel p50"), (11, 7, 5, 7, 10), 48, ())
+    # One narrower: short headers (kern 5 wide for "4,992", k p50 7 wide for "2.62 us") = 43.
+    short = fit_columns(cols, cells, 47)
+    assert (short.headers, short.width, short.note()) == (
+        ("name", "kern", "gap %", "p90", "k p50"), 43, "kern = kernels, k p50 = kernel p50")
+    # 42: p90 (priority 3) goes first, then kernels (2), then kernel p50 (1).
+    assert fit_columns(cols, cells, 42).headers == ("name", "kern", "gap %", "k p50")
+    assert fit_columns(cols, cells, 30).headers == ("name", "gap %", "k p50")
+    tight = fit_columns(cols, cells, 20)
+    assert tight.headers == ("name", "gap %") and tight.width == 18
+    assert tight.note() == "not shown: kernels, p90, kernel p50 (--wide shows them)"
+    # Columns that always show are never left out and numbers never narrowed: wider than asked.
+    assert fit_columns(cols, cells, 5).widths == (11, 5)
+
+
+def test_names_shrink_in_the_middle_before_columns_go():
+    cols = (Column("gap"), Column("after", False, priority=1), Column("by", False, priority=2))
+    cells = [["115 ms", "nvjet_sm90_tst_64x8_64x16_4x1_v_bz_bias_TNT", "cuLaunchKernelEx"]]
+    lay = fit_columns(cols, cells, 6 + 2 + 16 + 2 + 16, names=frozenset({1, 2}))
+    assert lay.widths == (6, 16, 16) and lay.hidden == ()
+    lay = fit_columns(cols, cells, 30, names=frozenset({1, 2}))
+    assert lay.headers == ("gap", "after") and lay.widths == (6, 22)  # the room left goes to the name
+
+
+def _lines(result, width=None, **options):
+    out = io.StringIO()
+    render(result, "table", out, width=width, **options)
+    return out.getvalue().splitlines()
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_report_fits_and_keeps_its_numbers_whole(analyzed, width):
+    result = analyzed("torch_decode")
+    lines = _lines(result, width)
+    assert max(len(line) for line in lines) <= width
+    text = "\n".join(lines)
+    before_top_gaps = text.split("Longest gaps")[0]
+    assert "…" not in before_top_gaps  # no number or range name was cut
+    eager = next(line for line in lines if line.startswith("eager "))
+    # The eager range, hand-checked against the JSON: 100 ms gap of a 107 ms span, 93.4 %,
+    # median gap 42.3 us, median kernel 2.4 us.
+    for value in ("107 ms", "100 ms", "93.4%", "42.3 us", "2.4 us"):
+        assert value in eager, (width, value, eager)
+    idle = next(line for line in lines if line.startswith("eager (x1)")).split()
+    row = next(r for r in result.by_name if r["name"] == "eager")
+    cats = row["gap_by_category_ns"]
+    # The shares the row's categories give, rounded as the table rounds them: launch and host
+    # always show; the ceiling is span / (span - launch - host).
+    assert idle[:6] == ["eager", "(x1)", "100", "ms", f"{100 * cats['launch'] / row['gap_ns']:.0f}%",
+                        f"{100 * cats['host'] / row['gap_ns']:.0f}%"] == ["eager", "(x1)", "100", "ms", "28%", "72%"]
+    ceiling = row["gpu_span_ns"] / (row["gpu_span_ns"] - cats["launch"] - cats["host"])
+    assert idle[-1] == f"{ceiling:.2f}x" == "14.83x"
+    payoff = next(line for line in lines if line.startswith("eager        graph"))
+    assert payoff.split()[-2:] == ["12.08x", "14.83x"]
+
+
+def test_a_file_gets_every_column_and_wide_too(analyzed):
+    from gapscope.render import sections
+
+    result = analyzed("torch_decode")
+    full = "\n".join(_lines(result))
+    wide = "\n".join(_lines(result, width=80, wide=True))
+    assert full == wide
+    header = next(line for line in full.splitlines() if line.startswith("name "))
+    assert header.split() == ["name", "count", "kernels", "span", "busy", "gap", "gap", "%", "gaps", "p50",
+                              "p90", "p99", "max", "gap", "kernel", "p50", "reading"]
+    assert "not shown" not in full and "…" not in full
+    assert len(sections.top_gaps(result).rows) == 10
+
+
+def test_several_traces_fit_80_columns():
+    from gapscope.fleet.executors import InProcess
+    from gapscope.fleet.merge import analyze_fleet
+
+    fleet = analyze_fleet([str(TRACES / "torch_decode.sqlite"), str(TRACES / "torch_decode_sync.sqlite")], InProcess())
+    lines = _lines(fleet, 80, limit=5)
+    assert max(len(line) for line in lines) <= 80
+    stragglers = next(i for i, line in enumerate(lines) if line.startswith("Stragglers"))
+    graph = next(line for line in lines[stragglers:] if line.startswith("graph "))
+    assert graph.split()[:4] == ["graph", "torch_decode_sync", "2.29", "ms"]
+    ranks = next(line for line in lines if line.startswith("torch_decode_sync ") and "97.1%" in line)
+    assert "507 ms" in ranks and "522 ms" in ranks
+
+
+def test_a_comparison_fits_80_columns(analyzed):
+    from gapscope.compare.comparison import compare
+
+    comparison = compare([analyzed("torch_decode").to_dict()], [analyzed("torch_decode_sync").to_dict()])
+    lines = _lines(comparison, 80)
+    assert max(len(line) for line in lines) <= 80
+    row = next(line for line in lines if line.startswith("REGRESSION"))
+    assert row.split() == ["REGRESSION", "graph", "gap_fraction", "17.6%", "45.7%", "+28.1", "pp", "+2.0", "pp"]
+    assert "not shown: scope, Δ% (--wide shows them)" in "\n".join(lines)
+
+
+def _readme_excerpt() -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    intro = text.index("An excerpt of `gapscope analyze traces/torch_decode.sqlite`")
+    return text[intro:].split("```")[1]
+
+
+def test_every_number_of_the_readme_example_shows_at_80_columns(analyzed):
+    excerpt = _readme_excerpt()
+    assert max(len(line) for line in excerpt.splitlines()) <= 80
+    shown = "\n".join(_lines(analyzed("torch_decode"), 80))
+    numbers = re.findall(r"\d[\d,.]*(?: ?(?:ns|us|ms|s)\b|%|x\b)?", excerpt)
+    assert len(numbers) > 40
+    for n in numbers:
+        assert n in shown, n
+    # The excerpt is the report itself, line for line (the tables it quotes).
+    for line in excerpt.strip("\n").splitlines():
+        assert line.rstrip() in {s.rstrip() for s in shown.splitlines()}, line
