@@ -167,7 +167,7 @@ def test_limit_shows_the_names_with_the_most_gap_time(tmp_path):
     assert "NVTX ranges by name (30 of 30 launched GPU work; the 3 with the most gap time, 27 left out" in out
     names = [line.split()[0] for line in out.splitlines() if line.strip().startswith("op")]
     assert names[:3] == ["op27", "op28", "op29"]  # the by-name table, in first-appearance order
-    assert "range op29 (x1)" in out and "range op26 (x1)" not in out  # why idle: the same rows
+    assert "op29 (x1)" in out and "op26 (x1)" not in out  # why idle: the same rows
     assert "Range instances (30 with GPU work; the 3 with the most gap time, 27 left out" in out
     none = gapscope("analyze", str(path), "--limit", "0").stdout
     assert "NVTX ranges by name" not in none and "Range instances" not in none and "Devices" in none
