@@ -2,6 +2,8 @@
 kernels, memcpy/memset, runtime calls, synchronizations and NVTX ranges, shifted in time by one
 source span and in correlation id by the source's largest id. Only the tables gapscope reads are
 copied. The output is synthetic (named so in its META_DATA_EXPORT) and never goes in traces/.
+With ``--distinct-names`` every tile after the first appends `` #<tile>`` to its inline NVTX range
+names, so that no two tiles share a name.
 
 A parquetdir or arrowdir export (a folder) is tiled the same way, table by table with pyarrow,
 into a folder of the same format: the same shift, the same tiles, so a SQLite export and a
@@ -32,7 +34,7 @@ TIME_TABLES = (
 COPY_TABLES = ("StringIds", "TARGET_INFO_GPU", "ThreadNames")
 
 
-def tile(source: Path, out: Path, kernels: int) -> int:
+def tile(source: Path, out: Path, kernels: int, distinct_names: bool = False) -> int:
     """Write ``out`` with at least ``kernels`` kernel rows; returns the number of tiles."""
     if out.exists():
         out.unlink()
@@ -72,6 +74,8 @@ def tile(source: Path, out: Path, kernels: int) -> int:
                 exprs.append(f"s.{c} + t.k * {shift}")
             elif c == "correlationId":
                 exprs.append(f"s.{c} + t.k * {corr_shift}")
+            elif c == "text" and table == "NVTX_EVENTS" and distinct_names:
+                exprs.append(f"CASE WHEN t.k = 0 OR s.{c} IS NULL THEN s.{c} ELSE s.{c} || ' #' || t.k END")
             else:
                 exprs.append(f"s.{c}")
         dst.execute(f"INSERT INTO {table} SELECT {', '.join(exprs)} FROM tiles t, src.{table} s "
@@ -145,15 +149,23 @@ def tile_columnar(source: Path, out: Path, kernels: int) -> int:
     return n_tiles
 
 
-def cached_tiling(source: Path, kernels: int, workdir: Path) -> Path:
+def cached_tiling(source: Path, kernels: int, workdir: Path, distinct_names: bool = False) -> Path:
     """A tiling of ``source`` (a SQLite export, or a parquetdir/arrowdir folder) to ``kernels``
-    kernels in ``workdir``, made once and reused."""
+    kernels in ``workdir``, made once and reused (``distinct_names``: every tile's NVTX ranges
+    renamed apart, SQLite only)."""
     workdir.mkdir(parents=True, exist_ok=True)
     folder = source.is_dir()
-    big = workdir / (f"{source.name}-x{kernels}.synthetic" if folder else f"{source.stem}-x{kernels}.synthetic.sqlite")
+    if folder and distinct_names:
+        raise ValueError("distinct_names tiles a SQLite export only")
+    tag = "-distinct" if distinct_names else ""
+    big = workdir / (f"{source.name}-x{kernels}.synthetic" if folder
+                     else f"{source.stem}-x{kernels}{tag}.synthetic.sqlite")
     if not big.exists():
         print(f"tiling {source} to {kernels:,} kernels -> {big} ...", flush=True)
-        (tile_columnar if folder else tile)(source, big, kernels)
+        if folder:
+            tile_columnar(source, big, kernels)
+        else:
+            tile(source, big, kernels, distinct_names)
     return big
 
 
@@ -162,9 +174,15 @@ def main() -> None:
     ap.add_argument("source", type=Path)
     ap.add_argument("out", type=Path)
     ap.add_argument("--kernels", type=int, default=1_000_000)
+    ap.add_argument("--distinct-names", action="store_true", help="no two tiles share an NVTX range name")
     args = ap.parse_args()
     t = time.perf_counter()
-    n = (tile_columnar if args.source.is_dir() else tile)(args.source, args.out, args.kernels)
+    if args.source.is_dir():
+        if args.distinct_names:
+            raise SystemExit("--distinct-names tiles a SQLite export only")
+        n = tile_columnar(args.source, args.out, args.kernels)
+    else:
+        n = tile(args.source, args.out, args.kernels, args.distinct_names)
     size = sum(p.stat().st_size for p in args.out.iterdir()) if args.out.is_dir() else args.out.stat().st_size
     print(f"wrote {args.out} ({n} tiles of {args.source.name}, {size / 1e6:.0f} MB) in "
           f"{time.perf_counter() - t:.1f} s")

@@ -242,7 +242,7 @@ def test_failing_file_reported_others_complete_exit_1(tmp_path):
         "gapscope: error: 1 of 2 traces failed (listed above); the report covers the others",
     ]
     data = json.loads(proc.stdout)
-    assert data["schema"] == "gapscope.fleet/1"
+    assert data["schema"] == "gapscope.fleet/2"
     files = {f["path"]: f for f in data["files"]}
     assert files[str(bad)]["error"] == f"{bad}: not a SQLite file, a PyTorch profiler trace or a gapscope result JSON (gapscope reads {READS})"
     assert files[str(bad)]["ranks"] == [] and files[good]["error"] is None
@@ -319,7 +319,7 @@ def test_one_file_keeps_the_single_file_output(tmp_path):
     direct = gapscope("analyze", str(folder / "only.sqlite"), "-f", "json")
     via_folder = gapscope("analyze", str(folder), "--jobs", "2", "-f", "json")
     assert direct.returncode == via_folder.returncode == 0
-    assert json.loads(direct.stdout)["schema"] == "gapscope.analysis/1"
+    assert json.loads(direct.stdout)["schema"] == "gapscope.analysis/2"
     assert direct.stdout == via_folder.stdout
 
 

@@ -1,8 +1,10 @@
-"""The one serializable analysis result, and its JSON form (schema ``gapscope.analysis/1``).
+"""The one serializable analysis result, and its JSON form (schema ``gapscope.analysis/2``).
 
 An AnalysisResult is built once, by the pipeline (gapscope.analysis.pipeline), and never changed
 afterwards; renderers take it, and ``to_dict``/``from_dict`` round-trip it through JSON so a
 saved result can be re-rendered or compared without the trace. docs/schema.md documents it.
+A result of the previous schema (``gapscope.analysis/1``: one category per gap, ``launch``
+holding all the host-side time) still loads, keeps its schema name and reads as it did.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ from typing import Any
 from gapscope import __version__
 from gapscope.errors import GapscopeError
 
-SCHEMA = "gapscope.analysis/1"
+SCHEMA = "gapscope.analysis/2"
 SCHEMA_PREFIX = "gapscope.analysis/"
+#: Every schema ``from_dict`` reads.
+READABLE_SCHEMAS = ("gapscope.analysis/1", SCHEMA)
 
 #: Optional sections, in the order the JSON writes them (docs/schema.md).
 SECTIONS = ("launch", "payoff", "top_gaps")
@@ -80,6 +84,7 @@ class AnalysisResult:
     top_gaps: list[dict[str, Any]] | None = None
     extras: dict[str, Any] = field(default_factory=dict)
     gapscope_version: str = __version__
+    schema: str = SCHEMA
 
     @property
     def nsys_version(self) -> str | None:
@@ -93,7 +98,7 @@ class AnalysisResult:
     def to_dict(self) -> dict[str, Any]:
         """The JSON object of docs/schema.md."""
         out = {
-            "schema": SCHEMA,
+            "schema": self.schema,
             "gapscope_version": self.gapscope_version,
             "trace": self.trace,
             "nsys_version": self.nsys_version,
@@ -116,8 +121,9 @@ class AnalysisResult:
         schema = data.get("schema") if isinstance(data, dict) else None
         if not isinstance(schema, str) or not schema.startswith(SCHEMA_PREFIX):
             raise GapscopeError("not a gapscope analysis result (no 'schema: gapscope.analysis/N')")
-        if schema != SCHEMA:
-            raise GapscopeError(f"result schema {schema!r} is not supported (this gapscope reads {SCHEMA})")
+        if schema not in READABLE_SCHEMAS:
+            raise GapscopeError(f"result schema {schema!r} is not supported (this gapscope reads "
+                                f"{', '.join(READABLE_SCHEMAS)})")
         known = {*_CORE, *SECTIONS}
         return cls(
             trace=data.get("trace", {}),
@@ -130,6 +136,7 @@ class AnalysisResult:
             **{name: data.get(name) for name in SECTIONS},
             extras={k: v for k, v in data.items() if k not in known},
             gapscope_version=data.get("gapscope_version", "?"),
+            schema=schema,
         )
 
 

@@ -20,11 +20,11 @@ UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000
 _TIME = re.compile(r"^\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(ns|us|µs|ms|s)?\s*$")
 
 
-def parse_time(text: str) -> int:
-    """'1.5ms' -> 1_500_000; a bare number is nanoseconds."""
+def parse_time(text: str, option: str = "--window") -> int:
+    """'1.5ms' -> 1_500_000; a bare number is nanoseconds (``option`` names it in an error)."""
     m = _TIME.match(text)
     if not m:
-        raise GapscopeError(f"--window: {text.strip()!r} is not a time (a number with ns, us, ms or s)")
+        raise GapscopeError(f"{option}: {text.strip()!r} is not a time (a number with ns, us, ms or s)")
     return int(round(float(m.group(1)) * UNITS[m.group(2) or "ns"]))
 
 

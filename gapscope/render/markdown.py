@@ -98,7 +98,7 @@ def render(
 
 def _part(file: TextIO, part: Part, h: str, limit: int) -> None:
     """One trace's report, its headings at level ``h``."""
-    write_part(part, limit, header=lambda r: _header(file, r, h, part.read_seconds), figure=lambda k: _figure(file, part.figures, k),
+    write_part(part, limit, header=lambda r: _header(file, r, h, part.read_seconds, limit), figure=lambda k: _figure(file, part.figures, k),
                sweep=lambda rows: _sweep(file, rows, part.calibration, part.figures, h),
                section=lambda s: _section(file, s, h), folded=lambda ss: _folded(file, ss, h + "#"))
 
@@ -111,12 +111,12 @@ def _folded(file: TextIO, found: list[Section], h: str) -> None:
     file.write("</details>\n")
 
 
-def _header(file: TextIO, result: AnalysisResult, h: str, read_seconds: float | None = None) -> None:
+def _header(file: TextIO, result: AnalysisResult, h: str, read_seconds: float | None = None, limit: int = 20) -> None:
     file.write(" · ".join(_cell(sections.fact_text(what, value))
                           for what, value in sections.facts(result, read_seconds)) + "\n\n")
     for w in result.warnings:
         file.write(f"> ⚠️ {_cell(w)}\n\n")
-    found = sections.readings(result)
+    found = sections.readings(result, limit)
     if found:
         lines = "".join(f"- {_md(r.label)}{r.after_label()}: **{r.share}**{r.after_share()}: {r.reading}\n"
                         for r in found)

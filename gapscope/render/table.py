@@ -22,7 +22,7 @@ from gapscope.render.layout import Column, fit_columns, middle_ellipsis
 from gapscope.render.sections import Name, Section, Share
 
 #: The order of the sections on the terminal.
-ORDER = ("by_name", "ranges", "devices", "streams", "idle", "launch", "payoff", "top_gaps")
+ORDER = ("by_name", "domains", "ranges", "devices", "streams", "idle", "launch", "payoff", "top_gaps")
 
 
 def share_text(f: float | None) -> Text:
@@ -85,8 +85,7 @@ def render(result: AnalysisResult, file: TextIO, *, limit: int = 20, width: int 
     for w in result.warnings:
         console.print(Text.assemble(("warning:", "yellow"), f" {w}"))
     for key in ORDER:
-        build = sections.BUILDERS[key]
-        section = build(result, limit) if key == "ranges" else build(result)
+        section = sections.build(key, result, limit)
         if section is not None:
             console.print()
             console.print(section_table(section, fit))

@@ -29,8 +29,6 @@ from pathlib import Path
 
 import pytest
 
-from gapscope.analysis import verdicts
-
 pytestmark = pytest.mark.gpu
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,21 +38,11 @@ PY = sys.executable
 GRAPHS_PAY = {"launch_bound", "host_bound"}
 #: A recording's time limit (the slowest, the Hugging Face program, compiles for about 20 s).
 LIMIT_S = 150
-_PHRASES = {"no GPU work": "no_work", "gaps amortized": "amortized", "launch-bound: graphs pay": "launch_bound",
-            "some launch gaps": "some_launch_gaps", "idle on long host stalls": "stall",
-            **{v: k for k, v in getattr(verdicts, "CATEGORY_READINGS", {}).items()}}
-#: True once the verdict codes (docs/metrics.md, "Verdicts": stall, host_bound, graph_replay) are in.
-HAS_VERDICT_CODES = hasattr(verdicts, "verdict")
 
 
 def verdict(row: dict) -> str:
-    """The verdict code of a result row: its own field, the verdict function, or (before the
-    verdict codes) the code that the reading's phrase stands for."""
-    if "verdict" in row:
-        return row["verdict"]
-    if HAS_VERDICT_CODES:
-        return verdicts.verdict(row)[0]
-    return _PHRASES[verdicts.reading(row)]
+    """The verdict code of a result row (docs/metrics.md, "Verdicts")."""
+    return row["verdict"]
 
 
 @pytest.fixture(scope="module")
@@ -148,17 +136,20 @@ def test_hf_generate_ranges_and_kernels(hf_nsys: dict) -> None:
 
 def test_hf_generate_readings(hf_nsys: dict) -> None:
     by = hf_nsys["by_name"]
-    # a 2-layer model's eager decode: the GPU waits on the CPU's launches
-    assert verdict(by["generate_eager"]) in GRAPHS_PAY
-    assert by["generate_eager"]["gap_fraction"] > 0.5
+    # a 2-layer model's eager decode: the GPU waits on the CPU's launches (or, where the first
+    # calls plan cuDNN kernels for tens of ms, on that stall: traces/hf_generate_compile.sqlite
+    # reads `stall`, 139 of 236 ms); the compiled calls wait on the launches alone
+    eager = by["generate_eager"]
+    assert verdict(eager) in GRAPHS_PAY | {"stall"}
+    assert eager["gap_fraction"] > 0.5
+    cats = eager["gap_by_category_ns"]
+    assert cats["launch"] + cats["host"] > 0.25 * eager["gap_ns"]
+    assert verdict(by["generate_compiled"]) in GRAPHS_PAY
     # the compile warm-up: one idle stretch of half a second or more with no GPU work at all
     assert by["compile_warmup"]["gap_max_ns"] >= 500_000_000
     assert by["compile_warmup"]["gap_max_ns"] > by["generate_eager"]["gap_max_ns"]
 
 
-@pytest.mark.xfail(not HAS_VERDICT_CODES, strict=True,
-                   reason="before the verdict codes (stall, host_bound, graph_replay), a gap the CPU "
-                          "left by compiling reads as a launch gap: 'launch-bound: graphs pay'")
 def test_hf_compile_warmup_reads_as_a_stall(hf_nsys: dict) -> None:
     assert verdict(hf_nsys["by_name"]["compile_warmup"]) == "stall"
 
@@ -182,7 +173,7 @@ def test_hf_generate_under_the_torch_profiler(hf_torch: dict, hf_nsys: dict) -> 
     assert not {"compile_warmup", "generate_compiled"} & set(by)
     eager, nsys_eager = by["generate_eager"]["kernels"], hf_nsys["by_name"]["generate_eager"]["kernels"]
     assert abs(eager - nsys_eager) <= max(2, nsys_eager // 100), (eager, nsys_eager)
-    assert verdict(by["generate_eager"]) in GRAPHS_PAY
+    assert verdict(by["generate_eager"]) in GRAPHS_PAY | {"stall"}
 
 
 DECODE = [PY, str(RECIPES / "torch_decode.py"), "--steps", "8"]
