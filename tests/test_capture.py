@@ -129,9 +129,11 @@ def test_workload_env_makes_gapscope_importable() -> None:
 
 
 def test_nsys_phase_lines() -> None:
-    assert capture.nsys_phase("Collecting data...") == ("report", 0)
+    assert capture.nsys_phase("Collecting data...") == ("capture", None)  # the program starts
+    assert capture.nsys_phase("Generating '/tmp/nsys-report-5e1f.qdstrm'") == ("report", 0)
     assert capture.nsys_phase("[1/2] [=====45%    ] run.nsys-rep") == ("report", 45)
     assert capture.nsys_phase("[2/2] [========100%] run.sqlite") == ("export", 100)
+    assert capture.nsys_phase("[1/1] [===70%      ] profile.nsys-rep") == ("report", 70)  # no --export
     assert capture.nsys_phase("[workload] eager/k=2us (1/1)") is None
 
 
