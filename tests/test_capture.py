@@ -122,7 +122,8 @@ def test_workload_args_and_dry_run(tmp_path: Path) -> None:
 
 
 def test_workload_env_makes_gapscope_importable() -> None:
-    root = str(Path(capture.__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[1])  # the repository: it holds gapscope/__init__.py
+    assert (Path(root) / "gapscope" / "__init__.py").is_file()
     env = capture.workload_env({"PYTHONPATH": "/x"})
     assert env["PYTHONPATH"] == os.pathsep.join([root, "/x"])
     assert capture.workload_env({"PYTHONPATH": root})["PYTHONPATH"] == root

@@ -168,7 +168,7 @@ def shell_line(command: Sequence[str]) -> str:
 def workload_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     """Environment for the profiled child: gapscope importable even when not installed."""
     env = dict(os.environ if base is None else base)
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[2])  # the folder that holds the gapscope package
     parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     if root not in parts:
         env["PYTHONPATH"] = os.pathsep.join([root, *parts])

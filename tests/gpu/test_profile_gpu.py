@@ -75,7 +75,9 @@ def record(out_root: Path, name: str, *args: str, env: dict[str, str] | None = N
     out = out_root / name
     proc = subprocess.Popen([PY, "-m", "gapscope", "profile", "-q", "--force", "-o", str(out), *args],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1",
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                     [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]),
+                                 "HF_HUB_OFFLINE": "1",
                                  "TRANSFORMERS_OFFLINE": "1", **(env or {})})
     try:
         _, stderr = proc.communicate(timeout=LIMIT_S)
