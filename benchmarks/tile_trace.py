@@ -2,14 +2,22 @@
 kernels, memcpy/memset, runtime calls, synchronizations and NVTX ranges, shifted in time by one
 source span and in correlation id by the source's largest id. Only the tables gapscope reads are
 copied. The output is synthetic (named so in its META_DATA_EXPORT) and never goes in traces/.
+With ``--distinct-names`` every tile after the first appends `` #<tile>`` to its inline NVTX range
+names, so that no two tiles share a name.
+
+A parquetdir or arrowdir export (a folder) is tiled the same way, table by table with pyarrow,
+into a folder of the same format: the same shift, the same tiles, so a SQLite export and a
+columnar export of one report tile to the same data.
 
     python benchmarks/tile_trace.py SOURCE.sqlite OUT.sqlite --kernels 1000000
+    python benchmarks/tile_trace.py SOURCE_parquet/ OUT_parquet/ --kernels 1000000
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import shutil
 import sqlite3
 import time
 from pathlib import Path
@@ -26,7 +34,7 @@ TIME_TABLES = (
 COPY_TABLES = ("StringIds", "TARGET_INFO_GPU", "ThreadNames")
 
 
-def tile(source: Path, out: Path, kernels: int) -> int:
+def tile(source: Path, out: Path, kernels: int, distinct_names: bool = False) -> int:
     """Write ``out`` with at least ``kernels`` kernel rows; returns the number of tiles."""
     if out.exists():
         out.unlink()
@@ -66,6 +74,8 @@ def tile(source: Path, out: Path, kernels: int) -> int:
                 exprs.append(f"s.{c} + t.k * {shift}")
             elif c == "correlationId":
                 exprs.append(f"s.{c} + t.k * {corr_shift}")
+            elif c == "text" and table == "NVTX_EVENTS" and distinct_names:
+                exprs.append(f"CASE WHEN t.k = 0 OR s.{c} IS NULL THEN s.{c} ELSE s.{c} || ' #' || t.k END")
             else:
                 exprs.append(f"s.{c}")
         dst.execute(f"INSERT INTO {table} SELECT {', '.join(exprs)} FROM tiles t, src.{table} s "
@@ -77,13 +87,85 @@ def tile(source: Path, out: Path, kernels: int) -> int:
     return n_tiles
 
 
-def cached_tiling(source: Path, kernels: int, workdir: Path) -> Path:
-    """A tiling of ``source`` to ``kernels`` kernels in ``workdir``, made once and reused."""
+def _columnar_io(folder: Path):
+    """(suffix, read, write) for a parquetdir or arrowdir export folder."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if any(folder.glob("*.parquet")):
+        return ".parquet", pq.read_table, lambda table, path: pq.write_table(table, path, compression="snappy")
+
+    def read(path: Path):
+        with pa.OSFile(str(path), "rb") as fh:
+            return pa.ipc.open_stream(fh).read_all()
+
+    def write(table, path: Path) -> None:
+        with pa.OSFile(str(path), "wb") as fh, pa.ipc.new_stream(fh, table.schema) as out:
+            out.write_table(table)
+
+    return ".arrow", read, write
+
+
+def tile_columnar(source: Path, out: Path, kernels: int) -> int:
+    """Write the folder ``out`` (same format as the folder ``source``) with at least ``kernels``
+    kernel rows, tiled as :func:`tile` tiles a SQLite export; returns the number of tiles."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    suffix, read, write = _columnar_io(source)
+    tables = {p.name[: -len(suffix)] for p in source.glob(f"*{suffix}")}
+    kern = read(source / f"CUPTI_ACTIVITY_KIND_KERNEL{suffix}")
+    calls = read(source / f"CUPTI_ACTIVITY_KIND_RUNTIME{suffix}")
+    t0 = min(pc.min(kern["start"]).as_py(), pc.min(calls["start"]).as_py())
+    t1 = max(pc.max(kern["end"]).as_py(), pc.max(calls["end"]).as_py())
+    shift = t1 - t0 + 1_000_000
+    corr_shift = pc.max(calls["correlationId"]).as_py() + 1
+    n_tiles = math.ceil(kernels / kern.num_rows)
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    meta = read(source / f"META_DATA_EXPORT{suffix}")
+    values = [v + f" (SYNTHETIC tiled x{n_tiles})" if n == "EXPORT_PRODUCT_VERSION" else v
+              for n, v in zip(meta["name"].to_pylist(), meta["value"].to_pylist())]
+    write(meta.set_column(meta.schema.get_field_index("value"), meta.schema.field("value"),
+                          pa.array(values, meta.schema.field("value").type)), out / f"META_DATA_EXPORT{suffix}")
+    for table in COPY_TABLES:
+        if table in tables:
+            shutil.copy(source / f"{table}{suffix}", out / f"{table}{suffix}")
+    for table in TIME_TABLES:
+        if table not in tables:
+            continue
+        src = read(source / f"{table}{suffix}")
+        order = pc.sort_indices(src, [("start", "ascending")])  # tile order as tile()'s ORDER BY
+        src = src.take(order)
+        parts = []
+        for k in range(n_tiles):
+            cols = []
+            for name, col in zip(src.column_names, src.columns):
+                by = shift if name in ("start", "end") else corr_shift if name == "correlationId" else 0
+                cols.append(pc.add(col, pa.scalar(k * by, col.type)) if by else col)
+            parts.append(pa.Table.from_arrays(cols, schema=src.schema))
+        write(pa.concat_tables(parts).combine_chunks(), out / f"{table}{suffix}")
+    return n_tiles
+
+
+def cached_tiling(source: Path, kernels: int, workdir: Path, distinct_names: bool = False) -> Path:
+    """A tiling of ``source`` (a SQLite export, or a parquetdir/arrowdir folder) to ``kernels``
+    kernels in ``workdir``, made once and reused (``distinct_names``: every tile's NVTX ranges
+    renamed apart, SQLite only)."""
     workdir.mkdir(parents=True, exist_ok=True)
-    big = workdir / f"{source.stem}-x{kernels}.synthetic.sqlite"
+    folder = source.is_dir()
+    if folder and distinct_names:
+        raise ValueError("distinct_names tiles a SQLite export only")
+    tag = "-distinct" if distinct_names else ""
+    big = workdir / (f"{source.name}-x{kernels}.synthetic" if folder
+                     else f"{source.stem}-x{kernels}{tag}.synthetic.sqlite")
     if not big.exists():
         print(f"tiling {source} to {kernels:,} kernels -> {big} ...", flush=True)
-        tile(source, big, kernels)
+        if folder:
+            tile_columnar(source, big, kernels)
+        else:
+            tile(source, big, kernels, distinct_names)
     return big
 
 
@@ -92,11 +174,18 @@ def main() -> None:
     ap.add_argument("source", type=Path)
     ap.add_argument("out", type=Path)
     ap.add_argument("--kernels", type=int, default=1_000_000)
+    ap.add_argument("--distinct-names", action="store_true", help="no two tiles share an NVTX range name")
     args = ap.parse_args()
     t = time.perf_counter()
-    n = tile(args.source, args.out, args.kernels)
-    print(f"wrote {args.out} ({n} tiles of {args.source.name}, "
-          f"{args.out.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - t:.1f} s")
+    if args.source.is_dir():
+        if args.distinct_names:
+            raise SystemExit("--distinct-names tiles a SQLite export only")
+        n = tile_columnar(args.source, args.out, args.kernels)
+    else:
+        n = tile(args.source, args.out, args.kernels, args.distinct_names)
+    size = sum(p.stat().st_size for p in args.out.iterdir()) if args.out.is_dir() else args.out.stat().st_size
+    print(f"wrote {args.out} ({n} tiles of {args.source.name}, {size / 1e6:.0f} MB) in "
+          f"{time.perf_counter() - t:.1f} s")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,11 @@ once) and returns an :class:`Input`:
 ==============  ===========================================================================
 kind            what it is
 ==============  ===========================================================================
-``trace``       a trace file; ``format`` names its reader (``nsys-sqlite``)
+``trace``       a trace; ``format`` names its reader: ``nsys-sqlite`` (an nsys SQLite export),
+                ``nsys-parquet`` / ``nsys-arrow`` (a folder written by ``nsys export --type
+                parquetdir`` / ``arrowdir``), ``nsys-rep`` (an Nsight Systems report, exported
+                with nsys when read), ``kineto`` (a PyTorch profiler trace, ``.json`` or
+                ``.json.gz``)
 ``analysis``    a result JSON of ``gapscope analyze`` (schema ``gapscope.analysis/N``)
 ``fleet``       a merged result of several traces (schema ``gapscope.fleet/N``)
 ``run``         a ``gapscope run`` output folder, or its ``run.json``
@@ -38,8 +42,21 @@ if TYPE_CHECKING:
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 NSYS_REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
+NSYS_REPORT_MAGIC = b"NVIDIA Tegra Profiler Report"
+GZIP_MAGIC = b"\x1f\x8b"
+PARQUET_MAGIC = b"PAR1"
+ARROW_FILE_MAGIC = b"ARROW1"
+ARROW_STREAM_MAGIC = b"\xff\xff\xff\xff"
+#: The table files of nsys's columnar exports, by format, and tables any such export holds.
+COLUMNAR_SUFFIXES = {"nsys-parquet": ".parquet", "nsys-arrow": ".arrow"}
+NSYS_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA", "StringIds", "CUPTI_ACTIVITY_KIND_KERNEL",
+               "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS", "TARGET_INFO_GPU")
+#: How much of a (decompressed) JSON file is searched for its top-level keys.
+JSON_HEAD_BYTES = 1 << 20
 #: What gapscope reads, for messages that refuse something else.
-READS = "an nsys SQLite export, a gapscope result JSON, or a `gapscope run` output folder"
+READS = ("an nsys export (SQLite, or a parquetdir or arrowdir folder), an Nsight Systems report "
+         "(.nsys-rep, exported with nsys), a PyTorch profiler trace (.json, .json.gz), a gapscope "
+         "result JSON, or a `gapscope run` output folder")
 
 KIND_WORDS = {
     "trace": "a trace",
@@ -49,6 +66,7 @@ KIND_WORDS = {
 }
 
 _SCHEMA = re.compile(rb'"schema"\s*:\s*"([^"\\]{1,100})"')
+_TRACE_EVENTS = re.compile(rb'"traceEvents"\s*:')
 _GLOB_CHARS = re.compile(r"[*?[]")
 _SCHEMA_KINDS = (("gapscope.analysis/", "analysis"), ("gapscope.fleet/", "fleet"),
                  ("gapscope-run/", "run"), ("gapscope.run/", "run"))
@@ -173,45 +191,118 @@ def resolve(path: str | os.PathLike[str]) -> Input:
     if p.is_dir():
         return _folder(given, p)
     regular_file(p, given)
-    if p.suffix in NSYS_REPORT_SUFFIXES:
-        raise GapscopeError(
-            f"{given}: is an Nsight Systems report, not its SQLite export; "
-            f"run `nsys export --type sqlite {given}` first"
-        )
     try:
         with open(p, "rb") as fh:
             head = fh.read(65536)
     except OSError as exc:
         raise GapscopeError(f"{given}: cannot read ({exc.strerror or exc})") from None
+    if head.startswith(NSYS_REPORT_MAGIC) or p.suffix in NSYS_REPORT_SUFFIXES:
+        return Input(given, p, "trace", "nsys-rep")
     if head.startswith(SQLITE_MAGIC):
         return Input(given, p, "trace", "nsys-sqlite")
+    if head.startswith(GZIP_MAGIC):
+        if _TRACE_EVENTS.search(_gunzip_head(p, given)):
+            return Input(given, p, "trace", "kineto")
+        raise GapscopeError(f"{given}: a gzip file, but not a gzipped PyTorch profiler trace (no "
+                            f"traceEvents near its start; gapscope reads {READS})")
+    if head.startswith(PARQUET_MAGIC) or head.startswith(ARROW_FILE_MAGIC) or (
+            head.startswith(ARROW_STREAM_MAGIC) and p.suffix == ".arrow"):
+        raise GapscopeError(f"{given}: one table of a columnar export; give the whole folder that "
+                            f"`nsys export --type parquetdir` or `arrowdir` wrote ({p.parent})")
     if head.lstrip()[:1] in (b"{", b"[") or p.suffix.lower() == ".json":
         kind, schema = _json_kind(p, head, given)
         return Input(given, p, kind, schema)
-    raise GapscopeError(f"{given}: not a SQLite file or a gapscope result JSON (gapscope reads {READS})")
+    raise GapscopeError(f"{given}: not a SQLite file, a PyTorch profiler trace or a gapscope result "
+                        f"JSON (gapscope reads {READS})")
+
+
+def columnar_format(p: Path) -> str | None:
+    """``nsys-parquet`` or ``nsys-arrow`` when the folder holds nsys's tables as ``.parquet``
+    or ``.arrow`` files (what `nsys export --type parquetdir|arrowdir` writes), else None."""
+    for fmt, suffix in COLUMNAR_SUFFIXES.items():
+        if any((p / f"{t}{suffix}").is_file() for t in NSYS_TABLES):
+            return fmt
+    return None
 
 
 def _folder(given: str, p: Path) -> Input:
     if (p / "run.json").is_file() or (p / "analysis.json").is_file():
         return Input(given, p, "run", "gapscope-run folder")
-    raise GapscopeError(f"{given}: is a directory, not an nsys SQLite export or a `gapscope run` "
-                        "output folder (no run.json in it)")
+    fmt = columnar_format(p)
+    if fmt is not None:
+        return Input(given, p, "trace", fmt)
+    try:
+        found = sorted({q.suffix for q in p.iterdir() if q.suffix in (".parquet", ".arrow")})
+    except OSError as exc:
+        raise GapscopeError(f"{given}: cannot read the folder ({exc.strerror or exc})") from None
+    what = (f"its {' and '.join(found)} files are not nsys's tables (no META_DATA_EXPORT, StringIds, "
+            "CUPTI_ACTIVITY_KIND_KERNEL, ...)" if found else
+            "no nsys export tables (.parquet or .arrow) and no run.json in it")
+    raise GapscopeError(f"{given}: is a directory, not an nsys export folder or a `gapscope run` "
+                        f"output folder: {what} (gapscope reads {READS})")
+
+
+def _gunzip_head(p: Path, given: str) -> bytes:
+    """The first JSON_HEAD_BYTES of a gzipped file, decompressed; a truncated or damaged file
+    gives what could be decompressed (its reader reports the damage)."""
+    import zlib
+
+    inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    out = b""
+    try:
+        with open(p, "rb") as fh:
+            while len(out) < JSON_HEAD_BYTES and not inflate.eof:
+                chunk = fh.read(65536)
+                if not chunk:
+                    break
+                out += inflate.decompress(chunk, JSON_HEAD_BYTES - len(out))
+    except zlib.error:
+        pass
+    except OSError as exc:
+        raise GapscopeError(f"{given}: cannot read ({exc.strerror or exc})") from None
+    return out
 
 
 def _json_kind(p: Path, head: bytes, given: str) -> tuple[str, str]:
-    """(kind, schema) of a JSON file, from its head when the schema is written first (as
-    gapscope writes it), else from the whole object."""
+    """(kind, format) of a JSON file: a gapscope result by its schema (from the head when the
+    schema is written first, as gapscope writes it), a PyTorch profiler trace by its
+    traceEvents, else from the whole object."""
     m = _SCHEMA.search(head) if head.lstrip()[:1] == b"{" else None
     schema = m.group(1).decode("utf-8", "replace") if m else None
+    if head.lstrip()[:1] == b"{":
+        with open(p, "rb") as fh:
+            events = _TRACE_EVENTS.search(fh.read(JSON_HEAD_BYTES))
+        if events and (m is None or events.start() < m.start()):  # the top-level key comes first
+            return "trace", "kineto"
+    if schema is None and head.lstrip()[:1] == b"[":
+        raise GapscopeError(f"{given}: a JSON array, neither a gapscope result nor a PyTorch profiler "
+                            f"trace (an object with traceEvents; gapscope reads {READS})")
     if schema is None:
-        found = read_json(p, given).get("schema")
+        data = read_json(p, given)
+        if "traceEvents" in data:
+            return "trace", "kineto"
+        found = data.get("schema")
         schema = found if isinstance(found, str) else None
     for prefix, kind in _SCHEMA_KINDS:
         if schema is not None and schema.startswith(prefix):
             return kind, schema
-    what = "no 'schema' field" if schema is None else f"schema {schema!r}"
-    raise GapscopeError(f"{given}: a JSON file but not a gapscope result ({what}; "
-                        "expected gapscope.analysis/N)")
+    what = "no 'schema' or 'traceEvents' field" if schema is None else f"schema {schema!r}"
+    raise GapscopeError(f"{given}: a JSON file but neither a gapscope result nor a PyTorch profiler "
+                        f"trace ({what}; gapscope reads {READS})")
+
+
+#: Name endings that say what a trace file is, longest first (trace_stem drops them).
+TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json", ".sqlite", ".nsys-rep", ".qdrep")
+
+
+def trace_stem(path: str | os.PathLike[str]) -> str:
+    """A trace's short name: its file name without the ending that says what it is
+    (``rank3.pt.trace.json.gz`` gives ``rank3``); a folder's name as it is."""
+    name = Path(path).name
+    for suffix in TRACE_SUFFIXES:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)]
+    return name if Path(path).is_dir() else Path(path).stem
 
 
 def natural_key(text: str) -> list[Any]:
@@ -219,20 +310,37 @@ def natural_key(text: str) -> list[Any]:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]
 
 
+#: The names of trace files a folder given to a many-trace command is searched for.
+TRACE_GLOBS = ("*.sqlite", "*.pt.trace.json", "*.pt.trace.json.gz")
+
+
+def folder_traces(p: Path) -> list[str]:
+    """The traces inside a folder: its nsys SQLite exports, PyTorch profiler traces
+    (``*.pt.trace.json[.gz]``) and columnar export folders; its ``.nsys-rep`` reports only
+    when it holds none of those (a report beside its own export would count twice)."""
+    found = [str(q) for g in TRACE_GLOBS for q in p.glob(g) if q.is_file()]
+    found += [str(q) for q in p.iterdir() if q.is_dir() and columnar_format(q)]
+    if not found:
+        found = [str(q) for s in NSYS_REPORT_SUFFIXES for q in p.glob(f"*{s}") if q.is_file()]
+    return found
+
+
 def expand(args: Sequence[str]) -> list[str]:
-    """The files the command line names: paths as given, a folder's ``*.sqlite`` exports (a
-    `gapscope run` folder stays one input) and the matches of a quoted glob, in natural order,
-    each file once. A single path comes back as given."""
+    """The traces the command line names: paths as given, a folder's traces (folder_traces; a
+    `gapscope run` folder or an export folder stays one input) and the matches of a quoted
+    glob, in natural order, each once. A single path comes back as given."""
     found: list[str] = []
     for arg in args:
         p = Path(arg)
-        if p.is_dir() and not ((p / "run.json").is_file() or (p / "analysis.json").is_file()):
-            inside = [str(q) for q in p.glob("*.sqlite") if q.is_file()]
+        if p.is_dir() and not ((p / "run.json").is_file() or (p / "analysis.json").is_file()
+                               or columnar_format(p)):
+            inside = folder_traces(p)
             if not inside:
-                raise GapscopeError(f"{arg}: is a directory with no .sqlite exports in it")
+                raise GapscopeError(f"{arg}: is a directory with no traces in it (no .sqlite exports, "
+                                    "PyTorch profiler traces, export folders or .nsys-rep reports)")
             found += inside
         elif not p.exists() and _GLOB_CHARS.search(arg):
-            matches = [m for m in glob.glob(arg) if not Path(m).is_dir()]
+            matches = [m for m in glob.glob(arg) if not Path(m).is_dir() or columnar_format(Path(m))]
             if not matches:
                 raise GapscopeError(f"no file matches {arg!r}")
             found += matches

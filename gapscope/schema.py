@@ -17,10 +17,12 @@ from typing import Any
 
 from gapscope.errors import GapscopeError
 
-ANALYSIS_SCHEMA = "gapscope.analysis/1"
-FLEET_SCHEMA = "gapscope.fleet/1"
-#: Schemas this gapscope reads, by the kind of result (gapscope.inputs names kinds the same).
+ANALYSIS_SCHEMA = "gapscope.analysis/2"
+FLEET_SCHEMA = "gapscope.fleet/2"
+#: Schemas this gapscope writes, by the kind of result (gapscope.inputs names kinds the same) ...
 SCHEMAS = {"analysis": ANALYSIS_SCHEMA, "fleet": FLEET_SCHEMA}
+#: ... and the schemas it reads (the previous version's still load).
+READABLE = {"analysis": ("gapscope.analysis/1", ANALYSIS_SCHEMA), "fleet": ("gapscope.fleet/1", FLEET_SCHEMA)}
 _RUN_PREFIXES = ("gapscope-run/", "gapscope.run/")
 
 #: Columns every timeline row carries, in report order (docs/schema.md, STATS).
@@ -28,8 +30,9 @@ STATS_FIELDS = (
     "kernels", "memops", "memop_ns", "gpu_span_ns", "busy_ns", "gap_ns", "gap_fraction", "gap_count",
     "gap_p50_ns", "gap_p90_ns", "gap_p99_ns", "gap_max_ns", "kernel_median_ns",
 )
-#: Gap categories (gapscope.analysis.attribution.IdleCategory labels, in order).
-CATEGORIES = ("launch", "sync", "dependency", "memop", "pipeline", "unknown")
+#: Gap categories of either schema (gapscope.analysis.attribution.IdleCategory's labels; schema
+#: 1 had no host, stall and setup).
+CATEGORIES = ("launch", "host", "stall", "setup", "sync", "dependency", "memop", "pipeline", "unknown")
 #: The sections every result of a kind holds (lists of objects).
 SECTIONS = {
     "analysis": ("ranges", "by_name", "devices", "streams"),
@@ -49,13 +52,18 @@ DOMAINS: dict[str, tuple[float, float, str]] = {
         "kernels", "memops", "memop_ns", "gpu_span_ns", "busy_ns", "gap_ns", "gap_count", "gap_p50_ns",
         "gap_p90_ns", "gap_p99_ns", "gap_max_ns", "kernel_median_ns", "count", "calls", "host_median_ns",
         "host_p90_ns", "per_second", "graph_ceiling_span_ns", "graph_ceiling_speedup", "eager_span_ns",
-        "graph_span_ns", "measured_speedup", "ceiling_speedup", "start_ns", "end_ns", "depth")},
+        "graph_span_ns", "measured_speedup", "ceiling_speedup", "start_ns", "end_ns", "depth",
+        "graph_kernels", "graph_replays", "gap_between_replays_ns", "gap_inside_replays_ns",
+        "stall_threshold_ns")},
     **{f: _ANY for f in ("latency_median_ns", "latency_p90_ns", "excess_gap_ns", "worst_step_excess_ns")},
 }
 #: Fields that hold an integer (an id that results are matched on), and fields that hold text.
 INTEGERS = ("device", "stream", "pid", "thread", "id", "rank")
 TEXTS = ("name", "label", "api", "eager", "graph", "category", "before", "after", "launched_by", "domain",
-         "path", "file", "nsys_version", "export_schema", "graph_trace")
+         "path", "file", "nsys_version", "export_schema", "graph_trace", "format", "reading", "verdict",
+         "threads", "gapscope_version")
+#: A field of another name ending so holds a number too (a figure of a newer gapscope's result).
+NUMBER_SUFFIXES = ("_ns", "_count", "_kernels", "_replays", "_fraction", "_speedup")
 #: Fields of a row that renderers of a saved analysis read, per section.
 REQUIRED = {
     "ranges": ("id", "name", "thread", *STATS_FIELDS),
@@ -96,9 +104,9 @@ def result_kind(data: Any, source: str) -> str:
     for kind, known in SCHEMAS.items():
         prefix = known.rsplit("/", 1)[0] + "/"
         if isinstance(schema, str) and schema.startswith(prefix):
-            if schema != known:
+            if schema not in READABLE[kind]:
                 raise GapscopeError(f"{source}: result schema {schema!r} is not supported (this gapscope "
-                                    f"reads {known}; a newer gapscope wrote it)")
+                                    f"reads {', '.join(READABLE[kind])}; a newer gapscope wrote it)")
             return kind
     found = "no 'schema' field" if schema is None else f"schema {schema!r}"
     raise GapscopeError(f"{source} is not a gapscope result ({found}; expected {ANALYSIS_SCHEMA})")
@@ -179,6 +187,9 @@ def _check_field(key: str, v: Any, where: str, source: str, spreads: bool) -> No
             return
         if not _is_number(v) or not lo <= v <= hi:
             raise _bad(source, where, v, what)
+    elif key.endswith(NUMBER_SUFFIXES) and v is not None and not _is_number(v) and key != "gap_by_category_ns" \
+            and not (spreads and isinstance(v, dict)):
+        raise _bad(source, where, v, "a number")
     elif key in INTEGERS and v is not None and (not isinstance(v, int) or isinstance(v, bool)):
         raise _bad(source, where, v, "an integer")
     elif key in TEXTS and v is not None and not isinstance(v, str):

@@ -1,10 +1,20 @@
 """An independent, deliberately plain computation of the gap metrics (sort and merge in
-Python loops, stdlib sqlite3), used to check gapscope's vectorized numbers on real traces."""
+Python loops), used to check gapscope's vectorized numbers on real traces. Rows are read with
+the stdlib sqlite3 module (SQLite exports), pyarrow's plain table readers (parquetdir and
+arrowdir exports) and json/gzip (PyTorch profiler traces); none of gapscope's readers is used."""
 
 from __future__ import annotations
 
+import bisect
+import gzip
+import json
+import re
 import sqlite3
 from collections import defaultdict
+from decimal import Decimal
+from pathlib import Path
+
+from gapscope.trace.cuda_api import LAUNCH_CALLS, QUIET_CALLS, SETUP_CALLS, SYNC_CALLS
 
 
 def merge(intervals: list[tuple[int, int]]) -> tuple[int, int, list[int]]:
@@ -60,6 +70,14 @@ def by_stream(ks: list[dict]) -> dict[tuple[int, int], tuple[int, int, list[int]
     return {key: merge(iv) for key, iv in groups.items()}
 
 
+def has_nvtx(path: str) -> bool:
+    """Whether the export has an NVTX_EVENTS table."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    found = conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'NVTX_EVENTS'").fetchone()[0]
+    conn.close()
+    return bool(found)
+
+
 def ranges(path: str) -> list[dict]:
     """NVTX push/pop and start/end ranges, with names resolved, in start order."""
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
@@ -88,6 +106,322 @@ def range_metrics(rng: dict, ks: list[dict]) -> tuple[int, int, int]:
         span += s
         gap += g
     return len(mine), span, gap
+
+
+# ----------------------------------------------------------------------------- gap attribution
+#
+# The rules of docs/metrics.md ("Gap attribution"), written again in plain Python over rows read
+# with sqlite3: per gap, a walk over the launching thread's calls. Nothing here is shared with
+# gapscope.analysis.
+
+# The calls by role are definitions, not computations: taken from gapscope.trace.cuda_api (its
+# QUIET_CALLS are left out of gapscope's API frame, matched with any _vNNNN tail).
+QUIET, SYNC, SETUP, LAUNCH = QUIET_CALLS, SYNC_CALLS, SETUP_CALLS, LAUNCH_CALLS
+CATEGORIES = ("launch", "host", "stall", "setup", "sync", "dependency", "memop", "pipeline", "unknown")
+
+
+def _quiet(name: str) -> bool:
+    return any(name == q or name.startswith(q + "_v") for q in QUIET)
+
+
+def _base(name: str) -> str:
+    head, sep, tail = name.rpartition("_v")
+    return head if sep and tail.isdigit() else name
+
+
+class Trace:
+    """An export's rows, read plainly: activities in the order gapscope reads them (kernels,
+    graph executions, memcpys, memsets, each in rowid order), calls, stream waits, ranges."""
+
+    def __init__(self, path: str) -> None:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        strings = dict(conn.execute("SELECT id, value FROM StringIds"))
+        self.calls = []  # (start, end, tid, name) of the calls gapscope reads
+        self.call_of = {}  # (pid, corr) -> index in self.calls
+        for s, e, tid, corr, name_id, cls in conn.execute(
+                "SELECT start, end, globalTid, correlationId, nameId, eventClass FROM CUPTI_ACTIVITY_KIND_RUNTIME"):
+            name = strings.get(name_id, "")
+            if cls == 67 or _quiet(name):
+                continue
+            self.call_of.setdefault((tid >> 24, corr), len(self.calls))
+            self.calls.append((s, e, tid, _base(name)))
+        self.acts = []  # dict per activity
+        for table, kind in (("CUPTI_ACTIVITY_KIND_KERNEL", "kernel"), ("CUPTI_ACTIVITY_KIND_GRAPH_TRACE", "graph"),
+                            ("CUPTI_ACTIVITY_KIND_MEMCPY", "memop"), ("CUPTI_ACTIVITY_KIND_MEMSET", "memop")):
+            if table not in tables:
+                continue
+            for s, e, dev, stream, corr, gpid in conn.execute(
+                    f"SELECT start, end, deviceId, streamId, correlationId, globalPid FROM {table} ORDER BY rowid"):
+                call = self.call_of.get((gpid >> 24, corr)) if corr and corr > 0 else None
+                self.acts.append({"i": len(self.acts), "start": s, "end": max(e, s), "device": dev, "stream": stream,
+                                  "pid": gpid >> 24, "kind": kind, "call": call})
+        self.waits = []  # (start, pid, device, stream) of stream-wait records
+        if "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION" in tables:
+            self.waits = conn.execute("SELECT start, globalPid >> 24, deviceId, streamId FROM "
+                                      "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION WHERE syncType = 2").fetchall()
+        conn.close()
+        times = [t for a in self.acts for t in (a["start"], a["end"])] + [t for c in self.calls for t in c[:2]]
+        self.lo = min(times)
+
+
+def _long_stretches(calls: list[tuple], lo: int, threshold: int) -> list[tuple[int, int | None]]:
+    """The stretches longer than ``threshold`` in which a process made no call on any thread
+    (from ``lo`` to its first call, between its calls, after its last: never ending, None)."""
+    out, cur = [], lo
+    first = True
+    for s, e in sorted((c[0], c[1]) for c in calls):
+        if s > cur and (s - cur > threshold):
+            out.append((cur, s))
+        cur = e if first else max(cur, e)
+        first = False
+    out.append((cur, None))
+    return out
+
+
+def _segments(calls: list[tuple], stalls: list[tuple[int, int | None]], lo: int,
+              threshold: int) -> tuple[list[int], list[str]]:
+    """(starts, categories) of one thread's segments: its calls sorted by start, the stretches
+    between them (host), a lead stretch from ``lo``, and its process's long no-call stretches
+    (stall) laid over them; the last segment never ends."""
+    calls = sorted(calls, key=lambda c: c[0])
+    items = []  # (time, rank, category): at one time a stretch, then a stall, a resume, a call
+    if calls[0][0] > lo:
+        items.append((lo, 0, "host"))
+    block_end = None  # the latest end of the calls since the last stretch
+    for i, (s, e, name) in enumerate(calls):
+        block_end = e if block_end is None else max(block_end, e)
+        if name in SYNC:
+            cat = "sync"
+        elif name in SETUP:
+            cat = "setup"
+        elif e - s > threshold:
+            cat = "stall"
+        elif name in LAUNCH:
+            cat = "launch"
+        else:
+            cat = "host"
+        items.append((s, 3, cat))
+        nxt = calls[i + 1][0] if i + 1 < len(calls) else None
+        if nxt is not None and nxt < block_end:
+            continue  # the next call starts inside this block of calls: it takes over there
+        if nxt is None or nxt > block_end:
+            items.append((block_end, 0, "host"))
+        block_end = None
+    for s, e in stalls:
+        items.append((s, 1, "stall"))
+        if e is not None:
+            items.append((e, 2, "host"))
+    items.sort(key=lambda x: (x[0], x[1]))
+    return [x[0] for x in items], [x[2] for x in items]
+
+
+class Attribution:
+    """Gap categories of any set of busy intervals of one trace, by the documented rules."""
+
+    def __init__(self, trace: Trace, threshold: int = 1_000_000) -> None:
+        self.t = trace
+        self.threshold = threshold
+        per_thread, per_proc = defaultdict(list), defaultdict(list)
+        for s, e, tid, name in trace.calls:
+            per_thread[tid].append((s, e, name))
+            per_proc[tid >> 24].append((s, e))
+        stalls = {pid: _long_stretches(c, trace.lo, threshold) for pid, c in per_proc.items()}
+        self.segs = {tid: _segments(c, stalls[tid >> 24], trace.lo, threshold) for tid, c in per_thread.items()}
+        self.memops = defaultdict(list)  # device -> merged memop blocks
+        for a in trace.acts:
+            if a["kind"] == "memop":
+                self.memops[a["device"]].append((a["start"], a["end"]))
+        for dev, iv in self.memops.items():
+            merged = []
+            for s, e in sorted(iv):
+                if merged and s <= merged[-1][1]:
+                    merged[-1][1] = max(merged[-1][1], e)
+                else:
+                    merged.append([s, e])
+            self.memops[dev] = merged
+        # previous operation on each activity's stream, by GPU start (ties in reading order)
+        self.prev = {}
+        by_stream = defaultdict(list)
+        for a in trace.acts:
+            by_stream[(a["pid"], a["device"], a["stream"])].append(a)
+        for acts in by_stream.values():
+            acts.sort(key=lambda a: (a["start"], a["i"]))
+            for p, a in zip([None] + acts[:-1], acts):
+                self.prev[a["i"]] = p
+        pairs = defaultdict(set)
+        for key in by_stream:
+            pairs[(key[0], key[2])].add(key)
+        self.waits = defaultdict(list)
+        for s, pid, dev, stream in trace.waits:
+            keys = pairs.get((pid, stream), set())
+            key = next(iter(keys)) if len(keys) == 1 else (pid, dev, stream)
+            self.waits[key].append(s)
+
+    def _walk(self, tid: int, a: int, b: int) -> dict[str, int]:
+        starts, cats = self.segs[tid]
+        out = defaultdict(int)
+        i = bisect.bisect_right(starts, a) - 1
+        t = a
+        while t < b:
+            end = starts[i + 1] if i + 1 < len(starts) else b
+            step = min(end, b) - t
+            out[cats[i]] += step
+            t += step
+            i += 1
+        return out
+
+    def classify(self, g0: int, length: int, k: dict) -> dict[str, int]:
+        """Time per category of the gap [g0, g0 + length) ended by activity k."""
+        g1 = g0 + length
+        covered = sum(max(0, min(e, g1) - max(s, g0)) for s, e in self.memops.get(k["device"], []))
+        if 2 * covered >= length and covered > 0:
+            return {"memop": length}
+        if k["call"] is None:
+            return {"unknown": length}
+        call_start, call_end, tid, _ = self.t.calls[k["call"]]
+        if call_end > g0:
+            upto = min(g1, call_end)
+            out = self._walk(tid, g0, upto)
+            out["launch"] += g1 - upto
+            starts, cats = self.segs[tid]
+            if cats[bisect.bisect_right(starts, g0) - 1] == "sync":
+                kept = {c: out.get(c, 0) for c in ("stall", "setup")}
+                out = {**kept, "sync": length - sum(kept.values())}
+            return dict(out)
+        prev = self.prev[k["i"]]
+        t_prev = self.t.lo
+        if prev is not None and prev["call"] is not None:
+            t_prev = self.t.calls[prev["call"]][0]
+        waits = self.waits.get((k["pid"], k["device"], k["stream"]), [])
+        if any(t_prev < w <= call_start for w in waits):
+            return {"dependency": length}
+        if prev is not None and prev["kind"] == "memop" and prev["end"] > g0:
+            return {"dependency": length}
+        return {"pipeline": length}
+
+    def gaps(self, acts: list[dict]) -> list[tuple[int, int, dict, dict]]:
+        """(start, length, the activity before, the one after) of every gap of these busy
+        activities, per device."""
+        out = []
+        per_dev = defaultdict(list)
+        for a in acts:
+            per_dev[a["device"]].append(a)
+        for dev in sorted(per_dev):
+            iv = sorted(per_dev[dev], key=lambda a: (a["start"], a["i"]))
+            cur, holder = iv[0]["end"], iv[0]
+            for a in iv[1:]:
+                if a["start"] > cur:
+                    out.append((cur, a["start"] - cur, holder, a))
+                if a["end"] >= cur:
+                    cur, holder = a["end"], a
+        return out
+
+    def categories(self, acts: list[dict]) -> dict[str, int]:
+        """Gap time per category of a timeline made of these activities (busy ones only)."""
+        total = dict.fromkeys(CATEGORIES, 0)
+        for g0, length, _, k in self.gaps([a for a in acts if a["kind"] != "memop"]):
+            for c, v in self.classify(g0, length, k).items():
+                total[c] += v
+        return total
+
+    def inside_replays(self, acts: list[dict]) -> int:
+        """Gap time whose two sides were issued by one graph launch call."""
+        graph_calls = {i for i, c in enumerate(self.t.calls) if c[3] in ("cudaGraphLaunch", "cuGraphLaunch")}
+        return sum(length for _, length, before, after in self.gaps([a for a in acts if a["kind"] != "memop"])
+                   if before["call"] is not None and before["call"] == after["call"] and before["call"] in graph_calls)
+
+
+def range_acts(trace: Trace, rng: dict, process: bool = False) -> list[dict]:
+    """The activities launched inside a range (``reference.ranges`` row) from its thread, or
+    from any thread of its process."""
+    def owner(tid: int) -> int:
+        return tid >> 24 if process else tid
+
+    return [a for a in trace.acts if a["call"] is not None
+            and owner(trace.calls[a["call"]][2]) == owner(rng["tid"])
+            and rng["start"] <= trace.calls[a["call"]][0] <= rng["end"]]
+
+
+# ------------------------------------------------------------------ nsys parquetdir / arrowdir
+
+
+def table_rows(folder: str | Path, table: str) -> list[dict]:
+    """Every row of one table of a columnar export, as dicts (pyarrow, whole table)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = Path(folder)
+    if (folder / f"{table}.parquet").exists():
+        return pq.read_table(folder / f"{table}.parquet").to_pylist()
+    path = folder / f"{table}.arrow"
+    if not path.exists():
+        return []
+    with pa.OSFile(str(path), "rb") as fh:
+        return pa.ipc.open_stream(fh).read_all().to_pylist()
+
+
+def _signed(v: int | None) -> int | None:
+    """An unsigned 64-bit value as SQLite stores it (two's complement)."""
+    return v - (1 << 64) if v is not None and v >= 1 << 63 else v
+
+
+def columnar_kernels(folder: str | Path) -> list[dict]:
+    """Every kernel of a parquetdir/arrowdir export with its launching call (as kernels())."""
+    calls = {}
+    for r in table_rows(folder, "CUPTI_ACTIVITY_KIND_RUNTIME"):
+        tid = _signed(r["globalTid"])
+        if r["eventClass"] != 67:
+            calls.setdefault((tid >> 24, r["correlationId"]), (tid, r["start"]))
+    out = []
+    for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"):
+        for r in table_rows(folder, table):
+            out.append({"start": r["start"], "end": r["end"], "device": r["deviceId"], "stream": r["streamId"],
+                        "call": calls.get((_signed(r["globalPid"]) >> 24, r["correlationId"]))})
+    return out
+
+
+def columnar_ranges(folder: str | Path) -> list[dict]:
+    """NVTX push/pop and start/end ranges of a columnar export, names resolved, in start order."""
+    strings = {r["id"]: r["value"] for r in table_rows(folder, "StringIds")}
+    out = [{"start": r["start"], "end": r["end"], "tid": _signed(r["globalTid"]),
+            "name": r["text"] if r["text"] is not None else strings.get(r["textId"])}
+           for r in table_rows(folder, "NVTX_EVENTS") if r["eventType"] in (59, 60) and r["end"] is not None]
+    return sorted(out, key=lambda r: r["start"])
+
+
+# ------------------------------------------------------------------ PyTorch profiler (Kineto) traces
+
+
+def kineto_events(path: str | Path) -> list[dict]:
+    """The traceEvents of a PyTorch profiler trace, numbers as exact decimals (json.load)."""
+    opener = gzip.open if Path(path).read_bytes()[:2] == b"\x1f\x8b" else open
+    with opener(path, "rt", encoding="utf-8") as fh:
+        return json.load(fh, parse_float=Decimal)["traceEvents"]
+
+
+def ns(us) -> int:
+    """Kineto's microseconds (three decimals) as integer nanoseconds."""
+    return int(Decimal(us) * 1000)
+
+
+def kineto_kernels(path: str | Path) -> list[dict]:
+    """Every kernel of a Kineto trace with its launching call: the cuda_runtime/cuda_driver event
+    with the same args.correlation, its thread packed as (pid << 24) | tid. The driver's kernels
+    for graph memcpy nodes (memcpyNN_post) are copies, as nsys records them."""
+    events = kineto_events(path)
+    calls = {e["args"]["correlation"]: ((e["pid"] << 24) | e["tid"], ns(e["ts"]))
+             for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")}
+    return [{"start": ns(e["ts"]), "end": ns(e["ts"]) + ns(e["dur"]), "device": e["args"]["device"],
+             "stream": e["args"]["stream"], "call": calls.get(e["args"]["correlation"])}
+            for e in events if e.get("cat") == "kernel" and not re.fullmatch(r"memcpy\d+_post", e["name"])]
+
+
+def kineto_ranges(path: str | Path) -> list[dict]:
+    """The user_annotation events (record_function, ProfilerStep#N) as ranges, in start order."""
+    out = [{"start": ns(e["ts"]), "end": ns(e["ts"]) + ns(e["dur"]), "tid": (e["pid"] << 24) | e["tid"],
+            "name": e["name"]} for e in kineto_events(path) if e.get("cat") == "user_annotation"]
+    return sorted(out, key=lambda r: r["start"])
 
 
 # --------------------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ def test_table_json_csv(tmp_path):
     assert "decode_step" in table.stdout and "33.3%" in table.stdout
     js = gapscope("analyze", str(path), "--format", "json")
     data = json.loads(js.stdout)
-    assert data["schema"] == "gapscope.analysis/1"
+    assert data["schema"] == "gapscope.analysis/2"
     (r,) = data["ranges"]
     assert (r["name"], r["kernels"], r["gpu_span_ns"], r["busy_ns"], r["gap_ns"], r["gap_fraction"]) == (
         "decode_step", 2, 3_000, 2_000, 1_000, 1_000 / 3_000)
@@ -94,7 +94,11 @@ def test_bad_inputs_one_line_exit_2(tmp_path, cloverleaf):
     assert_one_line_error(gapscope("analyze", str(cloverleaf), "--range", "x"), "has no NVTX ranges")
     rep = tmp_path / "x.nsys-rep"
     rep.write_bytes(b"\0" * 200)
-    assert_one_line_error(gapscope("analyze", str(rep)), "nsys export --type sqlite")
+    with pytest.MonkeyPatch.context() as mp:  # no nsys to export it with, on any machine
+        mp.setenv("GAPSCOPE_NSYS", str(tmp_path / "no-nsys"))
+        mp.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+        assert_one_line_error(gapscope("analyze", str(rep)), "an Nsight Systems report, which gapscope "
+                              "reads by exporting it with nsys, and there is no nsys to run")
 
 
 def test_trace_is_never_written(tmp_path, cloverleaf):
@@ -141,3 +145,71 @@ def test_unknown_schema_and_ranges_without_work(tmp_path):
     t.launch(200, 1_000, 2_000, 1)
     path = t.write(tmp_path / "synthetic.sqlite")
     assert_one_line_error(gapscope("analyze", str(path), "--range", "idle*"), "launched no GPU work")
+
+
+# ------------------------------------------------- domains, threads, stalls, op names, limits
+
+
+def many_names(tmp_path: Path, n: int = 30) -> Path:
+    """SYNTHETIC: ``n`` op ranges of distinct names, the i-th with one gap of 1000 * (i + 1) ns."""
+    t = Synthetic()
+    for i in range(n):
+        base = i * 1_000_000
+        t.range(base, base + 500_000, f"op{i}, seq = {i}, op_id = {i}")
+        t.launch(base + 100, base + 1_000, base + 2_000, 2 * i + 1)
+        t.launch(base + 200, base + 2_000 + 1_000 * (i + 1), base + 3_000 + 1_000 * (i + 1), 2 * i + 2)
+    return t.write(tmp_path / "synthetic.sqlite")
+
+
+def test_limit_shows_the_names_with_the_most_gap_time(tmp_path):
+    path = many_names(tmp_path)
+    out = gapscope("analyze", str(path), "--limit", "3").stdout
+    assert "NVTX ranges by name (30 of 30 launched GPU work; the 3 with the most gap time, 27 left out" in out
+    names = [line.split()[0] for line in out.splitlines() if line.strip().startswith("op")]
+    assert names[:3] == ["op27", "op28", "op29"]  # the by-name table, in first-appearance order
+    assert "op29 (x1)" in out and "op26 (x1)" not in out  # why idle: the same rows
+    assert "Range instances (30 with GPU work; the 3 with the most gap time, 27 left out" in out
+    none = gapscope("analyze", str(path), "--limit", "0").stdout
+    assert "NVTX ranges by name" not in none and "Range instances" not in none and "Devices" in none
+    data = json.loads(gapscope("analyze", str(path), "--limit", "3", "-f", "json").stdout)
+    assert len(data["by_name"]) == 30  # JSON keeps every row
+
+
+def test_options_reach_the_analysis_and_saved_results_refuse_them(tmp_path):
+    path = many_names(tmp_path, 2)
+    data = json.loads(gapscope("analyze", str(path), "-f", "json", "--stall-threshold", "500us",
+                               "--threads", "process", "--no-normalize", "--domain", "default").stdout)
+    assert data["options"] == {"count_memops": False, "range_filter": [], "domain_filter": ["default"],
+                               "threads": "process", "normalize_names": False, "stall_threshold_ns": 500_000}
+    assert data["by_name"][0]["name"] == "op0, seq = 0, op_id = 0"
+    saved = tmp_path / "r.json"
+    saved.write_text(json.dumps(data))
+    for flag in (["--domain", "x"], ["--threads", "process"], ["--stall-threshold", "2ms"], ["--no-normalize"]):
+        assert_one_line_error(gapscope("analyze", str(saved), *flag), "applies to traces, not to a saved result")
+    assert gapscope("analyze", str(saved)).returncode == 0
+    assert_one_line_error(gapscope("analyze", str(path), "--stall-threshold", "soon"),
+                          "--stall-threshold: 'soon' is not a time")
+    assert_one_line_error(gapscope("analyze", str(path), "--stall-threshold", "-1ms"), "is negative")
+    assert_one_line_error(gapscope("analyze", str(path), "--threads", "all"), "'all' is not one of")
+    other = tmp_path / "other.sqlite"
+    shutil.copy(path, other)
+    assert_one_line_error(gapscope("analyze", str(path), str(other), "--domain", "x"), "analyze one trace")
+
+
+def test_a_version_1_result_still_loads_and_reads_as_it_did(tmp_path):
+    """A gapscope.analysis/1 result (one category per gap, launch holding all host-side time)."""
+    path = small_trace(tmp_path)
+    data = json.loads(gapscope("analyze", str(path), "-f", "json").stdout)
+    data["schema"] = "gapscope.analysis/1"
+    for r in (*data["ranges"], *data["by_name"], *data["devices"]):
+        for key in ("verdict", "reading", "graph_kernels", "graph_replays", "gap_between_replays_ns",
+                    "gap_inside_replays_ns"):
+            r.pop(key)
+        r["gap_by_category_ns"] = {"launch": r["gap_ns"], "sync": 0, "dependency": 0, "memop": 0,
+                                   "pipeline": 0, "unknown": 0}
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(data))
+    table = gapscope("analyze", str(old))
+    assert table.returncode == 0 and "launch-bound: graphs pay" in table.stdout
+    again = json.loads(gapscope("analyze", str(old), "-f", "json").stdout)
+    assert again["schema"] == "gapscope.analysis/1" and again["by_name"] == data["by_name"]

@@ -42,11 +42,12 @@ def test_a_closed_pipe_ends_quietly_with_141(args):
 
 
 def test_the_suffix_of_o_names_the_format(tmp_path):
-    for suffix, check in ((".json", lambda t: json.loads(t)["schema"] == "gapscope.analysis/1"),
+    for suffix, check in ((".json", lambda t: json.loads(t)["schema"] == "gapscope.analysis/2"),
                           (".csv", lambda t: t.startswith("level,")),
                           (".md", lambda t: t.startswith("# gapscope report: torch_decode.sqlite\n")),
                           (".html", lambda t: t.startswith("<!DOCTYPE html>")),
-                          (".txt", lambda t: t.startswith("gapscope torch_decode.sqlite  nsys 2025.3.2.0"))):
+                          (".txt", lambda t: t.startswith("gapscope torch_decode.sqlite  format: nsys SQLite "
+                                                          "export, read in "))):
         out = tmp_path / f"r{suffix}"
         proc = gapscope("analyze", TRACE, "-o", str(out))
         assert proc.returncode == 0, proc.stderr
@@ -111,5 +112,5 @@ def test_top_level_help_names_every_command():
     assert proc.returncode == 0
     summary = proc.stdout.split("Options:")[0]
     listed = set(re.findall(r"^\s+gapscope (\w+)", summary, flags=re.M))
-    assert listed == set(cli.commands) == {"analyze", "compare", "plot", "report", "export", "run"}
+    assert listed == set(cli.commands) == {"analyze", "compare", "plot", "report", "export", "run", "profile"}
     assert "_GAPSCOPE_COMPLETE=bash_source gapscope" in summary

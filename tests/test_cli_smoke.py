@@ -12,7 +12,7 @@ def test_analyze_a_shipped_trace_in_a_process():
     proc = gapscope_process("analyze", "traces/torch_decode.sqlite")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("gapscope torch_decode.sqlite")
-    assert "93.4%" in proc.stdout and "launch-bound" in proc.stdout
+    assert "93.4%" in proc.stdout and "host-bound: graphs pay" in proc.stdout
 
 
 def test_json_from_a_process_equals_the_in_process_result(analyzed):

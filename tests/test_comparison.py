@@ -14,6 +14,7 @@ import pytest
 
 from gapscope.compare.comparison import Comparison, compare, load_input
 from gapscope.errors import GapscopeError
+from gapscope.inputs import READS
 from gapscope.compare.thresholds import ThresholdSet
 
 
@@ -347,8 +348,8 @@ def test_option_mismatch_warns() -> None:
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
-        (lambda r: r.pop("schema"), "baseline[0] is not a gapscope result (no 'schema' field; expected gapscope.analysis/1)"),
-        (lambda r: r.update(schema="other/1"), "baseline[0] is not a gapscope result (schema 'other/1'; expected gapscope.analysis/1)"),
+        (lambda r: r.pop("schema"), "baseline[0] is not a gapscope result (no 'schema' field; expected gapscope.analysis/2)"),
+        (lambda r: r.update(schema="other/1"), "baseline[0] is not a gapscope result (schema 'other/1'; expected gapscope.analysis/2)"),
         (lambda r: r.pop("streams"), "baseline[0]: result has no 'streams' list"),
         (lambda r: r["by_name"][0].pop("gap_fraction"), "baseline[0]: range d has no 'gap_fraction' field"),
         (lambda r: r["by_name"][0].update(gap_fraction="x"),
@@ -374,17 +375,19 @@ def test_empty_sides_are_errors() -> None:
         compare([r], [])
 
 
-def test_load_input_json_and_errors(tmp_path: Path) -> None:
+def test_load_input_json_and_errors(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("GAPSCOPE_NSYS", str(tmp_path / "no-nsys"))  # no nsys, on any machine
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     good = tmp_path / "r.json"
     good.write_text(json.dumps(synthetic_result()), encoding="utf-8")
     assert load_input(good)["schema"] == "gapscope.analysis/1"
     cases = {
         "missing.json": (None, f"{tmp_path / 'missing.json'}: no such file"),
         "broken.json": ("{", f"{tmp_path / 'broken.json'}: not valid JSON (line 1, column 2: Expecting property name enclosed in double quotes); expected a gapscope result JSON"),
-        "list.json": ("[]", f"{tmp_path / 'list.json'}: not a gapscope result (a JSON object was expected)"),
-        "other.json": ('{"schema": "x/1"}', f"{tmp_path / 'other.json'}: a JSON file but not a gapscope result (schema 'x/1'; expected gapscope.analysis/N)"),
-        "fake.sqlite": ("not sqlite", f"{tmp_path / 'fake.sqlite'}: not a SQLite file or a gapscope result JSON (gapscope reads an nsys SQLite export, a gapscope result JSON, or a `gapscope run` output folder)"),
-        "t.nsys-rep": ("x", f"{tmp_path / 't.nsys-rep'}: is an Nsight Systems report, not its SQLite export; run `nsys export --type sqlite {tmp_path / 't.nsys-rep'}` first"),
+        "list.json": ("[]", f"{tmp_path / 'list.json'}: a JSON array, neither a gapscope result nor a PyTorch profiler trace (an object with traceEvents; gapscope reads {READS})"),
+        "other.json": ('{"schema": "x/1"}', f"{tmp_path / 'other.json'}: a JSON file but neither a gapscope result nor a PyTorch profiler trace (schema 'x/1'; gapscope reads {READS})"),
+        "fake.sqlite": ("not sqlite", f"{tmp_path / 'fake.sqlite'}: not a SQLite file, a PyTorch profiler trace or a gapscope result JSON (gapscope reads {READS})"),
+        "t.nsys-rep": ("x", f"{tmp_path / 't.nsys-rep'}: an Nsight Systems report, which gapscope reads by exporting it with nsys, and there is no nsys to run (GAPSCOPE_NSYS {tmp_path / 'no-nsys'}: no executable nsys there): install Nsight Systems or set GAPSCOPE_NSYS, or export it where nsys is (`nsys export --type parquetdir -o DIR {tmp_path / 't.nsys-rep'}`) and give gapscope DIR (gapscope reads {READS})"),
     }
     for name, (content, message) in cases.items():
         if content is not None:
@@ -394,8 +397,9 @@ def test_load_input_json_and_errors(tmp_path: Path) -> None:
         assert (info.value.message, info.value.exit_code) == (message, 2), name
     with pytest.raises(GapscopeError) as info:
         load_input(tmp_path)
-    assert info.value.message == (f"{tmp_path}: is a directory, not an nsys SQLite export or a `gapscope run` "
-                                  "output folder (no run.json in it)")
+    assert info.value.message == (f"{tmp_path}: is a directory, not an nsys export folder or a `gapscope run` "
+                                  f"output folder: no nsys export tables (.parquet or .arrow) and no run.json "
+                                  f"in it (gapscope reads {READS})")
     run_dir = tmp_path / "gapscope-run"
     run_dir.mkdir()
     (run_dir / "analysis.json").write_text(json.dumps(synthetic_result({"x": (1, synthetic_stats(10, 5))})), encoding="utf-8")

@@ -15,6 +15,7 @@ import pytest
 from paths import ROOT, TRACES
 from gapscope.analysis import analyze
 from gapscope.errors import GapscopeError
+from gapscope.inputs import READS
 from gapscope.fleet.executors import DaskCluster, InProcess, Outcome, ProcessPool, choose_executor
 from gapscope.fleet.merge import analyze_fleet, merge
 from gapscope.fleet.result import FleetResult
@@ -237,13 +238,13 @@ def test_failing_file_reported_others_complete_exit_1(tmp_path):
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr
     assert proc.stderr.splitlines() == [
-        f"gapscope: error: {bad}: not a SQLite file or a gapscope result JSON (gapscope reads an nsys SQLite export, a gapscope result JSON, or a `gapscope run` output folder)",
+        f"gapscope: error: {bad}: not a SQLite file, a PyTorch profiler trace or a gapscope result JSON (gapscope reads {READS})",
         "gapscope: error: 1 of 2 traces failed (listed above); the report covers the others",
     ]
     data = json.loads(proc.stdout)
-    assert data["schema"] == "gapscope.fleet/1"
+    assert data["schema"] == "gapscope.fleet/2"
     files = {f["path"]: f for f in data["files"]}
-    assert files[str(bad)]["error"] == f"{bad}: not a SQLite file or a gapscope result JSON (gapscope reads an nsys SQLite export, a gapscope result JSON, or a `gapscope run` output folder)"
+    assert files[str(bad)]["error"] == f"{bad}: not a SQLite file, a PyTorch profiler trace or a gapscope result JSON (gapscope reads {READS})"
     assert files[str(bad)]["ranks"] == [] and files[good]["error"] is None
     (rank,) = data["devices"]
     assert {k: v for k, v in rank.items() if k not in RANK_KEYS} == analyze(good).to_dict()["devices"][0]
@@ -254,7 +255,7 @@ def test_failing_file_through_dask(cluster, tmp_path):
     bad.write_text("hello")
     fleet = analyze_fleet([REAL[0], str(bad)], DaskCluster(cluster.scheduler_address))
     assert [(f["path"], f["error"]) for f in fleet.files] == [
-        (REAL[0], None), (str(bad), f"{bad}: not a SQLite file or a gapscope result JSON (gapscope reads an nsys SQLite export, a gapscope result JSON, or a `gapscope run` output folder)")]
+        (REAL[0], None), (str(bad), f"{bad}: not a SQLite file, a PyTorch profiler trace or a gapscope result JSON (gapscope reads {READS})")]
     assert [r["file"] for r in fleet.devices] == [REAL[0]]
 
 
@@ -302,8 +303,9 @@ def test_cli_usage_errors_one_line(tmp_path):
     for args, needle in (
         ([REAL[0], REAL[1], "--jobs", "2", "--scheduler", "tcp://127.0.0.1:1"], "give --jobs or --scheduler"),
         ([str(tmp_path / "nothing*.sqlite")], "no file matches"),
-        ([str(tmp_path)], "is a directory with no .sqlite exports"),
-        ([REAL[0], str(tmp_path / "saved.json")], "several inputs must all be nsys SQLite exports"),
+        ([str(tmp_path)], "is a directory with no traces in it (no .sqlite exports, PyTorch profiler traces, "
+                          "export folders or .nsys-rep reports)"),
+        ([REAL[0], str(tmp_path / "saved.json")], "several inputs must all be traces"),
     ):
         proc = gapscope("analyze", *args)
         assert proc.returncode == 2, (args, proc.stderr)
@@ -317,7 +319,7 @@ def test_one_file_keeps_the_single_file_output(tmp_path):
     direct = gapscope("analyze", str(folder / "only.sqlite"), "-f", "json")
     via_folder = gapscope("analyze", str(folder), "--jobs", "2", "-f", "json")
     assert direct.returncode == via_folder.returncode == 0
-    assert json.loads(direct.stdout)["schema"] == "gapscope.analysis/1"
+    assert json.loads(direct.stdout)["schema"] == "gapscope.analysis/2"
     assert direct.stdout == via_folder.stdout
 
 

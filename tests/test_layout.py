@@ -28,7 +28,7 @@ def test_resolver_names_what_each_input_is(tmp_path, analyzed):
     fleet.write_text('{"schema": "gapscope.fleet/1", "files": []}')
     got = {p: (resolve(p).kind, resolve(p).format) for p in
            (str(TRACES / "torch_decode.sqlite"), str(saved), str(tmp_path / "run"), str(fleet))}
-    assert list(got.values()) == [("trace", "nsys-sqlite"), ("analysis", "gapscope.analysis/1"),
+    assert list(got.values()) == [("trace", "nsys-sqlite"), ("analysis", "gapscope.analysis/2"),
                                   ("run", "gapscope-run folder"), ("fleet", "gapscope.fleet/1")]
     with pytest.raises(GapscopeError, match=r"r\.json: a saved analysis result \(JSON\); compare reads a trace"):
         resolve(saved).require("trace", command="compare")
@@ -36,7 +36,7 @@ def test_resolver_names_what_each_input_is(tmp_path, analyzed):
 
 @pytest.mark.parametrize("make,message", [
     (lambda d: d / "missing.sqlite", "missing.sqlite: no such file"),
-    (lambda d: d, "is a directory, not an nsys SQLite export"),
+    (lambda d: d, "is a directory, not an nsys export folder or a `gapscope run` output folder"),
 ])
 def test_resolver_errors_start_with_the_path(tmp_path, make, message):
     with pytest.raises(GapscopeError) as info:

@@ -113,13 +113,18 @@ def test_the_gap_slices_read_back_number_for_number(name, analyzed):
     check_trace_event_format(doc)
     got, want = read_gaps(doc), reference_gaps(path)
     assert got == want
-    # Their durations by category are the result's gap time by category, per device.
+    # Each gap's split (args CATEGORY_ns) sums to its length and is largest in the category it is
+    # named by; summed per device, the splits are the result's gap time by category.
     by_cat = defaultdict(lambda: defaultdict(int))
     device_of = {e["pid"]: int(e["args"]["name"].split()[1]) for e in doc["traceEvents"]
                  if e["ph"] == "M" and e["name"] == "process_name" and e["args"]["name"].startswith("GPU")}
     for e in doc["traceEvents"]:
         if e["ph"] == "X" and e["cat"] == "gap":
-            by_cat[device_of[e["pid"]]][e["name"].removesuffix(" gap")] += ns(e["dur"])
+            split = {k.removesuffix("_ns"): v for k, v in e["args"].items() if k.endswith("_ns")}
+            assert sum(split.values()) == ns(e["dur"]) and all(v > 0 for v in split.values())
+            assert split[e["name"].removesuffix(" gap")] == max(split.values())
+            for k, v in split.items():
+                by_cat[device_of[e["pid"]]][k] += v
     for row in analyzed(name).devices:
         assert {k: v for k, v in row["gap_by_category_ns"].items() if v} == dict(by_cat[row["device"]])
 

@@ -211,7 +211,7 @@ def test_a_file_name_that_is_not_utf8_prints(tmp_path):
     shutil.copyfile(TRACES / "torch_decode.sqlite", name)
     proc = gapscope("analyze", name)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("gapscope tr\\xffce.sqlite  nsys 2025.3.2.0")
+    assert proc.stdout.startswith("gapscope tr\\xffce.sqlite  format: nsys SQLite export, read in ")
     assert_one_line_error(gapscope("analyze", name + ".missing"), "tr\\xffce.sqlite.missing: no such file")
 
 
@@ -486,8 +486,9 @@ def test_too_much_damage_is_refused(small):
 def test_a_future_schema_is_refused_by_compare_and_analyze_alike(tmp_path):
     text = gapscope("analyze", str(TRACES / "torch_decode.sqlite"), "-f", "json").stdout
     future = tmp_path / "future.json"
-    future.write_text(text.replace('"gapscope.analysis/1"', '"gapscope.analysis/2"', 1))
-    message = f"{future}: result schema 'gapscope.analysis/2' is not supported (this gapscope reads gapscope.analysis/1"
+    future.write_text(text.replace('"gapscope.analysis/2"', '"gapscope.analysis/3"', 1))
+    message = (f"{future}: result schema 'gapscope.analysis/3' is not supported (this gapscope reads "
+               "gapscope.analysis/1, gapscope.analysis/2")
     assert_one_line_error(gapscope("analyze", str(future)), message)
     assert_one_line_error(gapscope("compare", str(future), str(future)), message)
 

@@ -72,10 +72,17 @@ def test_the_report_fits_and_keeps_its_numbers_whole(analyzed, width):
     # median gap 42.3 us, median kernel 2.4 us.
     for value in ("107 ms", "100 ms", "93.4%", "42.3 us", "2.4 us"):
         assert value in eager, (width, value, eager)
-    idle = next(line for line in lines if line.startswith("range eager (x1)"))
-    assert idle.split() == ["range", "eager", "(x1)", "100", "ms", "100%", "0%", "0%", "0%", "0%", "0%", "15.22x"]
+    idle = next(line for line in lines if line.startswith("eager (x1)")).split()
+    row = next(r for r in result.by_name if r["name"] == "eager")
+    cats = row["gap_by_category_ns"]
+    # The shares the row's categories give, rounded as the table rounds them: launch and host
+    # always show; the ceiling is span / (span - launch - host).
+    assert idle[:6] == ["eager", "(x1)", "100", "ms", f"{100 * cats['launch'] / row['gap_ns']:.0f}%",
+                        f"{100 * cats['host'] / row['gap_ns']:.0f}%"] == ["eager", "(x1)", "100", "ms", "28%", "72%"]
+    ceiling = row["gpu_span_ns"] / (row["gpu_span_ns"] - cats["launch"] - cats["host"])
+    assert idle[-1] == f"{ceiling:.2f}x" == "14.83x"
     payoff = next(line for line in lines if line.startswith("eager        graph"))
-    assert payoff.split()[-2:] == ["12.08x", "15.22x"]
+    assert payoff.split()[-2:] == ["12.08x", "14.83x"]
 
 
 def test_a_file_gets_every_column_and_wide_too(analyzed):

@@ -90,19 +90,40 @@ def test_torch_decode_eager_vs_graph(results):
 # ------------------------------------------------------------------ why the GPU sat idle
 
 
-def test_eager_decode_gaps_are_launch_gaps(results):
+def test_eager_decode_gaps_are_launch_and_host_gaps(results):
+    """The GPU waits on the CPU: inside launch calls (launch) or between them, in Python
+    (host); a CUDA Graph replay removes both. Checked against tests/reference.py in
+    tests/test_verdicts.py."""
     eager = name_row(results["torch_decode"], "eager")
-    assert eager["gap_by_category_ns"]["launch"] == eager["gap_ns"] == 100_263_166
+    cats = eager["gap_by_category_ns"]
+    assert (cats["launch"], cats["host"], cats["setup"]) == (28_039_394, 72_036_096, 187_676)
+    assert sum(cats.values()) == eager["gap_ns"] == 100_263_166
+    assert (eager["verdict"], eager["reading"]) == ("host_bound", "host-bound: graphs pay")
     cupy = name_row(results["cupy_paths_node"], "eager/k=2us")
-    assert cupy["gap_by_category_ns"]["launch"] == cupy["gap_ns"]
+    assert (cupy["gap_by_category_ns"]["launch"], cupy["gap_by_category_ns"]["host"]) == (1_932_459, 36_503)
+    assert cupy["gap_by_category_ns"]["launch"] + cupy["gap_by_category_ns"]["host"] == cupy["gap_ns"]
+    assert cupy["verdict"] == "launch_bound"
+
+
+def test_eager_ceilings_stay_within_10_percent_of_the_launch_only_rule(results):
+    """Before host/stall/setup were told apart, all of the host-side time was `launch` and the
+    ceiling subtracted it and sync: torch_decode eager 15.22x, cupy eager/k=2us 6.69x."""
+    eager = name_row(results["torch_decode"], "eager")
+    assert eager["graph_ceiling_speedup"] == pytest.approx(107_313_249 / (107_313_249 - 28_039_394 - 72_036_096))
+    assert eager["graph_ceiling_speedup"] == pytest.approx(14.83, abs=0.005)
+    assert abs(eager["graph_ceiling_speedup"] / 15.2216 - 1) < 0.10
+    cupy = name_row(results["cupy_paths_node"], "eager/k=2us")
+    assert cupy["graph_ceiling_speedup"] == pytest.approx(2_314_818 / (2_314_818 - 1_968_962))
 
 
 def test_sync_after_every_step_shows_up_as_sync(results):
     graph = name_row(results["torch_decode_sync"], "graph")
     cats = graph["gap_by_category_ns"]
-    assert cats == {"launch": 0, "sync": 4_741_191, "dependency": 92_384, "memop": 218_497,
-                    "pipeline": 1_100_832, "unknown": 0}
+    assert cats == {"launch": 0, "host": 0, "stall": 0, "setup": 0, "sync": 4_741_191, "dependency": 92_384,
+                    "memop": 218_497, "pipeline": 1_100_832, "unknown": 0}
     assert sum(cats.values()) == graph["gap_ns"]
+    # A graph replay, but the synchronize is what idles it (a replay keeps it: ceiling 1.00x).
+    assert (graph["verdict"], graph["graph_replays"], graph["graph_ceiling_speedup"]) == ("sync", 32, 1.0)
     assert name_row(results["torch_decode"], "graph")["gap_by_category_ns"]["sync"] == 0
 
 

@@ -1,42 +1,58 @@
-"""Why the GPU sat idle: one category per gap, decided from the kernel that ends the gap and
-the API call that launched it (docs/metrics.md, "Gap attribution", holds the exact rules).
+"""Why the GPU sat idle: every gap's time split into categories, decided from the kernel that
+ends the gap, the API call that launched it and what the launching thread was doing meanwhile
+(docs/metrics.md, "Gap attribution", holds the exact rules).
 
-Rules, first match wins, for a gap [g0, g1) ended by activity K, launched by call L:
+Rules, first match wins, for a gap [g0, g1) ended by activity K, launched by call L on thread T:
 
 1. ``memop``: memcpy/memset (not counted as busy) on the gap's device cover at least half of it.
 2. ``unknown``: K has no launching call in the trace.
-3. ``sync``: L had not returned at g0 (L.end > g0) and L's thread was inside a synchronizing
-   call at g0 (stream/device/event synchronize, a synchronous copy).
-4. ``launch``: L had not returned at g0: the GPU waited for the CPU to issue the work.
+3. ``sync``: L had not returned at g0 (L.end > g0) and T was inside a synchronizing call at g0
+   (stream/device/event synchronize, a synchronous copy): the gap is ``sync``, except the parts
+   of it that T spent in a ``stall`` or ``setup`` segment (gapscope.analysis.host_timeline).
+4. L had not returned at g0: the GPU waited on the host. [g0, min(g1, L.end)) is split by T's
+   segments: ``launch`` (inside a launch call), ``host`` (other calls, short no-call stretches),
+   ``stall`` (long stretches and long calls), ``setup`` (setup calls), ``sync`` (a synchronize
+   after g0); the rest of the gap, after L returned, is ``launch`` (the work was in flight).
 5. ``dependency``: K was queued, but its stream was told to wait on an event (stream-wait
    SYNCHRONIZATION record on K's stream issued after the stream's previous launch), or the
    previous operation on K's stream is a copy that ended inside the gap.
 6. ``pipeline``: queued with nothing to wait for: the device's own turnaround.
+
+Rules 1, 2, 5 and 6 give the whole gap one category; rules 3 and 4 split it, so a gap's
+categories always sum to its length.
 """
 
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from gapscope.analysis import host_timeline as ht
+from gapscope.analysis.host_timeline import DEFAULT_STALL_THRESHOLD_NS, HostTimeline
 from gapscope.analysis.intervals import union_blocks
 from gapscope.analysis.keys import TimeKeys, pid_stream_key, stream_key, stream_key_without_device
 from gapscope.analysis.metrics import ActivityArrays, GapList
-from gapscope.trace.cuda_api import SYNC_CALLS, base_name
+from gapscope.trace.cuda_api import QUIET_CALLS, base_name, call_role
 from gapscope.trace.frames import TraceFrames
 
 
 class IdleCategory(enum.IntEnum):
-    """Why a gap happened; values index ``gap_by_category_ns``."""
+    """Why the GPU was idle; values index ``gap_by_category_ns``. The first five are what the
+    launching thread was doing (gapscope.analysis.host_timeline numbers them alike)."""
 
-    LAUNCH = 0
-    SYNC = 1
-    DEPENDENCY = 2
-    MEMOP = 3
-    PIPELINE = 4
-    UNKNOWN = 5
+    LAUNCH = ht.STATE_LAUNCH
+    HOST = ht.STATE_HOST
+    STALL = ht.STATE_STALL
+    SETUP = ht.STATE_SETUP
+    SYNC = ht.STATE_SYNC
+    DEPENDENCY = 5
+    MEMOP = 6
+    PIPELINE = 7
+    UNKNOWN = 8
 
     @property
     def label(self) -> str:
@@ -44,6 +60,52 @@ class IdleCategory(enum.IntEnum):
 
 
 CATEGORY_LABELS = tuple(c.label for c in IdleCategory)
+N_CATEGORIES = len(IdleCategory)
+
+
+@dataclass(frozen=True)
+class GapSplit:
+    """The categories of a list of gaps, compactly: ``whole[i]`` is the one category of gap i,
+    or -1 when its time is split over the launching thread's states, which are then row
+    ``state_row[i]`` of ``states`` (shape (m, N_STATES); the levels of one trace share rows).
+    ``category`` is each gap's largest category (the first on a tie)."""
+
+    whole: np.ndarray
+    state_row: np.ndarray
+    states: np.ndarray
+    category: np.ndarray
+
+    def take(self, idx: np.ndarray) -> "GapSplit":
+        """The split of the gaps ``idx``."""
+        return GapSplit(self.whole[idx], self.state_row[idx], self.states, self.category[idx])
+
+    def matrix(self, idx: np.ndarray, length: np.ndarray) -> np.ndarray:
+        """Time per IdleCategory of the gaps ``idx`` (``length``: every gap's length), shape
+        (len(idx), N_CATEGORIES)."""
+        out = np.zeros((idx.size, N_CATEGORIES), dtype=np.int64)
+        w = self.whole[idx]
+        one = np.flatnonzero(w >= 0)
+        out[one, w[one]] = length[idx[one]]
+        split = np.flatnonzero(w < 0)
+        out[split, :ht.N_STATES] = self.states[self.state_row[idx[split]]]
+        return out
+
+    def sums(self, rows: np.ndarray, length: np.ndarray, n_rows: int) -> np.ndarray:
+        """Gap time per (row, category), shape (n_rows, N_CATEGORIES); each row sums to its
+        gaps' total (weighted counts: exact below 2**53 ns)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        out = np.zeros(n_rows * N_CATEGORIES, dtype=np.int64)
+        one = self.whole >= 0
+        if one.any():
+            out += np.rint(np.bincount(rows[one] * N_CATEGORIES + self.whole[one], weights=length[one],
+                                       minlength=out.size)).astype(np.int64)
+        out = out.reshape(n_rows, N_CATEGORIES)
+        split = np.flatnonzero(~one)
+        if split.size:
+            r, sr = rows[split], self.state_row[split]
+            for c in range(ht.N_STATES):  # one weighted count per state, not per gap
+                out[:, c] += np.rint(np.bincount(r, weights=self.states[sr, c], minlength=n_rows)).astype(np.int64)
+        return out
 
 
 def api_names(frames: TraceFrames) -> tuple[np.ndarray, np.ndarray]:
@@ -63,8 +125,10 @@ class Attributor:
     """Classifies gaps of any level against one trace; build once, call ``classify`` per level."""
 
     def __init__(self, frames: TraceFrames, acts: ActivityArrays, launch: np.ndarray,
-                 names: tuple[np.ndarray, np.ndarray] | None = None) -> None:
-        """``names``: :func:`api_names` of ``frames``, when the caller has them already."""
+                 names: tuple[np.ndarray, np.ndarray] | None = None, *,
+                 stall_threshold_ns: int = DEFAULT_STALL_THRESHOLD_NS) -> None:
+        """``names``: :func:`api_names` of ``frames``, when the caller has them already;
+        ``stall_threshold_ns``: no-call stretches and calls longer than this are ``stall``."""
         self.frames = frames
         self.acts = acts
         self.launch = launch
@@ -74,12 +138,16 @@ class Attributor:
         self.api_end = api["end"].to_numpy()
         self.api_tid = api["tid"].to_numpy()
         self.is_memop = acts.is_memop
-        # Times keyed per device, stream or synchronizing thread (checked again for the threads).
+        # Times keyed per device, stream or calling thread (the timeline checks its threads).
         self.tk = TimeKeys([acts.start, acts.end, self.api_start, self.api_end],
                            max(acts.device_ids.size, acts.stream_keys.size))
         self.lo = self.tk.lo
+        roles = np.array([call_role(str(n)) for n in self.name_table], dtype=np.int8)
+        quiet = np.isin(self.name_table, sorted(QUIET_CALLS))
+        self.timeline = HostTimeline(self.api_start, self.api_end, self.api_tid, roles[self.name_codes],
+                                     stall_threshold_ns, self.tk,
+                                     counted=~quiet[self.name_codes] if quiet.any() else None)
         self._index_memops()
-        self._index_syncs()
         self._index_streams()
         self._index_activities()
 
@@ -107,18 +175,6 @@ class Attributor:
         i = _previous(bs, t)
         inside = np.where(i >= 0, np.minimum(t, be[np.maximum(i, 0)]) - bs[np.maximum(i, 0)], 0)
         return np.where(i >= 0, before[np.maximum(i, 0)] + inside, 0)
-
-    def _index_syncs(self) -> None:
-        """Synchronizing calls keyed by (thread, start), threads numbered among those that
-        made any."""
-        is_sync_name = np.isin(self.name_table, list(SYNC_CALLS))
-        idx = np.flatnonzero(is_sync_name[self.name_codes])
-        codes, self.sync_tids = pd.factorize(self.api_tid[idx])
-        self.tk.check(len(self.sync_tids))
-        keys = self.tk.key(codes, self.api_start[idx])
-        order = np.argsort(keys, kind="stable")
-        self.sync_keys = keys[order]
-        self.sync_end = self.api_end[idx][order]
 
     def _index_streams(self) -> None:
         """Per stream: each activity's predecessor by GPU start, and the stream-wait-event calls
@@ -156,22 +212,23 @@ class Attributor:
         by_key = np.where(dev >= 0, by_key, -1)
         return np.where(np.isnan(by_pair), by_key, np.nan_to_num(by_pair, nan=-1)).astype(np.int64)
 
-    # -- classification -------------------------------------------------------------------
+    # -- per activity -----------------------------------------------------------------------
     def _index_activities(self) -> None:
         """What the rules need per activity, computed once for every level's gaps: its call's
-        end, whether a stream wait was issued on its stream since the previous launch there,
-        and its launching thread's number among the threads that synchronized."""
+        end and thread, and whether a stream wait was issued on its stream since the previous
+        launch there."""
         call = self.launch
         linked = call >= 0
         self.linked = linked
         self.call_end = np.full(call.size, np.iinfo(np.int64).min, dtype=np.int64)
         self.waited = np.zeros(call.size, dtype=bool)
-        self.sync_tcode = np.full(call.size, -1, dtype=np.int64)
+        self.call_thread = np.full(call.size, -1, dtype=np.int64)
         if not linked.any():  # no API calls in the trace: every gap is `unknown`
             self.prev_copy_end = self.call_end
             return
         c = np.maximum(call, 0)
         self.call_end = np.where(linked, self.api_end[c], self.call_end)
+        self.call_thread = np.where(linked, self.timeline.call_thread[c], -1)
         prev = self.prev_on_stream
         p = np.maximum(prev, 0)
         self.prev_copy_end = np.where((prev >= 0) & self.is_memop[p], self.acts.end[p], np.iinfo(np.int64).min)
@@ -182,54 +239,108 @@ class Attributor:
             hi = np.searchsorted(self.wait_keys, self.tk.key(sc, self.api_start[c]), "right")
             lo = np.searchsorted(self.wait_keys, self.tk.key(sc, t_prev), "right")
             self.waited = linked & (hi > lo)
-        if self.sync_keys.size:
-            self.sync_tcode = np.where(
-                linked, pd.Index(self.sync_tids).get_indexer(self.api_tid[c]), -1).astype(np.int64)
 
     # -- classification -------------------------------------------------------------------
-    def classify(self, gaps: GapList) -> np.ndarray:
-        """One IdleCategory per gap."""
+    def classify(self, gaps: GapList) -> GapSplit:
+        """The categories of every gap: one category for the whole gap (rules 1, 2, 5, 6), or
+        its time split over the launching thread's states (rules 3, 4); every gap's time sums
+        to its length."""
         n = gaps.length.size
-        cat = np.full(n, IdleCategory.PIPELINE, dtype=np.int8)
         if n == 0:
-            return cat
+            empty = np.zeros(0, dtype=np.int8)
+            return GapSplit(empty, np.zeros(0, dtype=np.int64), np.zeros((0, ht.N_STATES), dtype=np.int64), empty)
         g0 = gaps.start
         k = gaps.next_act
+        length = gaps.length
+        whole = np.full(n, IdleCategory.PIPELINE, dtype=np.int8)
         # dependency: a stream wait issued between the previous launch on K's stream and L,
         # or the previous operation on K's stream is a copy that ended inside the gap.
-        cat[self.waited[k] | (self.prev_copy_end[k] > g0)] = IdleCategory.DEPENDENCY
-        launch_bound = self.call_end[k] > g0
-        cat[launch_bound] = IdleCategory.LAUNCH
-        if self.sync_keys.size:
-            lb = np.flatnonzero(launch_bound & (self.sync_tcode[k] >= 0))
-            tcode = self.sync_tcode[k[lb]]
-            i = _previous(self.sync_keys, self.tk.key(tcode, g0[lb]))
-            i0 = np.maximum(i, 0)
-            blocked = (i >= 0) & (self.tk.group_of(self.sync_keys[i0]) == tcode) & (self.sync_end[i0] > g0[lb])
-            cat[lb[blocked]] = IdleCategory.SYNC
-        cat[~self.linked[k]] = IdleCategory.UNKNOWN
+        whole[self.waited[k] | (self.prev_copy_end[k] > g0)] = IdleCategory.DEPENDENCY
+        host_side = self.call_end[k] > g0  # L had not returned: the GPU waited on the host
+        unlinked = ~self.linked[k]
+        whole[unlinked] = IdleCategory.UNKNOWN
+        host_side &= ~unlinked
         if self.mem_keys is not None:
             bs, be, _ = self.mem_keys
             k0 = self.tk.key(self.acts.device_code[k], g0)
-            k1 = k0 + gaps.length
+            k1 = k0 + length
             # Only gaps that some copy block overlaps: the first block ending after g0 starts before g1.
             j = np.minimum(np.searchsorted(be, k0, "right"), be.size - 1)
             hit = np.flatnonzero((be[j] > k0) & (bs[j] < k1))
             covered = self._covered_before(k1[hit]) - self._covered_before(k0[hit])
-            cat[hit[2 * covered >= gaps.length[hit]]] = IdleCategory.MEMOP
-        return cat
+            mem = hit[2 * covered >= length[hit]]
+            whole[mem] = IdleCategory.MEMOP
+            host_side[mem] = False
+        hs = np.flatnonzero(host_side)
+        states = self._host_side(g0[hs], length[hs], k[hs])
+        category = whole.copy()
+        category[hs] = np.argmax(states, axis=1) if hs.size else category[hs]
+        whole[hs] = -1
+        state_row = np.full(n, -1, dtype=np.int64)
+        state_row[hs] = np.arange(hs.size)
+        return GapSplit(whole, state_row, states, category)
+
+    def attribute(self, levels: list[GapList]) -> list[GapList]:
+        """Every level's gaps with their split and category. A gap's categories depend only on
+        its start, length and the activity that ends it, so the first level is classified and
+        the other levels' gaps that are the same gap (most of them) take its split."""
+        first = levels[0]
+        base = self.classify(first)
+        out = [replace(first, split=base, category=base.category)]
+        row_of = np.full(self.acts.start.size, -1, dtype=np.int64)  # the first level's gap ended by each activity
+        row_of[first.next_act] = np.arange(first.next_act.size)
+        for g in levels[1:]:
+            j = row_of[g.next_act]
+            j0 = np.maximum(j, 0)
+            same = (j >= 0) & (first.start[j0] == g.start) & (first.length[j0] == g.length)
+            split = base.take(j0)
+            other = np.flatnonzero(~same)
+            if other.size:  # gaps of this level only: classified, their states after the base's
+                fresh = self.classify(_subset(g, other))
+                states = np.concatenate([base.states, fresh.states])
+                whole, state_row, category = split.whole.copy(), split.state_row.copy(), split.category.copy()
+                whole[other], category[other] = fresh.whole, fresh.category
+                state_row[other] = np.where(fresh.state_row >= 0, fresh.state_row + base.states.shape[0], -1)
+                split = GapSplit(whole, state_row, states, category)
+            out.append(replace(g, split=split, category=split.category))
+        return out
+
+    def _host_side(self, g0: np.ndarray, length: np.ndarray, k: np.ndarray) -> np.ndarray:
+        """Rules 3 and 4 for gaps whose launching call had not returned at their start: their
+        time per thread state, shape (len(g0), N_STATES)."""
+        thread = self.call_thread[k]
+        g1 = g0 + length
+        upto = np.minimum(g1, self.call_end[k])  # after L returned, the work was in flight
+        states, at_g0 = self.timeline.split(thread, g0, upto)
+        states[:, ht.STATE_LAUNCH] += g1 - upto
+        at_sync = np.flatnonzero(at_g0 == ht.STATE_SYNC)
+        if at_sync.size:
+            # The CPU had serialized itself with the GPU: sync, except the stalls and setup.
+            kept = states[at_sync][:, [ht.STATE_STALL, ht.STATE_SETUP]]
+            states[at_sync] = 0
+            states[at_sync, ht.STATE_STALL] = kept[:, 0]
+            states[at_sync, ht.STATE_SETUP] = kept[:, 1]
+            states[at_sync, ht.STATE_SYNC] = length[at_sync] - kept.sum(axis=1)
+        return states
 
 
-def category_sums(rows: np.ndarray, lengths: np.ndarray, cats: np.ndarray, n_rows: int) -> np.ndarray:
-    """Gap time per (row, category): shape (n_rows, len(IdleCategory)); rows sum to gap_ns."""
-    out = np.zeros(n_rows * len(IdleCategory), dtype=np.int64)
-    np.add.at(out, rows.astype(np.int64) * len(IdleCategory) + cats.astype(np.int64), lengths)
-    return out.reshape(n_rows, len(IdleCategory))
+def _subset(gaps: GapList, idx: np.ndarray) -> GapList:
+    """The gaps ``idx`` of a gap list."""
+    def part(value: Any) -> Any:
+        return None if value is None else value.take(idx) if isinstance(value, GapSplit) else value[idx]
+
+    return GapList(**{f: part(getattr(gaps, f)) for f in GapList.__dataclass_fields__})
+
+
+def category_sums(gaps: GapList, n_rows: int) -> np.ndarray:
+    """Gap time per (row, category) of attributed gaps, shape (n_rows, N_CATEGORIES); each row
+    sums to its gaps' total."""
+    return gaps.split.sums(gaps.row, gaps.length, n_rows)
 
 
 def as_dicts(sums: np.ndarray) -> list[dict[str, int]]:
     """Rows of ``category_sums`` as {category label: ns} dicts."""
-    return [dict(zip(CATEGORY_LABELS, map(int, row))) for row in sums]
+    return [dict(zip(CATEGORY_LABELS, row)) for row in np.asarray(sums, dtype=np.int64).tolist()]
 
 
 def longest_indices(lengths: np.ndarray, top: int) -> np.ndarray:
@@ -244,16 +355,27 @@ def longest_indices(lengths: np.ndarray, top: int) -> np.ndarray:
     return pick[np.lexsort((pick, -lengths[pick]))]
 
 
+def distinct_gaps(gaps: GapList) -> GapList:
+    """One entry per distinct gap (device, start and the activity ending it): nested ranges
+    list the same gap once each."""
+    if gaps.length.size == 0:
+        return gaps
+    key = pd.DataFrame({"d": gaps.device, "s": gaps.start, "k": gaps.next_act})
+    return _subset(gaps, np.flatnonzero(~key.duplicated().to_numpy()))
+
+
 def longest_gaps(
-    frames: TraceFrames, gaps: GapList, cats: np.ndarray, launch: np.ndarray,
+    frames: TraceFrames, gaps: GapList, launch: np.ndarray,
     name_codes: np.ndarray, name_table: np.ndarray, busy: np.ndarray, top: int,
 ) -> list[dict]:
-    """The ``top`` longest gaps of a level with their category and their surroundings: the
-    activity that ended just before (its end is the gap's start), the one after, and the call
-    that launched the one after."""
+    """The ``top`` longest of the (attributed) gaps with their categories and their
+    surroundings: the activity that ended just before (its end is the gap's start), the one
+    after, and the call that launched the one after."""
     if top <= 0 or gaps.length.size == 0:
         return []
+    cats = gaps.category
     pick = longest_indices(gaps.length, top)
+    split = gaps.split.matrix(pick, gaps.length)
     a = frames.activities
     ends = a["end"].to_numpy()
     dev = a["device"].to_numpy()
@@ -273,6 +395,7 @@ def longest_gaps(
             "start_ns": int(gaps.start[i]),
             "gap_ns": int(gaps.length[i]),
             "category": IdleCategory(int(cats[i])).label,
+            "gap_by_category_ns": dict(zip(CATEGORY_LABELS, map(int, split[j]))),
             "device": int(gaps.device[i]),
             "stream": int(a["stream"].to_numpy()[nxt[j]]),
             "before": prev_names.get(j),

@@ -19,8 +19,9 @@ class GroupTimelines:
     Per group (indexed 0..n_groups-1): ``first_start``/``last_end`` bound the span,
     ``gap_ns`` is the idle time inside the span (span minus the union of the intervals) and
     ``gap_count`` the number of idle stretches. ``gaps_*`` list every individual gap: its group,
-    length, the time it starts (the end of the busy block before it) and the index (into the
-    caller's arrays) of the interval that ends it.
+    length, the time it starts (the end of the busy block before it), the index (into the
+    caller's arrays) of the interval that ends it and of the interval whose end starts it (the
+    last-starting one of those that end there).
     """
 
     n_groups: int
@@ -33,6 +34,7 @@ class GroupTimelines:
     gaps_len: np.ndarray
     gaps_start: np.ndarray
     gaps_next: np.ndarray
+    gaps_prev: np.ndarray
 
     @property
     def span_ns(self) -> np.ndarray:
@@ -84,7 +86,7 @@ def group_timelines(
     empty = np.zeros(0, dtype=np.int64)
     if g.size == 0:
         return GroupTimelines(n_groups, count, first_start, last_end, gap_ns, gap_count,
-                              empty, empty, empty, empty)
+                              empty, empty, empty, empty, empty)
 
     running_end = grouped_running_max(e, g)
     new_group = np.empty(g.size, dtype=bool)
@@ -106,6 +108,10 @@ def group_timelines(
     gap_count[present] = np.add.reduceat(is_gap.astype(np.int64), heads)
 
     idx = np.flatnonzero(is_gap)
+    # The interval that holds the running end before a gap: the last one (in sorted order)
+    # whose own end is the running end; a group's first interval always is one.
+    marks = np.flatnonzero(e == running_end)
+    holder = marks[np.searchsorted(marks, idx - 1, side="right") - 1] if idx.size else empty
     return GroupTimelines(
         n_groups=n_groups,
         count=count,
@@ -117,6 +123,7 @@ def group_timelines(
         gaps_len=gap[idx],
         gaps_start=prev_end[idx],
         gaps_next=order[idx],
+        gaps_prev=order[holder],
     )
 
 

@@ -14,6 +14,7 @@ one device); pairs roll up into output rows (a range, a device, a stream).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -46,14 +47,17 @@ class ActivityArrays:
 
 @dataclass(frozen=True)
 class GapList:
-    """Every gap of a level: its output row, device, length, start and the activity ending it."""
+    """Every gap of a level: its output row, device, length, start, the activity ending it and
+    the one whose end starts it."""
 
     row: np.ndarray
     device: np.ndarray
     length: np.ndarray
     start: np.ndarray
     next_act: np.ndarray
-    category: np.ndarray | None = None  # IdleCategory per gap, once attributed
+    prev_act: np.ndarray
+    category: np.ndarray | None = None  # the largest IdleCategory of each gap, once attributed
+    split: Any = None  # gapscope.analysis.attribution.GapSplit, once attributed
 
 
 def fraction(num: np.ndarray, den: np.ndarray) -> np.ndarray:
@@ -109,6 +113,7 @@ def level_stats(
         length=tl.gaps_len,
         start=tl.gaps_start,
         next_act=b_act[tl.gaps_next],
+        prev_act=b_act[tl.gaps_prev],
     )
     if percentiles:
         gq = grouped_quantiles(gaps.row, gaps.length, n_rows, QUANTILES)

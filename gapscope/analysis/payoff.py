@@ -1,8 +1,10 @@
-"""The CUDA Graph payoff: what removing launch and sync gaps could give, and, where a trace
-holds an eager and a graph version of the same work, what graphs did give.
+"""The CUDA Graph payoff: what a graph replay could remove (the ``launch`` and ``host`` gap
+time), and, where a trace holds an eager and a graph version of the same work, what graphs did
+give.
 
-* ceiling span = GPU span - launch gaps - sync gaps: the span if the CPU had never made the
-  GPU wait (a ceiling on what CUDA Graphs can win);
+* ceiling span = GPU span - launch gaps - host gaps: the span if the CPU had issued the work
+  with no launch or host overhead, as a replay does (a ceiling on what CUDA Graphs can win).
+  Stalls, setup and synchronizes stay: a replay keeps the loop's synchronizes where they are;
 * ceiling speedup = GPU span / ceiling span;
 * measured speedup = mean span of the eager range / mean span of its graph twin, for range
   names that differ only by ``eager`` -> ``graph`` (``eager/k=2us`` and ``graph/k=2us``).
@@ -15,18 +17,18 @@ from typing import Any
 
 def ceiling(span_ns: int, by_category: dict[str, int]) -> tuple[int, float | None]:
     """(ceiling span, ceiling speedup) of a timeline from its gap categories."""
-    span = span_ns - by_category.get("launch", 0) - by_category.get("sync", 0)
+    span = span_ns - by_category.get("launch", 0) - by_category.get("host", 0)
     return span, (span_ns / span if span > 0 else None)
 
 
 def measured_pairs(by_name: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Eager/graph twins among the range names, with the ceiling beside the measured speedup."""
-    rows = {r["name"]: r for r in by_name if r["kernels"] > 0}
+    rows = {(r.get("domain"), r["name"]): r for r in by_name if r["kernels"] > 0}
     out = []
-    for name, eager in rows.items():
+    for (domain, name), eager in rows.items():
         if "eager" not in name:
             continue
-        twin = rows.get(name.replace("eager", "graph"))
+        twin = rows.get((domain, name.replace("eager", "graph")))
         if twin is None or twin["gpu_span_ns"] == 0:
             continue
         eager_mean = eager["gpu_span_ns"] / eager["count"]

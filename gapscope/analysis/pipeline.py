@@ -13,28 +13,35 @@ and the case figures use them instead of computing them again.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from gapscope.analysis.attribution import (
-    Attributor, IdleCategory, api_names, as_dicts, category_sums, longest_gaps,
+    Attributor, api_names, as_dicts, category_sums, distinct_gaps, longest_gaps,
 )
+from gapscope.analysis.host_timeline import DEFAULT_STALL_THRESHOLD_NS
 from gapscope.analysis.keys import pair_code, stream_key, unpack_stream_key
 from gapscope.analysis.launches import launch_stats
 from gapscope.analysis.metrics import STATS_FIELDS, ActivityArrays, GapList, level_stats, rollup_stats
 from gapscope.analysis.payoff import ceiling, measured_pairs
-from gapscope.analysis.ranges import CallIndex, RangeTable, link_launches, range_members, range_table
-from gapscope.analysis.result import AnalysisResult, clean_rows
+from gapscope.analysis.ranges import (
+    CallIndex, RangeTable, is_library_domain, link_launches, process_work_counts, range_members, range_table,
+)
+from gapscope.analysis.replays import Replays, figures as replay_figures
+from gapscope.analysis.result import AnalysisResult, frame_records
+from gapscope.analysis.verdicts import verdict
 from gapscope.errors import GapscopeError
 from gapscope.trace.cuda_api import GRAPH_LAUNCH_CALLS, base_name
 from gapscope.trace.frames import ActivityKind, TraceFrames
-from gapscope.trace.nsys_sqlite import KNOWN_SCHEMA_MAJORS
+from gapscope.trace.nsys_schema import KNOWN_SCHEMA_MAJORS
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,7 @@ class Analysis:
     acts: ActivityArrays
     launch: np.ndarray
     ranges: RangeTable
+    name_of_range: np.ndarray  # the result's by_name row of each range
     member_range: np.ndarray
     member_act: np.ndarray
     pairs: RangePairs
@@ -78,6 +86,9 @@ class Analysis:
     stream_keys: pd.DataFrame
     stream_gaps: GapList
     result: AnalysisResult
+    #: Seconds spent opening the trace and reading its frames (analysis_of measures it; None
+    #: for frames read elsewhere). Shown in report headers, never written into the result.
+    read_seconds: float | None = None
 
 
 def activity_arrays(frames: TraceFrames, count_memops: bool) -> ActivityArrays:
@@ -107,9 +118,7 @@ def activity_arrays(frames: TraceFrames, count_memops: bool) -> ActivityArrays:
 
 
 def _rows(keys: pd.DataFrame, stats: pd.DataFrame) -> list[dict]:
-    return clean_rows(
-        pd.concat([keys.reset_index(drop=True), stats[list(STATS_FIELDS)]], axis=1).to_dict("records")
-    )
+    return frame_records(pd.concat([keys.reset_index(drop=True), stats[list(STATS_FIELDS)]], axis=1))
 
 
 def _graph_trace_mode(frames: TraceFrames, launch: np.ndarray) -> str:
@@ -128,10 +137,12 @@ def _graph_trace_mode(frames: TraceFrames, launch: np.ndarray) -> str:
     return "graph" if graph_level else "node" if node_level else "none"
 
 
-def _warnings(frames: TraceFrames, launch: np.ndarray, ranges: RangeTable, mode: str) -> list[str]:
-    out = list(frames.warnings)  # damaged rows the reader left out come first
+def _warnings(frames: TraceFrames, launch: np.ndarray, ranges: RangeTable, mode: str,
+              elsewhere: list[str]) -> list[str]:
+    out = list(frames.warnings)  # what the reader says (damaged rows left out, fields its format lacks) comes first
     major = (frames.meta.export_schema or "").split(".")[0]
-    if major.isdigit() and int(major) not in KNOWN_SCHEMA_MAJORS:
+    nsys = frames.meta.format.startswith("nsys")  # other formats check their own schema
+    if nsys and major.isdigit() and int(major) not in KNOWN_SCHEMA_MAJORS:
         checked = ", ".join(f"{m}.x" for m in KNOWN_SCHEMA_MAJORS)
         out.append(f"export schema {frames.meta.export_schema} is not one gapscope was checked on ({checked})")
     if mode in ("graph", "mixed"):
@@ -150,6 +161,7 @@ def _warnings(frames: TraceFrames, launch: np.ndarray, ranges: RangeTable, mode:
         unlinked = int((launch < 0).sum())
         if unlinked:
             out.append(f"{unlinked} GPU activities have no launching API call in the trace and belong to no range")
+    out += elsewhere
     return out
 
 
@@ -166,19 +178,85 @@ def _with_categories(rows: list[dict], sums: np.ndarray, with_ceiling: bool) -> 
     return out
 
 
+def _named(rf: pd.DataFrame, domains: Sequence[str]) -> tuple[int, str]:
+    """(how many ranges, their names with counts, up to four) of some ranges; libraries' own
+    ranges (XLA's compile passes, ...) are left out unless domains were asked for."""
+    if not domains:
+        rf = rf[~rf["domain"].map(is_library_domain).to_numpy(dtype=bool)]
+    counts = rf.groupby("group", sort=False).size()
+    named = [f"{g} x{n}" for g, n in counts.items()]
+    return len(rf), ", ".join(named[:4]) + (f" and {len(named) - 4} more names" if len(named) > 4 else "")
+
+
+def _other_thread_warnings(frames: TraceFrames, launch: np.ndarray, table: RangeTable, member_range: np.ndarray,
+                           threads: str, domains: Sequence[str]) -> list[str]:
+    """With ``threads="same"``: warnings naming the ranges that got no GPU work on their own
+    thread while other threads of their process launched work inside them, and those that got
+    some but miss what other threads launched inside them."""
+    if threads != "same" or len(table.frame) == 0 or not (launch >= 0).any():
+        return []
+    launching = pd.unique(frames.api["tid"].to_numpy()[launch[launch >= 0]])  # globalTids: process in bits 24+
+    holding = pd.unique(table.frame["tid"].to_numpy())
+    pairs = pd.DataFrame({"p": holding >> 24, "r": holding}).merge(pd.DataFrame({"p": launching >> 24, "t": launching}))
+    if not (pairs["t"] != pairs["r"]).any():  # no other thread launches in a range's process
+        return []
+    own = np.bincount(member_range, minlength=len(table.frame))
+    extra = process_work_counts(frames, launch, table) - own
+    out = []
+    for sel, text in (((own == 0) & (extra > 0), "launched no GPU work on their own thread while other threads of "
+                       "their process launched work inside them; `--threads process` gives them that work"),
+                      ((own > 0) & (extra > 0), "miss GPU work that other threads of their process launched inside "
+                       "them (PyTorch's autograd thread launches the backward pass), so their gaps hold that "
+                       "work's time; `--threads process` counts it")):
+        n, shown = _named(table.frame.iloc[np.flatnonzero(sel)], domains)
+        if n:
+            out.append(f"{n} NVTX ranges ({shown}) {text}")
+    return out
+
+
+def _name_groups(rf: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
+    """(name row of each range, the name rows' keys): one row per (domain, group name), in
+    first-appearance order."""
+    codes = rf.groupby(["domain", "group"], sort=False, dropna=False).ngroup().to_numpy(np.int64)
+    n = int(codes.max()) + 1 if codes.size else 0
+    first = np.full(n, codes.size, dtype=np.int64)
+    np.minimum.at(first, codes, np.arange(codes.size))
+    keys = pd.DataFrame({
+        "name": rf["group"].to_numpy(dtype=object)[first],
+        "domain": rf["domain"].to_numpy(dtype=object)[first],
+        "count": np.bincount(codes, minlength=n),
+    })
+    return codes, keys
+
+
+def _with_replays(rows: list[dict], figures: list[dict]) -> list[dict]:
+    return [{**row, **fig} for row, fig in zip(rows, figures)]
+
+
+def _with_verdicts(rows: list[dict]) -> list[dict]:
+    """Rows with their machine-readable ``verdict`` and the ``reading`` the tables show."""
+    return [{**row, **dict(zip(("verdict", "reading"), verdict(row)))} for row in rows]
+
+
 def run_analysis(
-    frames: TraceFrames, *, ranges: Sequence[str] = (), count_memops: bool = False,
-    attribution: bool = True, top: int = 10,
+    frames: TraceFrames, *, ranges: Sequence[str] = (), domains: Sequence[str] = (),
+    count_memops: bool = False, attribution: bool = True, top: int = 10,
+    stall_threshold_ns: int = DEFAULT_STALL_THRESHOLD_NS, threads: str = "same", normalize: bool = True,
 ) -> Analysis:
     """Compute every metric of docs/metrics.md on loaded frames (``attribution``: also the
-    gap categories, graph payoff and the ``top`` longest gaps)."""
+    gap categories, graph payoff and the ``top`` longest gaps). ``ranges``/``domains`` select
+    NVTX ranges by name and domain; ``threads``: whose launches a range owns (``same`` thread
+    or its whole ``process``); ``normalize``: group names without emit_nvtx suffixes."""
+    if stall_threshold_ns < 0:
+        raise GapscopeError(f"the stall threshold must be 0 or more, not {stall_threshold_ns} ns")
     acts = activity_arrays(frames, count_memops)
     calls = CallIndex(frames.api)
     launch = link_launches(frames, calls)
-    table = range_table(frames, ranges)
-    member_range, member_act = range_members(frames, launch, table)
+    table = range_table(frames, ranges, domains=domains, normalize=normalize)
+    member_range, member_act = range_members(frames, launch, table, threads)
     n_ranges = len(table.frame)
     name_codes, name_table = api_names(frames)
+    selected = bool(ranges or domains)
 
     every = np.arange(acts.start.size, dtype=np.int64)
     device_ids = acts.device_ids
@@ -188,12 +266,17 @@ def run_analysis(
     n_str = len(stream_keys)
     n_pairs = n_ranges * n_dev
     member_pair = pair_code(member_range, acts.device_code[member_act], n_dev)
+    # With a selection, the launch statistics cover the selected ranges' work only.
+    stats_launch = launch
+    if selected:
+        stats_launch = np.full(launch.size, -1, dtype=np.int64)
+        stats_launch[member_act] = launch[member_act]
     # The levels and the attribution's indexes on two threads: their numpy sorts and searches
     # release the GIL.
     with ThreadPoolExecutor(2) as pool:
-        attributor = pool.submit(Attributor, frames, acts, launch, (name_codes, name_table)) \
-            if attribution else None
-        launches = pool.submit(launch_stats, launch, acts.start, frames.api["start"].to_numpy(),
+        attributor = pool.submit(Attributor, frames, acts, launch, (name_codes, name_table),
+                                 stall_threshold_ns=stall_threshold_ns) if attribution else None
+        launches = pool.submit(launch_stats, stats_launch, acts.start, frames.api["start"].to_numpy(),
                                frames.api["end"].to_numpy(), name_codes, name_table)
         paired = pool.submit(level_stats, acts, member_act, member_pair, np.arange(n_pairs), n_pairs,
                              percentiles=False)
@@ -207,62 +290,81 @@ def run_analysis(
 
     pair_range = np.arange(n_pairs, dtype=np.int64) // max(n_dev, 1)
     rf = table.frame
-    codes, name_uniques = pd.factorize(rf["name"].to_numpy(), sort=False)
-    range_name = codes.astype(np.int64)
-    n_names = len(name_uniques)
+    range_name, name_keys = _name_groups(rf)
+    n_names = len(name_keys)
     range_stats = rollup_stats(pair_stats, pair_range, n_ranges, pair_gaps, acts, member_act, member_pair)
     name_stats = rollup_stats(pair_stats, range_name[pair_range] if n_pairs else pair_range, n_names,
                               pair_gaps, acts, member_act, member_pair)
-    if ranges and not (range_stats["kernels"].to_numpy() > 0).any():
-        raise GapscopeError(
-            f"the ranges matching {', '.join(repr(r) for r in ranges)} launched no GPU work"
-        )
+    if selected and not (range_stats["kernels"].to_numpy() > 0).any():
+        chosen = [*(repr(r) for r in ranges), *(f"domain {d!r}" for d in domains)]
+        raise GapscopeError(f"the ranges matching {', '.join(chosen)} launched no GPU work")
 
     mode = _graph_trace_mode(frames, launch)
     range_keys = rf[["name", "domain", "pid", "thread", "start_ns", "end_ns", "depth"]].copy()
     range_keys.insert(0, "id", np.arange(n_ranges))
     range_rows = _rows(range_keys, range_stats)
-    name_rows = _rows(
-        pd.DataFrame({"name": np.asarray(name_uniques, dtype=object),
-                      "count": np.bincount(range_name, minlength=n_names)}),
-        name_stats,
-    )
+    name_rows = _rows(name_keys, name_stats)
     device_rows = _rows(pd.DataFrame({"device": np.asarray(device_ids)}), device_stats)
     stream_rows = _rows(stream_keys, stream_stats)
+
+    # Graph replays: graph kernels, replays, and gap time inside them, per range, name, device.
+    graph_call = np.isin(name_table, list(GRAPH_LAUNCH_CALLS))[name_codes]
+    rp = Replays(frames.activities["kind"].to_numpy(), launch, graph_call)
+    range_gaps = replace(pair_gaps, row=pair_range[pair_gaps.row])
+    r_kernels, r_replays = rp.counts(member_act, member_range, n_ranges)
+    r_inside = rp.inside_ns(range_gaps, n_ranges)
+    d_kernels, d_replays = rp.counts(every, acts.device_code, n_dev)
+
+    def by_name_sum(values: np.ndarray) -> np.ndarray:
+        return np.bincount(range_name, weights=values, minlength=n_names).astype(np.int64) if n_ranges \
+            else np.zeros(n_names, dtype=np.int64)
+
+    range_rows = _with_replays(range_rows, replay_figures(
+        r_kernels, r_replays, range_stats["gap_ns"].to_numpy(), r_inside))
+    name_rows = _with_replays(name_rows, replay_figures(
+        by_name_sum(r_kernels), by_name_sum(r_replays), name_stats["gap_ns"].to_numpy(), by_name_sum(r_inside)))
+    device_rows = _with_replays(device_rows, replay_figures(
+        d_kernels, d_replays, device_stats["gap_ns"].to_numpy(), rp.inside_ns(device_gaps, n_dev)))
 
     pair_cats = None
     payoff = top_gaps = None
     if attributor is not None:
+        # Streams on one thread; the range level reuses the device level's rows on the other.
         with ThreadPoolExecutor(2) as pool:
-            pair_gaps, device_gaps, stream_gaps = pool.map(
-                lambda g: replace(g, category=attributor.classify(g)), (pair_gaps, device_gaps, stream_gaps)
-            )
-        pair_cats = category_sums(pair_gaps.row, pair_gaps.length, pair_gaps.category, n_pairs)
-        gap_range = pair_range[pair_gaps.row]
-        range_rows = _with_categories(
-            range_rows, category_sums(gap_range, pair_gaps.length, pair_gaps.category, n_ranges), True)
-        name_rows = _with_categories(
-            name_rows, category_sums(range_name[gap_range] if gap_range.size else gap_range,
-                                     pair_gaps.length, pair_gaps.category, n_names), True)
-        device_rows = _with_categories(
-            device_rows, category_sums(device_gaps.row, device_gaps.length, device_gaps.category, n_dev), True)
-        stream_rows = _with_categories(
-            stream_rows, category_sums(stream_gaps.row, stream_gaps.length, stream_gaps.category, n_str), False)
+            streams_done = pool.submit(attributor.attribute, [stream_gaps])
+            device_gaps, pair_gaps = attributor.attribute([device_gaps, pair_gaps])
+            (stream_gaps,) = streams_done.result()
+        range_gaps = replace(pair_gaps, row=pair_range[pair_gaps.row])
+        pair_cats = category_sums(pair_gaps, n_pairs)
+        range_cats = pair_cats.reshape(n_ranges, n_dev, -1).sum(axis=1) if n_pairs else \
+            np.zeros((n_ranges, pair_cats.shape[1]), dtype=np.int64)
+        range_rows = _with_categories(range_rows, range_cats, True)
+        name_cats = np.zeros((n_names, range_cats.shape[1]), dtype=np.int64)
+        np.add.at(name_cats, range_name, range_cats)
+        name_rows = _with_categories(name_rows, name_cats, True)
+        device_rows = _with_categories(device_rows, category_sums(device_gaps, n_dev), True)
+        stream_rows = _with_categories(stream_rows, category_sums(stream_gaps, n_str), False)
         payoff = measured_pairs(name_rows)
-        top_gaps = longest_gaps(frames, device_gaps, device_gaps.category, launch, name_codes, name_table,
-                                acts.busy, top)
+        # With a selection, the longest gaps are those of the selected ranges' work.
+        top_gaps = longest_gaps(frames, distinct_gaps(range_gaps) if selected else device_gaps, launch,
+                                name_codes, name_table, acts.busy, top)
+    range_rows, name_rows, device_rows = map(_with_verdicts, (range_rows, name_rows, device_rows))
 
+    elsewhere = _other_thread_warnings(frames, launch, table, member_range, threads, domains)
     result = AnalysisResult(
         trace={
             "path": frames.meta.path,
             "name": Path(frames.meta.path).name,
+            "format": frames.meta.format,
             "nsys_version": frames.meta.nsys_version,
             "export_schema": frames.meta.export_schema,
             "graph_trace": mode,
             "gpus": {str(k): v for k, v in sorted(frames.meta.gpu_names.items())},
         },
-        options={"count_memops": count_memops, "range_filter": list(ranges)},
-        warnings=_warnings(frames, launch, table, mode),
+        options={"count_memops": count_memops, "range_filter": list(ranges), "domain_filter": list(domains),
+                 "threads": threads, "normalize_names": normalize,
+                 "stall_threshold_ns": int(stall_threshold_ns) if attribution else None},
+        warnings=_warnings(frames, launch, table, mode, elsewhere),
         ranges=range_rows,
         by_name=name_rows,
         devices=device_rows,
@@ -272,45 +374,37 @@ def run_analysis(
         top_gaps=top_gaps,
     )
     return Analysis(
-        frames=frames, acts=acts, launch=launch, ranges=table, member_range=member_range,
+        frames=frames, acts=acts, launch=launch, ranges=table, name_of_range=range_name, member_range=member_range,
         member_act=member_act, pairs=RangePairs(n_dev, pair_stats, pair_gaps, pair_cats),
-        range_gaps=replace(pair_gaps, row=pair_range[pair_gaps.row]),
-        device_gaps=device_gaps, stream_keys=stream_keys, stream_gaps=stream_gaps, result=result,
+        range_gaps=range_gaps, device_gaps=device_gaps, stream_keys=stream_keys, stream_gaps=stream_gaps,
+        result=result,
     )
 
 
 @contextmanager
-def opened_analysis(
-    path: str | Path, *, ranges: Sequence[str] = (), count_memops: bool = False,
-    attribution: bool = True, top: int = 10, all_calls: bool = False,
-) -> Iterator[Analysis]:
-    """The analysis of one trace that stays open inside the ``with`` block, so that any name
-    (every kernel's, for the timeline export) can still be looked up; ``all_calls``: also read
-    every activity's name id and every CUDA API call (the figures are the same)."""
+def opened_analysis(path: str | Path, *, all_calls: bool = False, **options: Any) -> Iterator[Analysis]:
+    """The analysis of one trace (:func:`run_analysis`'s ``options``) that stays open inside the
+    ``with`` block, so that any name (every kernel's, for the timeline export) can still be looked
+    up; ``all_calls``: also read every activity's name id and every CUDA API call (the figures
+    are the same). ``read_seconds`` says how long opening and reading took."""
     from gapscope.trace.handle import open_trace
 
+    started = time.perf_counter()
     with open_trace(path) as trace:
-        frames = trace.frames(syncs=attribution, all_calls=all_calls)
-        yield run_analysis(frames, ranges=ranges, count_memops=count_memops,
-                           attribution=attribution, top=top)
+        frames = trace.frames(syncs=options.get("attribution", True), all_calls=all_calls)
+        read = time.perf_counter() - started
+        yield replace(run_analysis(frames, **options), read_seconds=read)
 
 
-def analysis_of(
-    path: str | Path, *, ranges: Sequence[str] = (), count_memops: bool = False,
-    attribution: bool = True, top: int = 10,
-) -> Analysis:
-    """Open, read and analyze one trace, keeping the raw arrays beside the result (for
-    transforms such as plots that need the gaps themselves). The trace is closed on return."""
-    with opened_analysis(path, ranges=ranges, count_memops=count_memops, attribution=attribution,
-                         top=top) as analysis:
+def analysis_of(path: str | Path, **options: Any) -> Analysis:
+    """Open, read and analyze one trace with :func:`run_analysis`'s ``options``, keeping the raw
+    arrays beside the result (for transforms such as plots that need the gaps themselves). The
+    trace is closed on return."""
+    with opened_analysis(path, **options) as analysis:
         return analysis
 
 
-def analyze(
-    path: str | Path, *, ranges: Sequence[str] = (), count_memops: bool = False,
-    attribution: bool = True, top: int = 10,
-) -> AnalysisResult:
-    """Analyze one trace: gap fraction per NVTX range, range name, device and stream, and
-    (``attribution``) why the GPU sat idle."""
-    return analysis_of(path, ranges=ranges, count_memops=count_memops,
-                       attribution=attribution, top=top).result
+def analyze(path: str | Path, **options: Any) -> AnalysisResult:
+    """Analyze one trace (:func:`run_analysis`'s ``options``): gap fraction per NVTX range,
+    range name, device and stream, and (``attribution``) why the GPU sat idle."""
+    return analysis_of(path, **options).result

@@ -2,9 +2,14 @@
 
 A range's GPU work is every kernel, memcpy, memset or graph execution whose launching CUDA
 runtime/driver call started inside the range (``range.start <= call.start <= range.end``) on
-the range's own thread. Calls and GPU work are matched on (process, correlationId); a
-``cudaGraphLaunch`` carries the correlation id of every kernel of that graph launch, so a graph
-launched inside a range brings all of its kernels.
+the range's own thread (``threads="same"``), or on any thread of the range's process
+(``threads="process"``: for programs that launch from worker threads). Calls and GPU work are
+matched on (process, correlationId); a ``cudaGraphLaunch`` carries the correlation id of every
+kernel of that graph launch, so a graph launched inside a range brings all of its kernels.
+
+Every range keeps its NVTX domain (None for the default domain) and, for grouping by name, a
+*group* name: its name with PyTorch's ``emit_nvtx`` suffixes (``, seq = N``, ``, op_id = N``,
+``, sizes = [...]``, ``, input_op_ids = [...]``) taken off (:data:`OP_SUFFIX`).
 """
 
 from __future__ import annotations
@@ -21,12 +26,47 @@ from gapscope.analysis.keys import TimeKeys, call_key
 from gapscope.errors import GapscopeError
 from gapscope.trace.frames import NVTX_DOMAIN_CREATE, TraceFrames
 
+#: The tail PyTorch's ``torch.autograd.profiler.emit_nvtx`` adds to an op's range name, in the
+#: order it writes the fields; grouping by name takes it off (docs/metrics.md, "Range names").
+OP_SUFFIX = r"(?:, seq = \d+)?(?:, op_id = \d+)?(?:, sizes = \[.*\])?(?:, input_op_ids = \[.*\])?$"
+
+#: NVTX domains that libraries and runtimes register (compared case-insensitively): reports list
+#: their ranges after the default domain's and the program's own domains.
+LIBRARY_DOMAINS = frozenset(d.lower() for d in (
+    "CCCL", "CUB", "Thrust", "TSL", "XLA", "NCCL", "NVSHMEM", "cuBLAS", "cuBLASLt", "cuDNN", "cuFFT",
+    "cuSPARSE", "cuSOLVER", "cuRAND", "cuTENSOR", "nvJPEG", "NPP", "TensorRT", "DALI", "MPI", "OpenMP",
+    "OSHMEM", "UCX", "CUPTI", "NVTX", "Triton",
+))
+
+#: How ranges get their GPU work (docs/metrics.md, "A range's GPU work").
+THREAD_MODES = ("same", "process")
+#: The name ``--domain`` gives the default domain.
+DEFAULT_DOMAIN = "default"
+
+
+def is_library_domain(domain: str | None) -> bool:
+    """True for the NVTX domain of a known library or runtime (CCCL, TSL, NCCL, cuDNN, ...);
+    False for the default domain (None, or NaN in a frame)."""
+    return isinstance(domain, str) and domain.lower() in LIBRARY_DOMAINS
+
+
+def group_names(names: np.ndarray) -> np.ndarray:
+    """Names with PyTorch's emit_nvtx suffixes taken off (OP_SUFFIX), as an object array."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if len(names) == 0:
+        return np.asarray(names, dtype=object)
+    stripped = pc.replace_substring_regex(pa.array(names, type=pa.string()), pattern=OP_SUFFIX,
+                                          replacement="", max_replacements=1)
+    return stripped.to_numpy(zero_copy_only=False).astype(object)
+
 
 @dataclass(frozen=True)
 class RangeTable:
     """NVTX range instances in start order, with their nesting depth."""
 
-    frame: pd.DataFrame  # name, domain, pid, thread, tid (globalTid), start_ns, end_ns, depth
+    frame: pd.DataFrame  # name, group, domain, pid, thread, tid (globalTid), start_ns, end_ns, depth
 
 
 class CallIndex:
@@ -75,38 +115,71 @@ def _depth(tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     return depth
 
 
-def range_table(frames: TraceFrames, patterns: Sequence[str] = ()) -> RangeTable:
-    """The trace's NVTX ranges (push/pop and start/end), filtered by name globs if given."""
-    nvtx = frames.nvtx
+def _domain_names(nvtx: pd.DataFrame) -> dict[int, str]:
+    """Domain id -> name from the domain-creation events; a domain without one (a trace cut
+    after it was registered) is called ``domain N``."""
     domains = nvtx[nvtx["event_type"] == NVTX_DOMAIN_CREATE]
-    domain_names = dict(zip(domains["domain_id"].tolist(), domains["name"].tolist()))
+    named = dict(zip(domains["domain_id"].tolist(), domains["name"].tolist()))
+    ids = pd.unique(nvtx["domain_id"].to_numpy())
+    return {int(i): named.get(int(i)) or f"domain {int(i)}" for i in ids if i > 0}
+
+
+def _select_domains(domain: np.ndarray, wanted: Sequence[str]) -> np.ndarray:
+    """Mask of ranges in the wanted domains (names compared case-insensitively; ``default`` is
+    the default domain); GapscopeError naming the trace's domains when one is not there."""
+    labels = np.where(pd.isna(domain), DEFAULT_DOMAIN, domain).astype(str)
+    lower = np.char.lower(labels.astype("U")) if labels.size else labels
+    present = sorted(set(labels.tolist()))
+    missing = [w for w in wanted if w.lower() not in set(np.asarray(lower).tolist())]
+    if missing:
+        raise GapscopeError(f"no NVTX range in domain {', '.join(repr(m) for m in missing)}; "
+                            f"domains in this trace: {', '.join(present) or 'none'}")
+    return np.isin(lower, [w.lower() for w in wanted])
+
+
+def range_table(frames: TraceFrames, patterns: Sequence[str] = (), *, domains: Sequence[str] = (),
+                normalize: bool = True) -> RangeTable:
+    """The trace's NVTX ranges (push/pop and start/end), filtered by name globs (matched against
+    the full name and the group name) and by domains if given. ``normalize``: group names
+    without emit_nvtx suffixes (else a range's group is its full name)."""
+    nvtx = frames.nvtx
+    domain_names = _domain_names(nvtx)
     rng = nvtx[(nvtx["event_type"] != NVTX_DOMAIN_CREATE) & (nvtx["end"] >= nvtx["start"])]
     names = rng["name"].fillna("[unnamed]").astype(str).to_numpy(dtype=object)
+    dom = pd.Series(rng["domain_id"].to_numpy()).map(domain_names).to_numpy(dtype=object)
+    dom = np.where(pd.isna(dom), None, dom)
+    if domains:
+        sel = _select_domains(dom, domains)
+        rng, names, dom = rng[sel], names[sel], dom[sel]
+    groups = group_names(names) if normalize else names
     if patterns:
-        uniq = pd.unique(names)
-        keep = {u for u in uniq if any(u == p or fnmatch.fnmatchcase(u, p) for p in patterns)}
+        def matches(u: str) -> bool:
+            return any(u == p or fnmatch.fnmatchcase(u, p) for p in patterns)
+
+        uniq = pd.unique(np.concatenate([names, groups]))
+        keep = {u for u in uniq if matches(u)}
         if not keep and names.size == 0:
             raise GapscopeError(
                 f"no NVTX range matches {', '.join(repr(p) for p in patterns)}: this trace has no NVTX ranges"
             )
         if not keep:
-            shown = ", ".join(sorted(map(str, uniq))[:8]) or "none"
-            more = f" (and {len(uniq) - 8} more)" if len(uniq) > 8 else ""
+            shown_names = pd.unique(groups)
+            shown = ", ".join(sorted(map(str, shown_names))[:8]) or "none"
+            more = f" (and {len(shown_names) - 8} more)" if len(shown_names) > 8 else ""
             raise GapscopeError(
                 f"no NVTX range matches {', '.join(repr(p) for p in patterns)}; "
                 f"range names in this trace: {shown}{more}"
             )
-        sel = pd.Series(names).isin(keep).to_numpy()
-        rng = rng[sel]
-        names = names[sel]
+        sel = pd.Series(names).isin(keep).to_numpy() | pd.Series(groups).isin(keep).to_numpy()
+        rng, names, groups, dom = rng[sel], names[sel], groups[sel], dom[sel]
     tid = rng["tid"].to_numpy()
     start = rng["start"].to_numpy()
     end = rng["end"].to_numpy()
-    dom = rng["domain_id"].to_numpy()
     frame = pd.DataFrame(
         {
             "name": names,
-            "domain": pd.Series(dom).map(domain_names).to_numpy(dtype=object),
+            "group": groups,
+            "domain": dom,
             "pid": (tid >> 24) & 0xFFFFFF,
             "thread": tid & 0xFFFFFF,
             "tid": tid,
@@ -119,27 +192,50 @@ def range_table(frames: TraceFrames, patterns: Sequence[str] = ()) -> RangeTable
     return RangeTable(frame)
 
 
-def range_members(
-    frames: TraceFrames, launch: np.ndarray, ranges: RangeTable
-) -> tuple[np.ndarray, np.ndarray]:
-    """(range index, activity index) for every activity launched inside every range."""
+def _launch_slices(frames: TraceFrames, launch: np.ndarray, ranges: RangeTable, threads: str
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(linked activity indices sorted by (owner, call start), lo, hi): range i's activities are
+    ``sorted[lo[i]:hi[i]]``, the owner being the launching thread (``same``) or its process."""
     rf = ranges.frame
     linked = np.flatnonzero(launch >= 0)
-    if len(rf) == 0 or linked.size == 0:
-        empty = np.zeros(0, dtype=np.int64)
-        return empty, empty
     api = frames.api
     call = launch[linked]
-    call_tid = api["tid"].to_numpy()[call]
+    if threads == "process":
+        call_owner, rng_owner = api["proc"].to_numpy()[call], rf["tid"].to_numpy() >> 24
+    else:
+        call_owner, rng_owner = api["tid"].to_numpy()[call], rf["tid"].to_numpy()
     call_start = api["start"].to_numpy()[call]
-    # Sort launches by (thread, call start); a range is then one slice of that order.
-    t_inv, threads = pd.factorize(np.concatenate([call_tid, rf["tid"].to_numpy()]))
+    # Sort launches by (owner, call start); a range is then one slice of that order.
+    t_inv, owners = pd.factorize(np.concatenate([call_owner, rng_owner]))
     t_call, t_rng = t_inv[: call.size].astype(np.int64), t_inv[call.size :].astype(np.int64)
-    tk = TimeKeys([call_start, rf["start_ns"].to_numpy(), rf["end_ns"].to_numpy()], threads.size)
+    tk = TimeKeys([call_start, rf["start_ns"].to_numpy(), rf["end_ns"].to_numpy()], owners.size)
     key_call = tk.key(t_call, call_start)
     order = np.argsort(key_call, kind="stable")
     sorted_keys = key_call[order]
     lo = np.searchsorted(sorted_keys, tk.key(t_rng, rf["start_ns"].to_numpy()), "left")
     hi = np.searchsorted(sorted_keys, tk.key(t_rng, rf["end_ns"].to_numpy()), "right")
+    return linked[order], lo, hi
+
+
+def range_members(
+    frames: TraceFrames, launch: np.ndarray, ranges: RangeTable, threads: str = "same",
+) -> tuple[np.ndarray, np.ndarray]:
+    """(range index, activity index) for every activity launched inside every range, by calls
+    of the range's thread (``threads="same"``) or of any thread of its process (``"process"``)."""
+    if threads not in THREAD_MODES:
+        raise GapscopeError(f"--threads must be one of {', '.join(THREAD_MODES)}, not {threads!r}")
+    if len(ranges.frame) == 0 or not (launch >= 0).any():
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty
+    acts, lo, hi = _launch_slices(frames, launch, ranges, threads)
     owner, pos = expand_slices(lo, hi)
-    return owner, linked[order[pos]]
+    return owner, acts[pos]
+
+
+def process_work_counts(frames: TraceFrames, launch: np.ndarray, ranges: RangeTable) -> np.ndarray:
+    """Per range, the activities launched inside it by any thread of its process (counted, not
+    listed): what ``threads="process"`` would give it."""
+    if len(ranges.frame) == 0 or not (launch >= 0).any():
+        return np.zeros(len(ranges.frame), dtype=np.int64)
+    _, lo, hi = _launch_slices(frames, launch, ranges, "process")
+    return np.maximum(hi - lo, 0).astype(np.int64)

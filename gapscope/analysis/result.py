@@ -1,8 +1,10 @@
-"""The one serializable analysis result, and its JSON form (schema ``gapscope.analysis/1``).
+"""The one serializable analysis result, and its JSON form (schema ``gapscope.analysis/2``).
 
 An AnalysisResult is built once, by the pipeline (gapscope.analysis.pipeline), and never changed
 afterwards; renderers take it, and ``to_dict``/``from_dict`` round-trip it through JSON so a
 saved result can be re-rendered or compared without the trace. docs/schema.md documents it.
+A result of the previous schema (``gapscope.analysis/1``: one category per gap, ``launch``
+holding all the host-side time) still loads, keeps its schema name and reads as it did.
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ from typing import Any
 from gapscope import __version__
 from gapscope.errors import GapscopeError
 from gapscope.schema import ANALYSIS_SCHEMA as SCHEMA
-from gapscope.schema import check_result, require_fields
+from gapscope.schema import READABLE, check_result, require_fields
+
+#: Every schema ``from_dict`` reads.
+READABLE_SCHEMAS = READABLE["analysis"]
 
 #: Optional sections, in the order the JSON writes them (docs/schema.md).
 SECTIONS = ("launch", "payoff", "top_gaps")
@@ -35,6 +40,25 @@ def _clean(value: Any) -> Any:
 def clean_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rows with every value made JSON-safe."""
     return [{k: _clean(v) for k, v in row.items()} for row in rows]
+
+
+def frame_records(frame: Any) -> list[dict[str, Any]]:
+    """``clean_rows(frame.to_dict("records"))`` of a DataFrame, converted column by column (the
+    same values and types, without a Python call per cell of a numeric column)."""
+    import numpy as np
+
+    columns = []
+    for name in frame.columns:
+        values = frame[name].to_numpy()
+        col = values.tolist()
+        if values.dtype.kind == "f":
+            for i in np.flatnonzero(np.isnan(values)).tolist():
+                col[i] = None
+        elif values.dtype.kind not in "iub":
+            col = [_clean(v) for v in col]
+        columns.append(col)
+    names = list(frame.columns)
+    return [dict(zip(names, row)) for row in zip(*columns)]
 
 
 @dataclass(frozen=True)
@@ -60,6 +84,7 @@ class AnalysisResult:
     top_gaps: list[dict[str, Any]] | None = None
     extras: dict[str, Any] = field(default_factory=dict)
     gapscope_version: str = __version__
+    schema: str = SCHEMA
 
     @property
     def nsys_version(self) -> str | None:
@@ -73,7 +98,7 @@ class AnalysisResult:
     def to_dict(self) -> dict[str, Any]:
         """The JSON object of docs/schema.md."""
         out = {
-            "schema": SCHEMA,
+            "schema": self.schema,
             "gapscope_version": self.gapscope_version,
             "trace": self.trace,
             "nsys_version": self.nsys_version,
@@ -97,6 +122,7 @@ class AnalysisResult:
         if check_result(data, source) != "analysis":
             raise GapscopeError(f"{source}: a many-trace result, not a single analysis")
         require_fields(data, source)
+        schema = data["schema"]
         known = {*_CORE, *SECTIONS}
         return cls(
             trace=data.get("trace", {}),
@@ -109,6 +135,7 @@ class AnalysisResult:
             **{name: data.get(name) for name in SECTIONS},
             extras={k: v for k, v in data.items() if k not in known},
             gapscope_version=data.get("gapscope_version", "?"),
+            schema=schema,
         )
 
 

@@ -35,15 +35,18 @@ class _Group(click.Group):
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="gapscope")
 def cli() -> None:
-    """Measure CUDA launch gaps in Nsight Systems traces.
+    """Measure CUDA launch gaps in Nsight Systems and PyTorch profiler traces.
 
     \b
-    gapscope analyze TRACE.sqlite             gap fraction per NVTX range, device and stream
+    gapscope analyze TRACE                    gap fraction per range, device and stream
     gapscope compare BASE CURRENT             fail CI when launch gaps regress
     gapscope plot TRACE -o DIR                timeline, gap histogram, sweep crossover
     gapscope report TRACE -o report.html      one page (or Markdown): tables, readings, figures
     gapscope export TRACE --perfetto T.json   gaps on a timeline for ui.perfetto.dev
+    gapscope profile -- CMD [ARGS...]         record your own program (nsys or torch.profiler)
     gapscope run -o DIR                       record CuPy micro-kernels under nsys (GPU)
+
+    TRACE: an nsys SQLite, parquetdir or arrowdir export, a .nsys-rep, a PyTorch profiler trace.
 
     Shell completion (bash): eval "$(_GAPSCOPE_COMPLETE=bash_source gapscope)"
     """
@@ -52,7 +55,7 @@ def cli() -> None:
 def _register() -> None:
     from gapscope.cli import analyze  # noqa: F401  (registers the command)
 
-    for optional in ("run", "compare", "plot", "report", "export"):
+    for optional in ("run", "profile", "compare", "plot", "report", "export"):
         try:
             __import__(f"gapscope.cli.{optional}")
         except ModuleNotFoundError as exc:  # a command module not written yet

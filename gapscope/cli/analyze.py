@@ -20,11 +20,16 @@ from gapscope.inputs import KIND_WORDS, Input, expand, resolve
 FORMATS = ("table", "json", "csv", "markdown", "html")
 #: Options that change the analysis itself, which a saved result cannot redo.
 ANALYSIS_OPTIONS = ("top", "count_memops", "attribution")
+#: The options of :func:`gapscope.analysis.pipeline.run_analysis` that only a trace honours
+#: (a saved result refuses them), with the flag that sets each.
+TRACE_ONLY = {"ranges": "--range", "domains": "--domain", "threads": "--threads",
+              "stall_threshold_ns": "--stall-threshold", "normalize": "--no-normalize"}
+DEFAULTS = {"threads": "same", "normalize": True}
 
 
-def load_input(found: Input, ranges: tuple[str, ...] = (), count_memops: bool = False,
-               attribution: bool = True, top: int = 10, given: frozenset[str] = frozenset()) -> tuple[Any, Any]:
-    """(result, the Analysis behind it or None): a trace is analyzed; a saved analysis or
+def load_input(found: Input, given: frozenset[str] = frozenset(), **options: Any) -> tuple[Any, Any]:
+    """(result, the Analysis behind it or None): a trace is analyzed with
+    :func:`gapscope.analysis.pipeline.run_analysis`'s ``options``; a saved analysis or
     many-trace result is loaded; a `gapscope run` output gives its trace's analysis (or its
     saved analysis.json when the trace is not there). ``given``: the ANALYSIS_OPTIONS set on
     the command line, which a saved result must honour or refuse."""
@@ -35,11 +40,12 @@ def load_input(found: Input, ranges: tuple[str, ...] = (), count_memops: bool = 
     if found.kind == "trace":
         from gapscope.analysis.pipeline import analysis_of
 
-        analysis = analysis_of(found.path, ranges=ranges, count_memops=count_memops,
-                               attribution=attribution, top=top)
+        analysis = analysis_of(found.path, **options)
         return analysis.result, analysis
-    if ranges:
-        raise GapscopeError("--range applies to traces, not to a saved result JSON")
+    for key, flag in TRACE_ONLY.items():
+        if options.get(key) not in (None, (), DEFAULTS.get(key)):
+            raise GapscopeError(f"{flag} applies to traces, not to a saved result JSON")
+    attribution = options.get("attribution", True)
     if found.kind == "fleet":
         from gapscope.fleet.result import FleetResult
 
@@ -50,7 +56,8 @@ def load_input(found: Input, ranges: tuple[str, ...] = (), count_memops: bool = 
     from gapscope.analysis.result import AnalysisResult
 
     saved = AnalysisResult.from_dict(found.json(), found.given)
-    return _honoured(saved, given, count_memops=count_memops, attribution=attribution, top=top), None
+    return _honoured(saved, given, count_memops=options.get("count_memops", False), attribution=attribution,
+                     top=options.get("top", 10)), None
 
 
 def _flag(name: str, attribution: bool = True) -> str:
@@ -90,8 +97,20 @@ def _honoured(saved: Any, given: frozenset[str], *, count_memops: bool, attribut
 @click.option("--output", "-o", "output", metavar="FILE", help="Write the report to FILE instead of stdout.")
 @click.option("--wide", is_flag=True, help="Every column of every table, whatever the terminal's width.")
 @click.option("--count-memops", is_flag=True, help="Count memcpy/memset time as busy GPU time.")
+@click.option("--domain", "-d", "domains", multiple=True, metavar="NAME",
+              help="Only NVTX ranges of this domain ('default' for the default domain; a library's "
+                   "domain such as TSL or CCCL is then listed like the others); repeatable.")
+@click.option("--threads", type=click.Choice(["same", "process"]), default="same", show_default=True,
+              help="A range's GPU work: launched from its own thread, or from any thread of its process "
+                   "inside its time window (asynchronous dispatchers, worker threads).")
+@click.option("--stall-threshold", "stall_threshold", default=None, metavar="TIME",
+              help="Host stretches with no CUDA call, and single calls, longer than this are stalls "
+                   "(ns, us, ms or s; docs/metrics.md).  [default: 1ms]")
+@click.option("--normalize/--no-normalize", default=True, show_default=True,
+              help="Group range names without PyTorch emit_nvtx suffixes (', seq = N', ', op_id = N', ...).")
 @click.option("--limit", type=click.IntRange(min=0), default=20, show_default=True, metavar="N",
-              help="Range instances shown in the table (0: none); several traces: steps and ranks.")
+              help="Range names and instances shown in the table, those with the most gap time "
+                   "(0: none); several traces: steps and ranks.")
 @click.option("--top", type=click.IntRange(min=0), default=10, show_default=True, metavar="N",
               help="Longest gaps listed; several traces: stragglers per range name.")
 @click.option("--attribution/--no-attribution", default=True, show_default=True,
@@ -102,14 +121,17 @@ def _honoured(saved: Any, given: frozenset[str], *, count_memops: bool, attribut
               help="Several traces: run on the Dask cluster at ADDRESS (tcp://host:8786; docs/fleet.md).")
 @click.option("--plot", "plot_dir", metavar="DIR",
               help="Also draw the timeline and gap histogram into DIR (one trace; needs matplotlib).")
-def analyze_command(traces: tuple[str, ...], ranges: tuple[str, ...], fmt: str | None, output: str | None,
-                    wide: bool, count_memops: bool, limit: int, top: int, attribution: bool, jobs: int | None,
-                    scheduler: str | None, plot_dir: str | None) -> None:
+def analyze_command(traces: tuple[str, ...], ranges: tuple[str, ...], domains: tuple[str, ...],
+                    threads: str, stall_threshold: str | None, normalize: bool, fmt: str | None,
+                    output: str | None, wide: bool, count_memops: bool, limit: int, top: int,
+                    attribution: bool, jobs: int | None, scheduler: str | None, plot_dir: str | None) -> None:
     """Share of GPU time lost to gaps between kernels, per NVTX range, device and stream.
 
     TRACE is an nsys SQLite export (`nsys export --type sqlite`, or `nsys profile
-    --export sqlite`), a result JSON saved by `gapscope analyze --format json`, or a
-    `gapscope run` output folder.
+    --export sqlite`), an nsys parquetdir or arrowdir export folder, an Nsight Systems report
+    (.nsys-rep: exported with nsys into gapscope's cache), a PyTorch profiler trace (.json or
+    .json.gz), a result JSON saved by `gapscope analyze --format json`, or a `gapscope run`
+    output folder (docs/formats.md).
 
     Several TRACEs (or a folder of exports, or a quoted glob) give one report across ranks,
     each device of each file being a rank: gap fraction and gap time per rank and range name,
@@ -121,11 +143,21 @@ def analyze_command(traces: tuple[str, ...], ranges: tuple[str, ...], fmt: str |
     fmt = output_format(output, fmt, FORMATS, "table")
     ctx = click.get_current_context()
     given = frozenset(n for n in ANALYSIS_OPTIONS if ctx.get_parameter_source(n) is ParameterSource.COMMANDLINE)
+    threshold = None
+    if stall_threshold is not None:
+        from gapscope.plots.window import parse_time
+
+        threshold = parse_time(stall_threshold, "--stall-threshold")
+        if threshold < 0:
+            raise GapscopeError(f"--stall-threshold: {stall_threshold!r} is negative")
     paths = expand(traces)
     refuse_overwriting(paths, [output, *(_figures(plot_dir) if plot_dir else [])])
     if len(paths) > 1:
         if plot_dir:
             raise GapscopeError("--plot draws one trace; run `gapscope plot` on each")
+        if domains or threads != "same" or not normalize or threshold is not None:
+            raise GapscopeError("--domain, --threads, --stall-threshold and --no-normalize analyze one "
+                                "trace; several traces take the defaults")
         fleet = _analyze_many(paths, ranges, count_memops, top, attribution, jobs, scheduler)
         with output_file(output) as fh:
             render(fleet, fmt, fh, limit=limit, wide=wide)
@@ -138,9 +170,14 @@ def analyze_command(traces: tuple[str, ...], ranges: tuple[str, ...], fmt: str |
         from gapscope.plots.style import require_matplotlib
 
         require_matplotlib()  # fail before the analysis, not after it
-    result, analysis = load_input(found, ranges, count_memops, attribution, top, given)
+    options = {"ranges": ranges, "count_memops": count_memops, "attribution": attribution, "top": top,
+               "domains": domains, "threads": threads, "normalize": normalize}
+    if threshold is not None:
+        options["stall_threshold_ns"] = threshold
+    result, analysis = load_input(found, given, **options)
+    read = analysis.read_seconds if analysis is not None else None
     with output_file(output) as fh:
-        render(result, fmt, fh, limit=limit, wide=wide)
+        render(result, fmt, fh, limit=limit, wide=wide, read_seconds=read)
     if plot_dir:
         _plot(found, analysis, ranges, plot_dir)
 
@@ -178,7 +215,7 @@ def _analyze_many(paths: list[str], ranges: tuple[str, ...], count_memops: bool,
         except GapscopeError:
             kind = "analysis" if p.endswith(".json") else "trace"
         if kind != "trace":
-            raise GapscopeError(f"{p}: {KIND_WORDS[kind]}; several inputs must all be nsys SQLite exports")
+            raise GapscopeError(f"{p}: {KIND_WORDS[kind]}; several inputs must all be traces")
     executor = choose_executor(len(paths), jobs, scheduler, preload=["gapscope.fleet.merge"])
     with FileProgress(len(paths), sys.stderr) as progress:
         fleet = analyze_fleet(paths, executor, ranges=ranges, count_memops=count_memops,

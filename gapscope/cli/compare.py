@@ -58,7 +58,7 @@ def _write(path: str | None, render: Callable[[TextIO], None], *, append: bool =
 @click.argument("paths", nargs=-1, metavar="[BASELINE CURRENT]")
 @click.option(
     "-b", "--baseline", "baselines", multiple=True, metavar="PATH...",
-    help="Baseline run(s): result JSON, gapscope run folder or nsys SQLite export. "
+    help="Baseline run(s): result JSON, gapscope run folder or trace (any format analyze reads). "
     "Takes several paths.",
 )
 @click.option(
@@ -105,8 +105,8 @@ def compare_command(
     gapscope compare --baseline b1.json b2.json b3.json --current c1.json c2.json c3.json
     gapscope compare base.json trace.sqlite --fail gap_fraction:+0.01 --junit report.xml
 
-    Each side is a result JSON (gapscope analyze --format json), a gapscope run folder, or an
-    nsys SQLite export, analyzed on the fly. Ranges match by name, devices by id, streams by
+    Each side is a result JSON (gapscope analyze --format json), a gapscope run folder, or a
+    trace in any format `gapscope analyze` reads, analyzed on the fly. Ranges match by name, devices by id, streams by
     device and stream. A metric regresses when its rise exceeds its threshold and the spread
     of the runs. The Markdown report is also appended to $GITHUB_STEP_SUMMARY when that is set.
 

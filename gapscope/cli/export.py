@@ -21,7 +21,8 @@ def export_command(trace: str, out: str, ranges: tuple[str, ...], count_memops: 
     (kernels, copies), one track of device-level gaps coloured by category with their length
     and launching call, and per CPU thread its NVTX ranges and CUDA calls.
 
-    TRACE is an nsys SQLite export or a `gapscope run` output folder. See docs/perfetto.md.
+    TRACE is a trace (any format `gapscope analyze` reads: docs/formats.md) or a `gapscope run`
+    output folder. See docs/perfetto.md.
     """
     from gapscope.analysis.pipeline import opened_analysis
     from gapscope.inputs import resolve

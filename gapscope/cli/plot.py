@@ -26,7 +26,8 @@ def plot_command(sources: tuple[str, ...], out_dir: str, ranges: tuple[str, ...]
     """Draw the timeline, the gap-duration histogram and, for a `gapscope run` sweep, the
     crossover chart.
 
-    TRACE_OR_RESULT is an nsys SQLite export, a `gapscope run` output folder (or its run.json),
+    TRACE_OR_RESULT is a trace (any format `gapscope analyze` reads), a `gapscope run` output
+    folder (or its run.json),
     or a result JSON of `gapscope analyze` (a sweep's crossover only: it holds no gap list).
     Several (or a folder of exports, or a quoted glob): each one's figures in a folder of its own
     inside DIR, named by its file.

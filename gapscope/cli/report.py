@@ -56,7 +56,8 @@ def report_command(sources: tuple[str, ...], output: str | None, html_out: str |
     """A report (readings, tables, figures) that reads well on GitHub, as a CI artifact or in a
     browser: Markdown with -o FILE.md, one self-contained HTML page with --html FILE.html.
 
-    TRACE_OR_RESULT is an nsys SQLite export, a `gapscope run` output folder (or its run.json),
+    TRACE_OR_RESULT is a trace (any format `gapscope analyze` reads), a `gapscope run` output
+    folder (or its run.json),
     or a result JSON of `gapscope analyze` (tables only: it holds no gap list to draw). Several
     (or a folder of exports, or a quoted glob) give one report with a section per trace.
     """
@@ -89,7 +90,9 @@ def report_command(sources: tuple[str, ...], output: str | None, html_out: str |
     names = part_names([s.label for s in srcs]) if len(srcs) > 1 else [""]
     for fmt_, out in targets.items():
         links = [_figures(src, out, name, fmt_, spec) if figures else {} for src, name in zip(srcs, names)]
-        doc = Document(tuple(Part(s.label, s.result, s.sweep, s.calibration, f) for s, f in zip(srcs, links)))
+        doc = Document(tuple(Part(s.label, s.result, s.sweep, s.calibration, f,
+                                  s.analysis.read_seconds if s.analysis is not None else None)
+                             for s, f in zip(srcs, links)))
         with output_file(out) as fh:
             render(doc, fmt_, fh, limit=limit)
         click.echo(printable(out))

@@ -242,7 +242,7 @@ def _check_result(data: Any, source: str | Path) -> None:
 def compare_paths(
     baseline: Sequence[str | Path], current: Sequence[str | Path], thresholds: ThresholdSet
 ) -> Comparison:
-    """Load every input (result JSON or SQLite export) and :func:`compare` them."""
+    """Load every input (result JSON or trace) and :func:`compare` them."""
     if not baseline:
         raise GapscopeError("no baseline given", 2)
     if not current:

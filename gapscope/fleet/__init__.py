@@ -1,2 +1,2 @@
 """Several traces at once: per-file analysis on an executor (``ranks``, ``executors``), merged
-across ranks (``merge``) into one ``FleetResult`` (``result``, schema ``gapscope.fleet/1``)."""
+across ranks (``merge``) into one ``FleetResult`` (``result``, schema ``gapscope.fleet/2``)."""

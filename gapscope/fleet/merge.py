@@ -22,6 +22,7 @@ from gapscope.analysis.result import clean_rows
 from gapscope.fleet.executors import Executor, Outcome
 from gapscope.fleet.ranks import STEP_COLUMNS, analyze_rank_file
 from gapscope.fleet.result import FleetResult
+from gapscope.inputs import trace_stem
 
 #: Fields summed over ranks in the pooled ``by_name`` rows.
 SUMMED = ("count", "kernels", "memops", "memop_ns", "gpu_span_ns", "busy_ns", "gap_ns", "gap_count")
@@ -30,7 +31,7 @@ SPREAD_METRICS = ("gap_fraction", "gap_ns", "gpu_span_ns")
 
 def _labels(outcomes: Sequence[Outcome]) -> dict[int, str]:
     """A short name per file: its stem, or its path where two files share a stem."""
-    stems = [Path(o.path).stem for o in outcomes]
+    stems = [trace_stem(o.path) for o in outcomes]
     taken = Counter(stems)
     return {o.index: (stem if taken[stem] == 1 else str(Path(o.path))) for o, stem in zip(outcomes, stems)}
 
@@ -83,7 +84,7 @@ def merge(outcomes: Sequence[Outcome], *, options: dict[str, Any], stragglers: i
             continue
         r = o.result
         tr = r["trace"]
-        entry.update({k: tr.get(k) for k in ("nsys_version", "export_schema", "graph_trace", "gpus")})
+        entry.update({k: tr.get(k) for k in ("format", "nsys_version", "export_schema", "graph_trace", "gpus")})
         entry["warnings"] = list(r["warnings"])
         if r.get("damaged"):
             entry["damaged"] = list(r["damaged"])

@@ -51,7 +51,7 @@ def per_device(a: Analysis) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]
         return [], {c: np.zeros(0, dtype=object if c == "name" else np.int64) for c in STEP_COLUMNS}
     n_pairs = n_ranges * n_dev
     member_pair = a.member_range * n_dev + acts.device_code[a.member_act]
-    name_codes, uniques = pd.factorize(rf["name"].to_numpy(), sort=False)
+    name_codes, uniques = pd.factorize(rf["group"].to_numpy(), sort=False)  # names without op suffixes
     names = np.asarray(uniques, dtype=object)
     n_names = names.size
     pair_range, pair_dev = pairs.range_of, pairs.device_code_of

@@ -1,4 +1,6 @@
-"""The merged result of several traces (schema ``gapscope.fleet/1``, docs/schema.md)."""
+"""The merged result of several traces (schema ``gapscope.fleet/2``, docs/schema.md; a
+``gapscope.fleet/1`` result, whose gap categories are those of ``gapscope.analysis/1``, still
+loads and keeps its schema name)."""
 
 from __future__ import annotations
 
@@ -9,12 +11,15 @@ from typing import Any
 from gapscope import __version__
 from gapscope.errors import GapscopeError
 from gapscope.schema import FLEET_SCHEMA as SCHEMA
-from gapscope.schema import check_result
+from gapscope.schema import READABLE, check_result
+
+#: Every schema ``from_dict`` reads.
+READABLE_SCHEMAS = READABLE["fleet"]
 
 
 @dataclass
 class FleetResult:
-    """One report across ranks (schema ``gapscope.fleet/1``, docs/schema.md).
+    """One report across ranks (schema ``gapscope.fleet/2``, docs/schema.md).
 
     ``files``: every input in order, failed ones with their error. ``devices``: one row per rank
     (a device of a file) with that device's whole-trace figures. ``rank_names``: per rank and
@@ -34,6 +39,7 @@ class FleetResult:
     streams: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     gapscope_version: str = __version__
+    schema: str = SCHEMA
 
     SECTIONS = ("files", "devices", "rank_names", "by_name", "spread", "steps", "stragglers", "streams")
 
@@ -43,9 +49,9 @@ class FleetResult:
         return [f for f in self.files if f.get("error")]
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON object of docs/schema.md (``gapscope.fleet/1``)."""
+        """The JSON object of docs/schema.md (``gapscope.fleet/2``)."""
         return {
-            "schema": SCHEMA,
+            "schema": self.schema,
             "gapscope_version": self.gapscope_version,
             "options": self.options,
             "warnings": list(self.warnings),
@@ -58,10 +64,12 @@ class FleetResult:
         GapscopeError if it is not one this gapscope wrote (gapscope.schema checks it)."""
         if check_result(data, source) != "fleet":
             raise GapscopeError(f"{source}: a single analysis, not a many-trace result")
+        schema = data["schema"]
         return cls(
             options=data.get("options", {}),
             warnings=list(data.get("warnings", [])),
             gapscope_version=data.get("gapscope_version", "?"),
+            schema=schema,
             **{s: list(data.get(s, [])) for s in cls.SECTIONS},
         )
 

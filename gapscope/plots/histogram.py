@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from gapscope.plots import style
 from gapscope.plots.binning import log_edges, log_histogram, percentile_marks
@@ -51,9 +50,8 @@ def histogram_data(src: PlotSource, per_decade: int = 10, max_panels: int = MAX_
     from gapscope.analysis.attribution import CATEGORY_LABELS
 
     a = src.analysis
-    codes, uniques = pd.factorize(a.ranges.frame["name"].to_numpy(), sort=False)
+    codes = a.name_of_range
     by_name = src.result.by_name
-    assert [r["name"] for r in by_name] == list(uniques), "range names out of step with the result"
     gaps = a.range_gaps
     group = codes[gaps.row].astype(np.int64) if gaps.row.size else np.zeros(0, np.int64)
     if src.range_gap_cats is not None:

@@ -1,9 +1,9 @@
 """What a path given to `gapscope plot` / `gapscope report` holds, loaded once.
 
-* an nsys SQLite export: analyzed here (`gapscope.analysis.run_analysis`), keeping the raw
+* a trace (any format gapscope.inputs resolves): analyzed here (`gapscope.analysis.run_analysis`), keeping the raw
   arrays the timeline and the histogram draw, and the gap categories of the device-level and
   range-level gaps (`gapscope.analysis.attribution.Attributor`);
-* a result JSON of `gapscope analyze` (schema ``gapscope.analysis/1``): tables only, it holds no
+* a result JSON of `gapscope analyze` (schema ``gapscope.analysis/N``): tables only, it holds no
   gap list;
 * a `gapscope run` result (``run.json``, schema ``gapscope-run/1``) or its output folder: the
   sweep rows, and the folder's ``gapscope_run.sqlite`` when it is there.

@@ -15,9 +15,13 @@ FORMATS = ("png", "svg")
 DPI = 100
 MAX_PALETTE_ERROR = 6
 
-#: Okabe-Ito colours (readable with colour-vision deficiencies), one per IdleCategory.
+#: Okabe-Ito colours (readable with colour-vision deficiencies), one per IdleCategory; host
+#: time is a light tint of launch, which it sits beside.
 CATEGORY_COLORS = {
     "launch": "#D55E00",
+    "host": "#EDA27F",
+    "stall": "#F0E442",
+    "setup": "#56B4E9",
     "sync": "#CC79A7",
     "dependency": "#0072B2",
     "memop": "#E69F00",

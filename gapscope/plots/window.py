@@ -24,14 +24,14 @@ MAX_WINDOW_NS = TIME_LIMIT_NS
 _TIME = re.compile(r"^\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(ns|us|µs|ms|s)?\s*$")
 
 
-def parse_time(text: str) -> int:
-    """'1.5ms' -> 1_500_000; a bare number is nanoseconds."""
+def parse_time(text: str, option: str = "--window") -> int:
+    """'1.5ms' -> 1_500_000; a bare number is nanoseconds (``option`` names it in an error)."""
     m = _TIME.match(text)
     if not m:
-        raise GapscopeError(f"--window: {text.strip()!r} is not a time (a number with ns, us, ms or s)")
+        raise GapscopeError(f"{option}: {text.strip()!r} is not a time (a number with ns, us, ms or s)")
     ns = float(m.group(1)) * UNITS[m.group(2) or "ns"]
     if not math.isfinite(ns) or abs(ns) > MAX_WINDOW_NS:
-        raise GapscopeError(f"--window: {text.strip()!r} is out of range (at most {MAX_WINDOW_NS:.2e} ns either way)")
+        raise GapscopeError(f"{option}: {text.strip()!r} is out of range (at most {MAX_WINDOW_NS:.2e} ns either way)")
     return int(round(ns))
 
 

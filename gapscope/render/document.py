@@ -22,13 +22,15 @@ class Part:
     """One trace's part of a report. ``result`` is None for a `gapscope run` sweep saved without
     its analysis; ``sweep`` holds gapscope.analysis.sweep.SweepRow rows; ``figures`` maps
     'timeline', 'histogram', 'crossover' to what the format embeds (Markdown: a path relative to
-    the report; HTML: the figure's SVG markup)."""
+    the report; HTML: the figure's SVG markup); ``read_seconds``: how long reading the trace
+    took, for the header (None for a saved result)."""
 
     label: str
     result: AnalysisResult | None = None
     sweep: Sequence[Any] = ()
     calibration: dict[str, Any] | None = None
     figures: Mapping[str, str] = field(default_factory=dict)
+    read_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -44,14 +46,15 @@ class Document:
 
 
 def document_of(result: AnalysisResult | Document | None, *, title: str | None = None, sweep: Sequence[Any] = (),
-                calibration: dict[str, Any] | None = None, figures: Mapping[str, str] | None = None) -> Document:
+                calibration: dict[str, Any] | None = None, figures: Mapping[str, str] | None = None,
+                read_seconds: float | None = None) -> Document:
     """``result`` as a Document: itself, or one part with these options (``title`` defaults to
     the trace's name)."""
     if isinstance(result, Document):
         return result
     if title is None:
         title = str(result.trace.get("name")) if result is not None else "gapscope"
-    return Document((Part(title, result, sweep, calibration, figures or {}),))
+    return Document((Part(title, result, sweep, calibration, figures or {}, read_seconds),))
 
 
 def write_part(part: Part, limit: int, **writers: Callable[[Any], None]) -> None:

@@ -92,11 +92,11 @@ def _figure(file: TextIO, figures: Mapping[str, str], key: str) -> None:
         file.write(f'<figure>{inline_svg(figures[key])}<figcaption>{_e(FIGURE_CAPTIONS[key])}</figcaption></figure>\n')
 
 
-def _header(file: TextIO, result: AnalysisResult, h: int) -> None:
-    facts = " · ".join(f"{_e(what)}: {_e(value)}" for what, value in sections.facts(result))
+def _header(file: TextIO, result: AnalysisResult, h: int, read_seconds: float | None = None, limit: int = 20) -> None:
+    facts = " · ".join(f"{_e(what)}: {_e(value)}" for what, value in sections.facts(result, read_seconds))
     warnings = "".join(f'<p class="warning">{_e(w)}</p>\n' for w in result.warnings)
     file.write(f'<p class="facts">{facts}</p>\n{warnings}')
-    found = sections.readings(result)
+    found = sections.readings(result, limit)
     if found:
         items = "".join(f'<li>{_text(r.label)}{r.after_label()}: <strong class="{share_class(r.share.value)}">'
                         f"{_e(r.share)}</strong>{_e(r.after_share())}: {_e(r.reading)}</li>\n" for r in found)
@@ -120,8 +120,8 @@ def _sweep(file: TextIO, part: Part, h: int) -> None:
 
 def _part(file: TextIO, part: Part, h: int, limit: int) -> None:
     """One trace's report, its headings at level ``h``."""
-    write_part(part, limit, header=lambda r: _header(file, r, h), figure=lambda k: _figure(file, part.figures, k),
-               sweep=lambda rows: _sweep(file, part, h), section=lambda s: _section(file, s, h),
+    write_part(part, limit, header=lambda r: _header(file, r, h, part.read_seconds, limit),
+               figure=lambda k: _figure(file, part.figures, k), sweep=lambda rows: _sweep(file, part, h), section=lambda s: _section(file, s, h),
                folded=lambda found: _folded(file, found, h + 1))
 
 
@@ -136,12 +136,13 @@ def _folded(file: TextIO, found: list[Section], h: int) -> None:
 def render(
     result: AnalysisResult | Document | None, file: TextIO, *, title: str | None = None, sweep: Sequence[Any] = (),
     calibration: dict[str, Any] | None = None, figures: Mapping[str, str] | None = None,
-    limit: int = 20, **_: Any,
+    limit: int = 20, read_seconds: float | None = None, **_: Any,
 ) -> None:
     """Write the page of a Document, or of one result with these options (``figures``: SVG
     markup by figure key; the rest as for gapscope.render.markdown). Several traces: one
     section per trace."""
-    doc = document_of(result, title=title, sweep=sweep, calibration=calibration, figures=figures)
+    doc = document_of(result, title=title, sweep=sweep, calibration=calibration, figures=figures,
+                      read_seconds=read_seconds)
     file.write(f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
                f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
                f"<title>gapscope report: {_e(doc.title)}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n<main>\n"

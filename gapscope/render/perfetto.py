@@ -46,9 +46,11 @@ from gapscope.trace.frames import ActivityKind
 if TYPE_CHECKING:
     from gapscope.analysis.pipeline import Analysis
 
-#: chrome://tracing's reserved colour per gap category (Perfetto colours by name instead).
-CATEGORY_CNAMES = {"launch": "terrible", "sync": "bad", "dependency": "rail_load", "memop": "yellow",
-                   "pipeline": "good", "unknown": "grey", "gap": "grey"}
+#: chrome://tracing's reserved colour per gap category (Perfetto colours by name instead); a gap
+#: slice is named by its largest category.
+CATEGORY_CNAMES = {"launch": "terrible", "host": "olive", "stall": "rail_animation", "setup": "rail_idle",
+                   "sync": "bad", "dependency": "rail_load", "memop": "yellow", "pipeline": "good",
+                   "unknown": "grey", "gap": "grey"}
 KIND_CATEGORIES = {ActivityKind.KERNEL: "kernel", ActivityKind.MEMCPY: "memcpy", ActivityKind.MEMSET: "memset",
                    ActivityKind.GRAPH: "graph"}
 
@@ -187,12 +189,27 @@ def _gpu_lines(analysis: Analysis, tracks: Tracks, call_names: list[str], code_o
         labels = CATEGORY_LABELS if attributed else ("gap",)
         call = analysis.launch[gaps.next_act]
         call_code = np.where(call >= 0, code_of_call[np.maximum(call, 0)], len(call_names) - 1)
-        combos, code = _combined(gaps.device.astype(np.int64), cats, call_code)
+        combos, code = _combined(gaps.device.astype(np.int64), cats)
         heads = [_head("gap", dev_pid[d], gap_tid[d], f'"{labels[c]} gap"') +
-                 f',"cname":"{CATEGORY_CNAMES[labels[c]]}","args":{{"launched_by":{call_names[k]}}}'
-                 for d, c, k in combos]
-        out.append(_slices(heads, code, gaps.start, gaps.start + gaps.length))
+                 f',"cname":"{CATEGORY_CNAMES[labels[c]]}"' for d, c in combos]
+        tail = [',"args":{"launched_by":', taken(call_names, call_code),
+                *([_split_text(gaps)] if attributed else []), "}"]
+        out.append(_slices(heads, code, gaps.start, gaps.start + gaps.length, tail))
     return out
+
+
+def _split_text(gaps: Any) -> pa.Array:
+    """Per gap, its time in each category it has (``,"launch_ns":N,"host_ns":M``), the split
+    the gap's categories of docs/metrics.md give it (a slice is named by its largest)."""
+    from gapscope.analysis.attribution import CATEGORY_LABELS
+
+    split = gaps.split.matrix(np.arange(gaps.length.size), gaps.length)
+    parts = []
+    for j, label in enumerate(CATEGORY_LABELS):
+        col = split[:, j]
+        text = pc.binary_join_element_wise(f',"{label}_ns":', int_text(col), "")
+        parts.append(pc.if_else(pa.array(col > 0), text, ""))
+    return pc.binary_join_element_wise(*parts, "")
 
 
 def _cpu_lines(analysis: Analysis, tracks: Tracks, call_names: list[str], code_of_call: np.ndarray,

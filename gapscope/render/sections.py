@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Union
 
+from gapscope.analysis.ranges import is_library_domain
 from gapscope.analysis.result import AnalysisResult
 from gapscope.analysis.verdicts import reading
 from gapscope.render.layout import Column
@@ -20,7 +21,7 @@ from gapscope.text import name as display_name
 
 #: The order of a report document (Markdown, HTML): ("figure", key), ("section", builder key),
 #: ("sweep",) for a `gapscope run` sweep, ("folded", builder keys) for the whole-trace tables.
-DOCUMENT = (("figure", "timeline"), ("section", "by_name"), ("section", "idle"), ("section", "payoff"),
+DOCUMENT = (("figure", "timeline"), ("section", "by_name"), ("section", "domains"), ("section", "idle"), ("section", "payoff"),
             ("figure", "histogram"), ("sweep",), ("section", "top_gaps"), ("section", "launch"),
             ("folded", ("devices", "streams", "ranges")))
 FOLDED_TITLE = "Devices, streams and range instances"
@@ -80,34 +81,98 @@ def stats_cells(r: dict[str, Any]) -> list[Cell]:
             fmt_ns(r["gap_max_ns"]) if r["gap_count"] else "-", fmt_ns(r["kernel_median_ns"])]
 
 
+#: Each trace format (the JSON's ``trace.format``) as a report header names it.
+FORMAT_WORDS = {
+    "nsys-sqlite": "nsys SQLite export",
+    "nsys-parquet": "nsys parquetdir export",
+    "nsys-arrow": "nsys arrowdir export",
+    "nsys-rep": "Nsight Systems report",
+    "kineto": "PyTorch profiler trace",
+}
+
+
 def _with_work(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in rows if r["kernels"] > 0]
 
 
-def by_name(result: AnalysisResult) -> Section | None:
-    """One row per NVTX range name that launched GPU work, with its reading."""
+def _folded(result: AnalysisResult, row: dict[str, Any]) -> bool:
+    """True for a row of a library's NVTX domain, folded into the domains section (unless the
+    analysis was asked for some domains, which are then shown as they are)."""
+    return not result.options.get("domain_filter") and is_library_domain(row.get("domain"))
+
+
+def _top(rows: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+    """The ``limit`` rows with the most gap time (the first on a tie), in their own order."""
+    if len(rows) <= limit:
+        return rows
+    keep = sorted(range(len(rows)), key=lambda i: (-rows[i]["gap_ns"], i))[:max(limit, 0)]
+    return [rows[i] for i in sorted(keep)]
+
+
+def label(row: dict[str, Any]) -> str:
+    """A range name as the tables show it: ``[domain] name`` outside the default domain."""
+    return f"[{row['domain']}] {row['name']}" if row.get("domain") else str(row["name"])
+
+
+def shown_names(result: AnalysisResult, limit: int) -> tuple[list[dict[str, Any]], int]:
+    """(the by-name rows a report shows, how many it leaves out): rows with GPU work (all rows
+    when none has any) outside library domains, the ``limit`` with the most gap time."""
+    rows = [r for r in result.by_name if not _folded(result, r)]
+    rows = _with_work(rows) or rows
+    shown = _top(rows, limit)
+    return shown, len(rows) - len(shown)
+
+
+def _left_out(left: int, what: str) -> str:
+    return f"; the {what} with the most gap time, {left:,} left out: --limit N or --format json for more" \
+        if left else ""
+
+
+def by_name(result: AnalysisResult, limit: int = 20) -> Section | None:
+    """The range names with the most gap time (``limit``), with their readings."""
     if not result.by_name:
         return None
-    rows = _with_work(result.by_name) or result.by_name
+    shown, left = shown_names(result, limit)
+    if not shown:
+        return None
     return Section(
-        "by_name", f"NVTX ranges by name ({len(_with_work(result.by_name))} of {len(result.by_name)} "
-        "launched GPU work)",
+        "by_name", f"NVTX ranges by name ({len(_with_work(result.by_name)):,} of {len(result.by_name):,} "
+        f"launched GPU work{_left_out(left, f'{len(shown):,}')})",
         (Column("name", False), Column("count", priority=2, short="n"), *STATS_COLUMNS, READING),
-        [[Name(str(r["name"])), fmt_count(r["count"]), *stats_cells(r), reading(r)] for r in rows],
+        [[Name(label(r)), fmt_count(r["count"]), *stats_cells(r), reading(r)] for r in shown],
+    )
+
+
+def domains(result: AnalysisResult) -> Section | None:
+    """Libraries' NVTX domains (CCCL, TSL, NCCL, ...), one line each, with their counts."""
+    folded = [r for r in result.by_name if _folded(result, r)]
+    if not folded:
+        return None
+    per: dict[str, list[int]] = {}
+    for r in folded:
+        c = per.setdefault(r["domain"], [0, 0, 0])
+        c[0] += 1
+        c[1] += r["count"]
+    for r in result.ranges:
+        if r["kernels"] > 0 and r.get("domain") in per and _folded(result, r):
+            per[r["domain"]][2] += 1
+    return Section(
+        "domains", "Library NVTX domains (not in the tables above; --domain NAME shows one)",
+        (Column("domain", False), Column("names"), Column("ranges"), Column("with GPU work", short="w/ work")),
+        [[Name(d), fmt_count(n), fmt_count(k), fmt_count(w)] for d, (n, k, w) in per.items()],
     )
 
 
 def ranges(result: AnalysisResult, limit: int) -> Section | None:
-    """The first ``limit`` range instances with GPU work."""
-    work = _with_work(result.ranges)
-    shown = work[:max(limit, 0)]
+    """The ``limit`` range instances with GPU work and the most gap time, in start order."""
+    work = _with_work([r for r in result.ranges if not _folded(result, r)])
+    shown = _top(work, limit)
     if not shown:
         return None
-    more = f", first {len(shown)}; --limit N or --format json for more" if len(work) > len(shown) else ""
     return Section(
-        "ranges", f"Range instances ({len(work)} with GPU work{more})",
+        "ranges", f"Range instances ({len(work):,} with GPU work{_left_out(len(work) - len(shown), f'{len(shown):,}')})",
         (Column("id"), Column("name", False), Column("thread", priority=4, short="tid"), *STATS_COLUMNS),
-        [[str(r["id"]), Name(str(r["name"])), str(r["thread"]), *stats_cells(r)] for r in shown],
+        [[str(r["id"]), Name(label(r)), str(r["thread"]), *stats_cells(r)] for r in shown],
     )
 
 
@@ -129,34 +194,35 @@ def streams(result: AnalysisResult) -> Section | None:
                    [[str(r["pid"]), str(r["device"]), str(r["stream"]), *stats_cells(r)] for r in result.streams])
 
 
-#: Gap categories on a narrow terminal: launch always, unknown first out; short headers.
-IDLE_PRIORITY = {"sync": 1, "dependency": 1, "memop": 1, "pipeline": 1, "unknown": 2}
+#: Gap categories on a narrow terminal: launch and host always, unknown first out; short headers.
+IDLE_PRIORITY = {"stall": 1, "setup": 1, "sync": 1, "pipeline": 1, "dependency": 2, "memop": 2, "unknown": 3}
 IDLE_SHORT = {"dependency": "dep", "memop": "mem", "pipeline": "pipe", "unknown": "unk"}
 
 
-def idle(result: AnalysisResult) -> Section | None:
-    """Why the GPU sat idle: each range name's and device's gap time split by category, and
-    its CUDA Graph ceiling."""
+def idle(result: AnalysisResult, limit: int = 20) -> Section | None:
+    """Why the GPU sat idle: the shown range names' and each device's gap time split by
+    category, and its CUDA Graph ceiling."""
     from gapscope.analysis.attribution import CATEGORY_LABELS
 
+    shown, left = shown_names(result, limit)
     labelled: list[tuple[Cell, dict[str, Any]]] = [
-        (Name(f"range {r['name']} (x{r['count']})"), r)
-        for r in _with_work(result.by_name) if "gap_by_category_ns" in r]
+        (Name(f"{label(r)} (x{r['count']})"), r) for r in shown if "gap_by_category_ns" in r and r["kernels"] > 0]
     labelled += [(f"device {r['device']}", r) for r in result.devices if "gap_by_category_ns" in r]
     if not labelled:
         return None
     rows: list[list[Cell]] = []
-    for label, r in labelled:
+    for timeline, r in labelled:
         cats = r["gap_by_category_ns"]
-        rows.append([label, fmt_ns(r["gap_ns"]), *(fmt_share(cats.get(c, 0), r["gap_ns"]) for c in CATEGORY_LABELS),
+        rows.append([timeline, fmt_ns(r["gap_ns"]), *(fmt_share(cats.get(c, 0), r["gap_ns"]) for c in CATEGORY_LABELS),
                      fmt_speedup(r.get("graph_ceiling_speedup"))])
+    more = f" {left:,} more range names in --format json." if left else ""
     return Section(
         "idle", "Why the GPU sat idle (share of gap time)",
         (Column("timeline", False), Column("gap"), *(Column(c, priority=IDLE_PRIORITY.get(c, 0), short=IDLE_SHORT.get(c))
                                                   for c in CATEGORY_LABELS),
          Column("graph ceiling", short="ceiling")),
         rows, note="Categories and the ceiling are defined in docs/metrics.md (\"Gap attribution\", "
-                   "\"CUDA Graph payoff\").",
+                   f"\"CUDA Graph payoff\").{more}",
     )
 
 
@@ -224,32 +290,54 @@ class Reading:
         return " of the GPU span in gaps" + (f" ({self.detail})" if self.detail else "")
 
 
-def readings(result: AnalysisResult) -> list[Reading]:
-    """The verdict of each range name that launched GPU work, or of each device without ranges."""
-    rows = _with_work(result.by_name)
+def readings(result: AnalysisResult, limit: int = 20) -> list[Reading]:
+    """The verdict of each range name a report shows (:func:`shown_names`) that launched GPU
+    work, or of each device without ranges."""
+    rows = _with_work(shown_names(result, limit)[0])
     if rows:
-        return [Reading(Name(str(r["name"])), r["count"], Share(r["gap_fraction"]),
+        return [Reading(Name(label(r)), r["count"], Share(r["gap_fraction"]),
                         f"{fmt_ns(r['gap_ns'])} of {fmt_ns(r['gpu_span_ns'])}", reading(r)) for r in rows]
     return [Reading(f"device {r['device']}", None, Share(r["gap_fraction"]), None, reading(r)) for r in result.devices]
 
 
-def facts(result: AnalysisResult) -> list[tuple[str, str]]:
-    """The report's header facts: (what, value) for the nsys version, export schema, graph
+def facts(result: AnalysisResult, read_seconds: float | None = None) -> list[tuple[str, str]]:
+    """The report's header facts: (what, value) for the trace's format (and how long reading it
+    took, ``read_seconds``, when it was read just now rather than a saved result loaded), the
+    nsys version and export schema (a PyTorch profiler trace: its Kineto schema), graph
     tracing, GPUs and gapscope version."""
     tr = result.trace
+    out = []
+    fmt = tr.get("format")
+    if fmt:
+        took = f", read in {fmt_ns(read_seconds * 1e9)}" if read_seconds is not None else ""
+        out.append(("format", f"{FORMAT_WORDS.get(fmt, fmt)}{took}"))
+    if fmt == "kineto":
+        out.append(("Kineto schema", str(tr.get("export_schema") or "?")))
+    else:
+        out += [("nsys", str(tr.get("nsys_version") or "?")), ("export schema", str(tr.get("export_schema") or "?"))]
     gpus = ", ".join(sorted(set((tr.get("gpus") or {}).values()))) or "?"
-    return [("nsys", str(tr.get("nsys_version") or "?")), ("export schema", str(tr.get("export_schema") or "?")),
-            ("CUDA graphs traced", str(tr.get("graph_trace") or "?")), ("GPU", gpus),
+    return [*out, ("CUDA graphs traced", str(tr.get("graph_trace") or "?")), ("GPU", gpus),
             ("gapscope", str(result.gapscope_version))]
 
 
-def build(key: str, result: AnalysisResult, limit: int) -> Section | None:
-    """The section ``key`` of a result (``limit``: range instances listed)."""
-    return BUILDERS[key](result, limit) if key == "ranges" else BUILDERS[key](result)
+#: Header facts written "what value" rather than "what: value".
+SPACED_FACTS = frozenset({"nsys", "export schema", "Kineto schema", "gapscope"})
+
+
+def fact_text(what: str, value: str) -> str:
+    """One header fact as text: ``nsys 2025.3.2.0``, ``GPU: NVIDIA H200``."""
+    return f"{what}{' ' if what in SPACED_FACTS else ': '}{value}"
 
 
 #: Every section builder by key; those taking ``limit`` say so in their signature.
 BUILDERS: dict[str, Callable[..., Section | None]] = {
-    "by_name": by_name, "ranges": ranges, "devices": devices, "streams": streams, "idle": idle,
-    "launch": launch, "payoff": payoff, "top_gaps": top_gaps,
+    "by_name": by_name, "domains": domains, "ranges": ranges, "devices": devices, "streams": streams,
+    "idle": idle, "launch": launch, "payoff": payoff, "top_gaps": top_gaps,
 }
+#: The builders that take the ``limit`` of rows shown.
+LIMITED = frozenset({"by_name", "ranges", "idle"})
+
+
+def build(key: str, result: AnalysisResult, limit: int) -> Section | None:
+    """The section ``key`` of ``result``, showing at most ``limit`` rows where it has many."""
+    return BUILDERS[key](result, limit) if key in LIMITED else BUILDERS[key](result)

@@ -23,7 +23,7 @@ from gapscope.render.sections import Name, Section, Share
 from gapscope.text import printable
 
 #: The order of the sections on the terminal.
-ORDER = ("by_name", "ranges", "devices", "streams", "idle", "launch", "payoff", "top_gaps")
+ORDER = ("by_name", "domains", "ranges", "devices", "streams", "idle", "launch", "payoff", "top_gaps")
 
 
 def share_text(f: float | None) -> Text:
@@ -67,29 +67,26 @@ def section_table(section: Section, width: int | None = None) -> Table:
     return fitted_table(section.title, section.columns, section.rows, width)
 
 
-def header_text(result: AnalysisResult) -> Text:
-    """The report's first line: trace, tool versions, graph tracing, GPUs."""
-    tr = result.trace
-    gpus = ", ".join(sorted(set((tr.get("gpus") or {}).values()))) or "?"
-    return Text.assemble(
-        ("gapscope", "bold"),
-        printable(f" {tr.get('name')}  nsys {tr.get('nsys_version') or '?'}  export schema "
-                  f"{tr.get('export_schema') or '?'}  graphs traced: {tr.get('graph_trace')}  GPU: {gpus}"),
-    )
+def header_text(result: AnalysisResult, read_seconds: float | None = None) -> Text:
+    """The report's first line: trace, its format and read time, tool versions, graph tracing,
+    GPUs."""
+    facts = "  ".join(sections.fact_text(what, value)
+                      for what, value in sections.facts(result, read_seconds) if what != "gapscope")
+    return Text.assemble(("gapscope", "bold"), printable(f" {result.trace.get('name')}  {facts}"))
 
 
 def render(result: AnalysisResult, file: TextIO, *, limit: int = 20, width: int | None = None,
-           wide: bool = False, **_: Any) -> None:
+           wide: bool = False, read_seconds: float | None = None, **_: Any) -> None:
     """Write the human report: header, warnings, then every section in ORDER (``limit``: range
     instances shown), each table fitted to ``width`` (default: the terminal's; every column
-    with ``wide`` or when ``file`` is not a terminal)."""
+    with ``wide`` or when ``file`` is not a terminal); ``read_seconds``: how long reading the
+    trace took, for the header."""
     console, fit = console_for(file, width, wide)
-    console.print(header_text(result))
+    console.print(header_text(result, read_seconds))
     for w in result.warnings:
         console.print(Text.assemble(("warning:", "yellow"), f" {printable(w)}"))
     for key in ORDER:
-        build = sections.BUILDERS[key]
-        section = build(result, limit) if key == "ranges" else build(result)
+        section = sections.build(key, result, limit)
         if section is not None:
             console.print()
             console.print(section_table(section, fit))

@@ -470,7 +470,8 @@ def multi_gpu(ct: CaseTrace, suffix: str, host: dict | None = None) -> dict[str,
                          "gap_fraction": _ratio(gap, span),
                          "waits": int(mine.shape[0]), "cross_wait_ns": int(mine["wait"].sum()),
                          "cross_wait_share": _ratio(int(mine["wait"].sum()), gap),
-                         "launch_gap_ns": int(cats[pairs, IdleCategory.LAUNCH].sum()),
+                         # the host-side gap time a replay removes: launch calls and host time
+                         "launch_gap_ns": int(cats[pairs][:, [IdleCategory.LAUNCH, IdleCategory.HOST]].sum()),
                          "dependency_gap_ns": int(cats[pairs, IdleCategory.DEPENDENCY].sum())})
         lat = hops["latency"].to_numpy()
         summary[v] = {"hops": int(lat.size), "cross_wait_ns": int(hops["wait"].sum()),

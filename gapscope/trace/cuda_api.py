@@ -1,6 +1,9 @@
 """CUDA runtime and driver API calls by what they do, as the analysis needs to tell them apart.
 
-Names are without nsys's ``_vNNNN`` version suffix (:func:`base_name` strips it).
+Names are without nsys's ``_vNNNN`` version suffix (:func:`base_name` strips it). Gap attribution
+(docs/metrics.md, "Gap attribution") reads a launching thread's calls by their role: a *launch*
+call issues GPU work, a *sync* call blocks until GPU work is done, a *setup* call prepares
+resources and issues no work; every other call is host time.
 """
 
 from __future__ import annotations
@@ -17,11 +20,11 @@ def base_name(name: str) -> str:
 
 #: Calls that never launch GPU work nor block on it, left out of the ``api`` frame unless every
 #: call is asked for: in PyTorch and CuPy traces they are up to half of all calls. (A stream
-#: wait's issue time is read from its SYNCHRONIZATION record instead.)
+#: wait's issue time is read from its SYNCHRONIZATION record instead.) Gap attribution counts
+#: the time a thread spends in them as host time, like the time between calls.
 QUIET_CALLS = frozenset({
     "cudaEventRecord", "cudaEventRecordWithFlags", "cuEventRecord", "cuEventRecordWithFlags",
     "cudaStreamWaitEvent", "cuStreamWaitEvent", "cudaEventQuery", "cuEventQuery",
-    "cudaEventCreate", "cudaEventCreateWithFlags", "cuEventCreate", "cudaEventDestroy", "cuEventDestroy",
     "cudaEventElapsedTime", "cuEventElapsedTime",
     "cudaGetDevice", "cudaSetDevice", "cudaGetDeviceCount", "cudaGetLastError", "cudaPeekAtLastError",
     "cudaStreamIsCapturing", "cudaStreamGetCaptureInfo", "cuStreamIsCapturing", "cuStreamGetCaptureInfo",
@@ -48,3 +51,77 @@ GRAPH_LAUNCH_CALLS = frozenset({"cudaGraphLaunch", "cuGraphLaunch"})
 #: Calls that launch one kernel.
 KERNEL_LAUNCH_CALLS = frozenset({"cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernel",
                                  "cudaLaunchKernelExC"})
+
+#: Asynchronous copies, memsets and other stream work issued from the host (``launch`` role).
+ASYNC_WORK_CALLS = frozenset({
+    "cudaMemcpyAsync", "cudaMemcpy2DAsync", "cudaMemcpy3DAsync", "cudaMemcpyToSymbolAsync",
+    "cudaMemcpyFromSymbolAsync", "cudaMemcpyPeerAsync", "cudaMemcpy3DPeerAsync", "cudaMemcpy2DToArrayAsync",
+    "cudaMemcpy2DFromArrayAsync", "cudaMemsetAsync", "cudaMemset2DAsync", "cudaMemset3DAsync",
+    "cudaMemPrefetchAsync", "cudaLaunchHostFunc", "cudaLaunchCooperativeKernel",
+    "cudaLaunchCooperativeKernelMultiDevice", "cudaLaunch",
+    "cuMemcpyAsync", "cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync", "cuMemcpyDtoDAsync", "cuMemcpyPeerAsync",
+    "cuMemcpy2DAsync", "cuMemcpy3DAsync", "cuMemcpy3DPeerAsync", "cuMemcpyHtoAAsync", "cuMemcpyAtoHAsync",
+    "cuMemsetD8Async", "cuMemsetD16Async", "cuMemsetD32Async", "cuMemsetD2D8Async", "cuMemsetD2D16Async",
+    "cuMemsetD2D32Async", "cuMemPrefetchAsync", "cuLaunchHostFunc", "cuLaunchCooperativeKernel",
+    "cuLaunchCooperativeKernelMultiDevice", "cuLaunchGrid", "cuLaunchGridAsync",
+})
+
+#: Calls that issue GPU work: kernel and graph launches, asynchronous copies and memsets.
+LAUNCH_CALLS = KERNEL_LAUNCH_CALLS | GRAPH_LAUNCH_CALLS | ASYNC_WORK_CALLS
+
+#: Calls that prepare resources and issue no work: module loading (lazy loading included),
+#: device and host allocation, stream and event creation, graph capture, instantiation and
+#: upload, context creation.
+SETUP_CALLS = frozenset({
+    # modules and libraries (CUDA lazy loading calls these on a kernel's first launch)
+    "cuLibraryLoadData", "cuLibraryLoadFromFile", "cuLibraryUnload", "cuModuleLoad", "cuModuleLoadData",
+    "cuModuleLoadDataEx", "cuModuleLoadFatBinary", "cuModuleUnload", "cuLinkCreate", "cuLinkAddData",
+    "cuLinkAddFile", "cuLinkComplete", "cuLinkDestroy", "cudaLibraryLoadData", "cudaLibraryLoadFromFile",
+    "cudaLibraryUnload",
+    # device memory
+    "cudaMalloc", "cudaMallocManaged", "cudaMallocPitch", "cudaMalloc3D", "cudaMallocArray",
+    "cudaMalloc3DArray", "cudaMallocMipmappedArray", "cudaMallocAsync", "cudaMallocFromPoolAsync",
+    "cudaFree", "cudaFreeArray", "cudaFreeMipmappedArray", "cudaFreeAsync", "cudaMemPoolCreate",
+    "cudaMemPoolDestroy", "cudaMemPoolTrimTo",
+    "cuMemAlloc", "cuMemAllocManaged", "cuMemAllocPitch", "cuMemAllocAsync", "cuMemAllocFromPoolAsync",
+    "cuMemFree", "cuMemFreeAsync", "cuMemCreate", "cuMemRelease", "cuMemMap", "cuMemUnmap",
+    "cuMemMapArrayAsync", "cuMemSetAccess", "cuMemAddressReserve", "cuMemAddressFree", "cuMemPoolCreate",
+    "cuMemPoolDestroy", "cuMemPoolTrimTo", "cuMemExportToShareableHandle", "cuMemImportFromShareableHandle",
+    "cuArrayCreate", "cuArray3DCreate", "cuArrayDestroy",
+    # host memory
+    "cudaHostAlloc", "cudaMallocHost", "cudaFreeHost", "cudaHostRegister", "cudaHostUnregister",
+    "cuMemHostAlloc", "cuMemAllocHost", "cuMemFreeHost", "cuMemHostRegister", "cuMemHostUnregister",
+    # streams and events
+    "cudaStreamCreate", "cudaStreamCreateWithFlags", "cudaStreamCreateWithPriority", "cudaStreamDestroy",
+    "cuStreamCreate", "cuStreamCreateWithPriority", "cuStreamDestroy",
+    "cudaEventCreate", "cudaEventCreateWithFlags", "cudaEventDestroy", "cuEventCreate", "cuEventDestroy",
+    # graphs: capture, construction, instantiation, upload, teardown
+    "cudaStreamBeginCapture", "cudaStreamEndCapture", "cudaStreamBeginCaptureToGraph", "cuStreamBeginCapture",
+    "cuStreamEndCapture", "cuStreamBeginCaptureToGraph", "cudaGraphCreate", "cuGraphCreate",
+    "cudaGraphInstantiate", "cudaGraphInstantiateWithFlags", "cudaGraphInstantiateWithParams",
+    "cuGraphInstantiate", "cuGraphInstantiateWithFlags", "cuGraphInstantiateWithParams",
+    "cudaGraphUpload", "cuGraphUpload", "cudaGraphDestroy", "cudaGraphExecDestroy", "cuGraphDestroy",
+    "cuGraphExecDestroy", "cudaGraphAddKernelNode", "cudaGraphAddMemcpyNode", "cudaGraphAddMemsetNode",
+    "cudaGraphAddNode", "cudaGraphAddEmptyNode", "cudaGraphAddHostNode", "cudaGraphAddChildGraphNode",
+    "cudaGraphAddEventRecordNode", "cudaGraphAddEventWaitNode", "cudaGraphClone", "cuGraphAddNode",
+    "cuGraphAddKernelNode", "cuGraphAddMemcpyNode", "cuGraphAddMemsetNode", "cuGraphAddEmptyNode",
+    "cuGraphAddHostNode", "cuGraphAddChildGraphNode", "cuGraphAddEventRecordNode", "cuGraphAddEventWaitNode",
+    "cuGraphClone",
+    # contexts and devices
+    "cuInit", "cuCtxCreate", "cuCtxDestroy", "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease",
+    "cuDevicePrimaryCtxReset", "cudaDeviceReset", "cudaDeviceSetLimit", "cudaInitDevice",
+})
+
+#: A call's role, as gapscope.analysis.host_timeline numbers it; every other call is OTHER.
+ROLE_OTHER, ROLE_LAUNCH, ROLE_SYNC, ROLE_SETUP = 0, 1, 2, 3
+
+
+def call_role(name: str) -> int:
+    """The role of a (suffix-stripped) API name: ROLE_SYNC, ROLE_SETUP, ROLE_LAUNCH or ROLE_OTHER."""
+    if name in SYNC_CALLS:
+        return ROLE_SYNC
+    if name in SETUP_CALLS:
+        return ROLE_SETUP
+    if name in LAUNCH_CALLS:
+        return ROLE_LAUNCH
+    return ROLE_OTHER

@@ -10,12 +10,14 @@ came from.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 import pandas as pd
+
+from gapscope.errors import GapscopeError
 
 
 class ActivityKind(enum.IntEnum):
@@ -89,8 +91,9 @@ class TraceFrames:
     the wait), device, stream, proc.
     ``proc`` is the process part of nsys's globalPid/globalTid (``>> 24``): the key that makes
     correlation ids unique across processes.
-    ``warnings``: what the reader found damaged and left out (gapscope.trace.validation); every
-    analysis of these frames repeats them.
+    ``warnings``: what the reader has to say about the trace (a field its format lacks, a
+    mapping that differs from nsys's), then what gapscope.trace.validation found damaged and
+    left out; every analysis of these frames repeats them.
     """
 
     meta: TraceMeta
@@ -121,3 +124,38 @@ class TraceFrames:
         return [kernel_names.get(n, "?") if k == ActivityKind.KERNEL else f"graph {n}"
                 if k == ActivityKind.GRAPH else labels[ActivityKind(k)]
                 for k, n in zip(kind.tolist(), name_id.tolist())]
+
+
+#: The columns of each frame that build_frames requires, by frame.
+FRAME_COLUMNS = {
+    "activities": (*ACTIVITY_COLUMNS, "kind"),
+    "api": (*API_COLUMNS, "proc"),
+    "nvtx": NVTX_COLUMNS,
+    "syncs": SYNC_COLUMNS,
+}
+
+
+def build_frames(meta: TraceMeta, *, activities: pd.DataFrame, api: pd.DataFrame, nvtx: pd.DataFrame,
+                 syncs: pd.DataFrame, names: Names, warnings: Iterable[str] = (),
+                 cells: Mapping[str, Mapping[str, np.ndarray]] | None = None) -> TraceFrames:
+    """The one place every reader's frames are made: each frame is checked to hold its columns
+    (integers as int64), every value passes the damage rules of gapscope.trace.validation
+    (``cells``: the reader's Cell codes of cells that held no integer, by frame and column;
+    damaged rows left out with a warning, or the trace refused), and a trace without a single
+    kernel execution is refused (GapscopeError, exit 2) whatever its format."""
+    from gapscope.trace.validation import validate
+
+    given = {"activities": activities, "api": api, "nvtx": nvtx, "syncs": syncs}
+    for key, frame in given.items():
+        missing = [c for c in FRAME_COLUMNS[key] if c not in frame.columns]
+        if missing:  # a reader's bug, not the user's file
+            raise TypeError(f"{meta.format} reader: the {key} frame lacks {', '.join(missing)}")
+        for c in frame.columns:
+            if c != "name" and frame[c].dtype != np.int64 and not (key == "activities" and c == "kind"):
+                frame[c] = frame[c].to_numpy().astype(np.int64)
+    frames = validate(TraceFrames(meta=meta, activities=activities, api=api, nvtx=nvtx, syncs=syncs,
+                                  names=names, warnings=list(warnings)), cells)
+    kind = frames.activities["kind"].to_numpy()
+    if not ((kind == ActivityKind.KERNEL) | (kind == ActivityKind.GRAPH)).any():
+        raise GapscopeError(f"{meta.path}: the trace holds no kernel executions: nothing to analyze")
+    return frames

@@ -5,11 +5,16 @@
         ...                      # names are looked up while the trace is open
 
 After ``close()`` (or the ``with`` block) every name lookup raises ClosedTraceError instead of
-quietly answering ``[unknown]``. New trace formats plug in as readers in :data:`READERS`.
+quietly answering ``[unknown]``. Trace formats plug in as readers in :data:`READERS`: nsys's
+SQLite export (``nsys_sqlite``), its parquetdir and arrowdir exports (``nsys_columnar``), an
+Nsight Systems report exported on the fly (``nsys_report``) and a PyTorch profiler trace
+(``kineto``); every reader makes its frames through gapscope.trace.frames.build_frames.
 """
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Protocol
@@ -21,7 +26,8 @@ from gapscope.trace.frames import TraceFrames, TraceMeta
 
 
 class Reader(Protocol):
-    """What a trace format's reader offers (gapscope.trace.nsys_sqlite.NsysSqlite is one)."""
+    """What a trace format's reader offers (gapscope.trace.nsys_sqlite.NsysSqlite is one); it is
+    also the trace's Names (gapscope.trace.frames), answering while it is open."""
 
     format: str
     meta: TraceMeta
@@ -34,14 +40,24 @@ class Reader(Protocol):
     def close(self) -> None: ...
 
 
-def _nsys_sqlite(path: Path) -> Reader:
-    from gapscope.trace.nsys_sqlite import NsysSqlite
+def _reader(module: str, cls: str, *args: str) -> Callable[[Path], Reader]:
+    """An opener that imports its reader's module (gapscope.trace.<module>) only when a trace of
+    its format is opened, so resolving a path stays cheap."""
 
-    return NsysSqlite(path)
+    def opener(path: Path) -> Reader:
+        return getattr(importlib.import_module(f"gapscope.trace.{module}"), cls)(path, *args)
+
+    return opener
 
 
 #: Trace formats (the resolver's names, gapscope.inputs) and the reader each opens with.
-READERS = {"nsys-sqlite": _nsys_sqlite}
+READERS: dict[str, Callable[[Path], Reader]] = {
+    "nsys-sqlite": _reader("nsys_sqlite", "NsysSqlite"),
+    "nsys-parquet": _reader("nsys_columnar", "NsysColumnar", "nsys-parquet"),
+    "nsys-arrow": _reader("nsys_columnar", "NsysColumnar", "nsys-arrow"),
+    "nsys-rep": _reader("nsys_report", "NsysReport"),
+    "kineto": _reader("kineto", "Kineto"),
+}
 
 
 class Trace:

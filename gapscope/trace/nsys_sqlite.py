@@ -40,35 +40,24 @@ from gapscope.text import printable
 from gapscope.trace.cuda_api import QUIET_CALLS
 from gapscope.trace.frames import (
     ACTIVITY_COLUMNS, API_COLUMNS, NVTX_COLUMNS, NVTX_DOMAIN_CREATE, NVTX_PUSH_POP, NVTX_START_END,
-    SYNC_COLUMNS, ActivityKind, ClosedTraceError, TraceFrames, TraceMeta, empty_frame,
+    SYNC_COLUMNS, ActivityKind, ClosedTraceError, TraceFrames, TraceMeta,
 )
-from gapscope.trace.validation import Cell, validate
+from gapscope.trace.nsys_schema import (
+    ACTIVITY_REQUIRED, ACTIVITY_TABLES, EVENT_CLASS_BACKTRACE, GRAPH_TABLE, KERNEL_TABLE, NVTX_TABLE,
+    RUNTIME_TABLE, SYNC_TABLE, SYNC_TYPE_STREAM_WAIT_EVENT, assemble_frames,
+)
+from gapscope.trace.validation import Cell
 
 FORMAT = "nsys-sqlite"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 #: The first bytes of a rollback journal with a transaction in it (SQLite's file format).
 JOURNAL_MAGIC = bytes.fromhex("d9d505f920a163d7")
 
-KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
-MEMCPY_TABLE = "CUPTI_ACTIVITY_KIND_MEMCPY"
-MEMSET_TABLE = "CUPTI_ACTIVITY_KIND_MEMSET"
-GRAPH_TABLE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
-RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
-SYNC_TABLE = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
-NVTX_TABLE = "NVTX_EVENTS"
 SESSION_TABLE = "ANALYSIS_DETAILS"
-
-# CUPTI_ACTIVITY_KIND_RUNTIME.eventClass of rows that repeat a call for its backtrace.
-EVENT_CLASS_BACKTRACE = 67
-# CUPTI_ACTIVITY_KIND_SYNCHRONIZATION.syncType of cudaStreamWaitEvent records.
-SYNC_TYPE_STREAM_WAIT_EVENT = 2
-
-#: Export schema major versions this reader was checked against.
-KNOWN_SCHEMA_MAJORS = (2, 3)
 
 #: Columns without which a table cannot be read (an older or damaged schema is refused by name).
 REQUIRED_COLUMNS = {
-    "activity": ("start", "end", "deviceId", "streamId"),
+    "activity": ACTIVITY_REQUIRED,
     RUNTIME_TABLE: ("start", "end", "globalTid"),
     NVTX_TABLE: ("start", "eventType", "globalTid"),
     SYNC_TABLE: ("start", "deviceId", "streamId"),
@@ -133,14 +122,9 @@ class NsysSqlite:
         conn = self._live()
         reader = _Reader(self._source, conn)
         try:
-            frames, cells = _load_frames(conn, reader, self.meta, syncs, all_calls, self)
+            return _load_frames(conn, reader, self.meta, syncs, all_calls, self)
         finally:
             reader.close()
-        frames.warnings[:0] = self._source.warnings
-        frames = validate(frames, cells)
-        if not (frames.activities["kind"].isin([ActivityKind.KERNEL, ActivityKind.GRAPH])).any():
-            raise GapscopeError(f"{self.path}: the export holds no kernel executions: nothing to analyze")
-        return frames
 
     # -- names (gapscope.trace.frames.Names) --------------------------------------------------
     def lookup(self, ids: Iterable[int]) -> dict[int, str]:
@@ -708,13 +692,12 @@ def _quiet_call_ids(conn: sqlite3.Connection) -> list[int]:
 
 
 def _load_frames(conn: sqlite3.Connection, reader: _Reader, meta: TraceMeta, with_syncs: bool,
-                 all_calls: bool, names: NsysSqlite) -> tuple[TraceFrames, dict[str, dict[str, np.ndarray]]]:
-    """The frames as read, and the Cell codes of their damaged cells, per frame."""
+                 all_calls: bool, names: NsysSqlite) -> TraceFrames:
+    """The frames (gapscope.trace.nsys_schema.assemble_frames), checked with the Cell codes of
+    the cells that held no integer (gapscope.trace.validation)."""
     tables = meta.tables
     reads: dict[str, Read] = {}
-    kinds = {KERNEL_TABLE: ActivityKind.KERNEL, GRAPH_TABLE: ActivityKind.GRAPH,
-             MEMCPY_TABLE: ActivityKind.MEMCPY, MEMSET_TABLE: ActivityKind.MEMSET}
-    for table, kind in kinds.items():
+    for table, kind in ACTIVITY_TABLES.items():
         if table in tables:
             reads[table] = _activity_read(conn, table, kind, names=all_calls)
     if RUNTIME_TABLE in tables:
@@ -747,33 +730,6 @@ def _load_frames(conn: sqlite3.Connection, reader: _Reader, meta: TraceMeta, wit
         reads["syncs"] = Read(SYNC_TABLE, tuple(zip(SYNC_COLUMNS, exprs)),
                               where=f"syncType = {SYNC_TYPE_STREAM_WAIT_EVENT}" if "syncType" in cols else "")
     got = reader.frames(reads)
-
-    parts, part_cells = [], []
-    for table, kind in kinds.items():
-        if table in got:
-            df, cells = got[table]
-            df["kind"] = np.full(len(df), int(kind), dtype=np.int8)
-            parts.append(df)
-            part_cells.append(cells)
-    activities = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
-    cells = {"activities": _stacked(part_cells, [len(p) for p in parts])}
-    activities["proc"] = _process(activities["proc"].to_numpy())
-    api, cells["api"] = got.get("api", (empty_frame(API_COLUMNS), {}))
-    api["proc"] = _process(api["tid"].to_numpy())
-    syncs, cells["syncs"] = got.get("syncs", (empty_frame(SYNC_COLUMNS), {}))
-    syncs["proc"] = _process(syncs["proc"].to_numpy())
-    nvtx, cells["nvtx"] = got.get("nvtx", (empty_frame(NVTX_COLUMNS), {}))
-    frames = TraceFrames(meta=meta, activities=activities, api=api, nvtx=nvtx, syncs=syncs, names=names)
-    return frames, cells
-
-
-def _process(global_id: np.ndarray) -> np.ndarray:
-    """The process part of nsys's globalPid / globalTid (bits 24 and up); -1 stays -1."""
-    return global_id >> 24
-
-
-def _stacked(codes: list[dict[str, np.ndarray]], sizes: list[int]) -> dict[str, np.ndarray]:
-    """The Cell codes of frames concatenated in order (zeros for parts without codes)."""
-    names = {n for c in codes for n in c}
-    return {n: np.concatenate([c.get(n, np.zeros(size, np.uint8)) for c, size in zip(codes, sizes)])
-            for n in names}
+    frames = {key: df for key, (df, _) in got.items()}
+    cells = {key: c for key, (_, c) in got.items() if c}
+    return assemble_frames(meta, frames, names, names._source.warnings, cells)

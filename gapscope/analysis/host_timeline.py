@@ -1,0 +1,221 @@
+"""What each thread that made CUDA calls was doing, moment by moment: one partition of the
+thread's time into segments, each with the gap category it gives the GPU's idle time
+(docs/metrics.md, "Gap attribution", holds the rules).
+
+A thread's calls (the ``api`` frame, QUIET_CALLS left out) and the stretches between them make
+the segments, in time order:
+
+* a call holds the time from its start to the next call's start or the end of its block of
+  overlapping calls, whichever comes first (calls of one thread do not overlap in the traces we
+  have; where they do, a later-starting call takes over);
+* a call's category follows its role (gapscope.trace.cuda_api): ``sync`` for a synchronizing
+  call, ``setup`` for a setup call, else ``stall`` when the call is longer than the stall
+  threshold, else ``launch`` for a launch call and ``host`` for any other call;
+* time between a thread's calls is ``host``, except where its whole process made no CUDA call
+  (on any thread) for longer than the stall threshold: that stretch is ``stall`` (its whole
+  length decides). A thread waiting on another thread that is launching (PyTorch's autograd
+  thread, a dispatcher) is not stalled. The stretch before a process's first call starts at the
+  trace's earliest timestamp; the one after its last call never ends.
+
+:meth:`HostTimeline.split` measures the time per category a thread spent inside any windows,
+vectorized (a cumulative sum per category and one search per window end), with no loop per
+window.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from gapscope.analysis.intervals import expand_slices, grouped_running_max
+from gapscope.analysis.keys import TimeKeys
+from gapscope.trace.cuda_api import ROLE_LAUNCH, ROLE_SETUP, ROLE_SYNC
+
+#: The categories a thread's state gives (indexes of HostTimeline.split's columns).
+STATE_LAUNCH, STATE_HOST, STATE_STALL, STATE_SETUP, STATE_SYNC = range(5)
+N_STATES = 5
+
+#: Default stall threshold (docs/metrics.md says why 1 ms): no-CUDA-call stretches and single
+#: non-synchronizing calls longer than this are ``stall``.
+DEFAULT_STALL_THRESHOLD_NS = 1_000_000
+
+
+class HostTimeline:
+    """The segments of every calling thread, keyed by (thread code, start) in ``tk``'s key space.
+
+    ``call_thread[i]`` is the thread code of API call ``i``; threads are numbered among those
+    that made any call. Per category, the time of the segments before each one is kept densely
+    (a prefix sum per segment) for frequent categories and as the positions and prefix sums of
+    its own segments for rare ones."""
+
+    #: A category with fewer segments than this share of all is kept sparsely.
+    DENSE_SHARE = 1 / 16
+
+    def __init__(self, start: np.ndarray, end: np.ndarray, tid: np.ndarray, role: np.ndarray,
+                 threshold_ns: int, tk: TimeKeys, counted: np.ndarray | None = None) -> None:
+        """Calls by ``start``, ``end``, ``tid`` (nsys globalTid: the process is ``tid >> 24``)
+        and ``role`` (gapscope.trace.cuda_api.ROLE_*); keys in ``tk``'s space. ``counted``:
+        the calls that make segments (default all); the others (QUIET_CALLS, when a trace was
+        read with every call) count as host time, as when they are not read at all, so the
+        figures do not depend on how many calls were read."""
+        start = np.asarray(start, dtype=np.int64)
+        end = np.maximum(np.asarray(end, dtype=np.int64), start)
+        codes, threads = pd.factorize(np.asarray(tid))
+        self.call_thread = codes.astype(np.int64)
+        seg_thread = self.call_thread
+        if counted is not None:
+            counted = np.asarray(counted, dtype=bool)
+            start, end, role, seg_thread = start[counted], end[counted], np.asarray(role)[counted], seg_thread[counted]
+        self.n_threads = len(threads)
+        self.threshold_ns = int(threshold_ns)
+        tk.check(self.n_threads + 1)
+        self.tk = tk
+        if start.size == 0:
+            self.seg_key = np.zeros(0, dtype=np.int64)
+            self.seg_cat = np.zeros(0, dtype=np.int8)
+            self._sums = [np.zeros(0, dtype=np.int64)] * N_STATES
+            return
+        thread_proc = pd.factorize(np.asarray(threads, dtype=np.int64) >> 24)[0].astype(np.int64)
+        # With one calling thread per process, a process's no-call stretches are its thread's.
+        alone = np.unique(thread_proc).size == thread_proc.size
+        seg_key, seg_cat = self._thread_segments(seg_thread, start, end, np.asarray(role), alone)
+        if not alone:
+            seg_key, seg_cat = self._with_process_stalls(seg_key, seg_cat, seg_thread, start, end, thread_proc)
+        self.seg_key, self.seg_cat = seg_key, seg_cat
+        # The time per category before each segment. A segment's length runs to the next
+        # segment's key; across a thread boundary that adds a constant to every later sum,
+        # which cancels in split(), a difference of two points of one thread.
+        length = np.empty_like(seg_key)
+        np.subtract(seg_key[1:], seg_key[:-1], out=length[:-1])
+        length[-1] = 0
+        self._sums: list[np.ndarray | tuple[np.ndarray, np.ndarray]] = []
+        part = None
+        for c in range(N_STATES):  # one pass per category, not per segment
+            mine = seg_cat == c
+            if np.count_nonzero(mine) >= self.DENSE_SHARE * seg_key.size:
+                part = np.empty_like(length) if part is None else part
+                np.multiply(length, mine, out=part)
+                dense = np.cumsum(part)
+                dense -= part
+                self._sums.append(dense)
+            else:
+                where = np.flatnonzero(mine)
+                self._sums.append((where, np.r_[0, np.cumsum(length[where])]))
+
+    def _thread_segments(self, call_thread: np.ndarray, start: np.ndarray, end: np.ndarray, role: np.ndarray,
+                         alone: bool) -> tuple[np.ndarray, np.ndarray]:
+        """(key, category) of every thread's segments in (thread, time) order: a stretch from
+        the trace's start to its first call, its calls, and the stretches after them; the
+        stretches are ``host``, or (``alone``: each thread is its process's only caller)
+        ``stall`` when longer than the threshold."""
+        tk = self.tk
+        key = tk.key(call_thread, start)
+        if key.size < 2 or bool((key[1:] >= key[:-1]).all()):  # a trace read in thread-and-time order
+            t, s, e, r = call_thread, start, end, role
+        else:
+            order = np.argsort(key, kind="stable")
+            t, s, e, r, key = call_thread[order], start[order], end[order], role[order], key[order]
+        same = t[1:] == t[:-1]
+        # End of the block of overlapping calls so far (calls of one thread rarely overlap).
+        run = grouped_running_max(e, t) if bool((same & (s[1:] < e[:-1])).any()) else e
+        first = np.r_[True, ~same]
+        last = np.r_[~same, True]
+        next_start = np.r_[s[1:], 0]
+        # A call's segment ends where the next call starts, if that is inside its block.
+        has_stretch = last | (next_start > run)
+        has_lead = first & (s > tk.lo)
+
+        call_cat = np.full(s.size, STATE_HOST, dtype=np.int8)
+        call_cat[r == ROLE_LAUNCH] = STATE_LAUNCH
+        call_cat[(e - s) > self.threshold_ns] = STATE_STALL
+        call_cat[r == ROLE_SETUP] = STATE_SETUP
+        call_cat[r == ROLE_SYNC] = STATE_SYNC
+
+        # Segments per call, in time order: [lead stretch], the call, [stretch after it].
+        pos = has_lead.astype(np.int64)
+        pos += 1
+        pos += has_stretch
+        total = int(pos.sum())
+        np.cumsum(pos, out=pos)
+        pos -= 1
+        pos -= has_stretch  # now the call's own position
+        seg_key = np.empty(total, dtype=np.int64)
+        seg_cat = np.full(total, STATE_HOST, dtype=np.int8)
+        seg_key[pos] = key
+        seg_cat[pos] = call_cat
+        lead = pos[has_lead] - 1
+        seg_key[lead] = tk.key(t[has_lead], tk.lo)
+        after = pos[has_stretch] + 1
+        seg_key[after] = (key + (run - s))[has_stretch]
+        if alone:
+            long_lead = (s - tk.lo)[has_lead] > self.threshold_ns
+            long_after = (last | (next_start - run > self.threshold_ns))[has_stretch]
+            seg_cat[lead[long_lead]] = STATE_STALL
+            seg_cat[after[long_after]] = STATE_STALL
+        return seg_key, seg_cat
+
+    def _with_process_stalls(self, seg_key: np.ndarray, seg_cat: np.ndarray, call_thread: np.ndarray,
+                             start: np.ndarray, end: np.ndarray, thread_proc: np.ndarray
+                             ) -> tuple[np.ndarray, np.ndarray]:
+        """The segments with every long no-call stretch of a process marked ``stall`` on each of
+        its threads: a ``stall`` segment where the stretch starts and a ``host`` one where it
+        ends (a thread's own next call, if it starts there, comes after that)."""
+        tk, thr = self.tk, self.threshold_ns
+        call_proc = thread_proc[call_thread]
+        order = np.argsort(tk.key(call_proc, start), kind="stable")
+        p, s, e = call_proc[order], start[order], end[order]
+        run = grouped_running_max(e, p)
+        head = np.r_[True, (p[1:] != p[:-1]) | (s[1:] > run[:-1])]  # a block of the process's calls begins
+        heads = np.flatnonzero(head)
+        b_proc, b_start = p[heads], s[heads]
+        b_end = run[np.r_[heads[1:], p.size] - 1]
+        same = np.r_[b_proc[1:] == b_proc[:-1], False]
+        first = np.r_[True, ~same[:-1]]
+        # Long stretches: before a process's first call, between its blocks, after its last.
+        lead = first & (b_start - tk.lo > thr)
+        between = same & (np.r_[b_start[1:], 0] - b_end > thr)
+        l_proc = np.concatenate([b_proc[lead], b_proc[between], b_proc[~same]])
+        l_start = np.concatenate([np.full(int(lead.sum()), tk.lo, dtype=np.int64), b_end[between], b_end[~same]])
+        l_end = np.concatenate([b_start[lead], np.r_[b_start[1:], 0][between],
+                                np.full(int((~same).sum()), -1, dtype=np.int64)])  # -1: never ends
+        # Every thread of the stretch's process gets the stretch.
+        t_order = np.argsort(thread_proc, kind="stable")
+        t_lo = np.searchsorted(thread_proc[t_order], l_proc, "left")
+        t_hi = np.searchsorted(thread_proc[t_order], l_proc, "right")
+        owner, at = expand_slices(t_lo, t_hi)
+        th = t_order[at]
+        ends = l_end[owner]
+        resumes = ends >= 0
+        key = np.concatenate([tk.key(th, l_start[owner]), tk.key(th[resumes], ends[resumes])])
+        cat = np.r_[np.full(th.size, STATE_STALL, dtype=np.int8), np.full(int(resumes.sum()), STATE_HOST, dtype=np.int8)]
+        # A stall goes after a thread's segment that starts at the same time (its stretch), a
+        # resume before it (its next call).
+        where = np.where(cat == STATE_STALL, np.searchsorted(seg_key, key, "right"),
+                         np.searchsorted(seg_key, key, "left"))
+        o = np.lexsort((cat == STATE_HOST, key))
+        return np.insert(seg_key, where[o], key[o]), np.insert(seg_cat, where[o], cat[o])
+
+    def _before(self, c: int, i: np.ndarray) -> np.ndarray:
+        """Time in category ``c`` of the segments before segment ``i``."""
+        sums = self._sums[c]
+        if isinstance(sums, tuple):
+            where, prefix = sums
+            return prefix[np.searchsorted(where, i, "left")]
+        return sums[i]
+
+    def split(self, thread: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(time per category each thread spent inside its window ``[a, b)`` (``a <= b``),
+        shape (n, N_STATES), each row summing to ``b - a``; the category at ``a``)."""
+        n = np.asarray(thread).size
+        out = np.empty((n, N_STATES), dtype=np.int64)
+        if n == 0:
+            return out, np.zeros(0, dtype=np.int8)
+        qa, qb = self.tk.key(thread, a), self.tk.key(thread, b)
+        ia = np.searchsorted(self.seg_key, qa, side="right") - 1  # the segments holding a and b
+        ib = np.searchsorted(self.seg_key, qb, side="right") - 1
+        for c in range(N_STATES):  # the sums before b's segment minus those before a's
+            np.subtract(self._before(c, ib), self._before(c, ia), out=out[:, c])
+        rows = np.arange(n)
+        out[rows, self.seg_cat[ib]] += qb - self.seg_key[ib]  # the parts inside those segments
+        out[rows, self.seg_cat[ia]] -= qa - self.seg_key[ia]
+        return out, self.seg_cat[ia]

@@ -1,0 +1,60 @@
+"""CUDA Graph replays in a timeline: which work a graph launch issued, how many replays a row
+holds, and its gap time between replays against inside them (docs/metrics.md, "Graph replays").
+
+* graph work: kernels launched by ``cudaGraphLaunch``/``cuGraphLaunch`` (node-level tracing),
+  and graph-level executions (CUPTI_ACTIVITY_KIND_GRAPH_TRACE rows);
+* replays: the distinct graph launch calls that issued a row's work;
+* a gap is *inside* a replay when the activities on its two sides were launched by the same
+  graph launch call, and *between* launches otherwise (for eager work, every gap).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gapscope.analysis.metrics import GapList
+from gapscope.trace.frames import ActivityKind
+
+#: The fields this module adds to range, name and device rows (docs/schema.md).
+REPLAY_FIELDS = ("graph_kernels", "graph_replays", "gap_between_replays_ns", "gap_inside_replays_ns")
+
+
+class Replays:
+    """Graph-replay facts per activity, computed once; :meth:`figures` rolls them up per row."""
+
+    def __init__(self, kind: np.ndarray, launch: np.ndarray, graph_call: np.ndarray) -> None:
+        """``kind``: ActivityKind per activity; ``launch``: its launching call (-1 for none);
+        ``graph_call``: per API call, whether it is a graph launch."""
+        self.launch = launch
+        by_graph_call = (launch >= 0) & graph_call[np.maximum(launch, 0)] if graph_call.size else \
+            np.zeros(launch.size, dtype=bool)
+        is_kernel = kind == ActivityKind.KERNEL
+        #: per activity: issued by a graph launch call (a kernel of a replay, or a graph execution)
+        self.graph_work = (is_kernel & by_graph_call) | (kind == ActivityKind.GRAPH)
+        #: per activity: the graph launch call that issued it, -1 for any other work
+        self.replay_call = np.where(self.graph_work & (launch >= 0), launch, -1)
+        self.n_calls = int(graph_call.size)
+
+    def counts(self, member_act: np.ndarray, member_row: np.ndarray, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
+        """(graph kernels, distinct graph launch calls) per row of a membership."""
+        g = self.graph_work[member_act]
+        kernels = np.bincount(member_row[g], minlength=n_rows).astype(np.int64)
+        call = self.replay_call[member_act]
+        has = call >= 0
+        key = member_row[has].astype(np.int64) * (self.n_calls + 1) + call[has]
+        rows = np.unique(key) // (self.n_calls + 1)
+        return kernels, np.bincount(rows, minlength=n_rows).astype(np.int64)
+
+    def inside_ns(self, gaps: GapList, n_rows: int) -> np.ndarray:
+        """Gap time per row whose two sides were issued by one graph launch call."""
+        prev = self.replay_call[gaps.prev_act]
+        inside = (prev >= 0) & (prev == self.replay_call[gaps.next_act])
+        out = np.zeros(n_rows, dtype=np.int64)
+        np.add.at(out, gaps.row[inside], gaps.length[inside])
+        return out
+
+
+def figures(kernels: np.ndarray, replays: np.ndarray, gap_ns: np.ndarray, inside: np.ndarray) -> list[dict]:
+    """The REPLAY_FIELDS of each row: between = gap - inside."""
+    return [dict(zip(REPLAY_FIELDS, (int(k), int(r), int(g - i), int(i))))
+            for k, r, g, i in zip(kernels.tolist(), replays.tolist(), np.asarray(gap_ns).tolist(), inside.tolist())]

@@ -1,0 +1,134 @@
+"""Reading an Nsight Systems report (``.nsys-rep``, or ``.qdrep`` before nsys 2021.4): exported
+once with nsys, then read as its export.
+
+The report is only ever read. Its export goes to a cache folder keyed by the report's content
+(sha256), never beside it: ``$XDG_CACHE_HOME/gapscope/reports/<sha256>/<type>`` (or
+``~/.cache/gapscope/...``), in the fastest format to read that the nsys found offers
+(gapscope.capture.nsys.export_types: arrowdir, else parquetdir, else sqlite). A later read of the
+same report, under any name, reuses the export without running nsys. An export is written into
+a private folder and renamed into place when nsys has finished, so an interrupted export is
+never mistaken for a complete one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from gapscope.capture import nsys as capture
+from gapscope.errors import GapscopeError
+from gapscope.trace.frames import ActivityKind, TraceFrames, TraceMeta
+
+FORMAT = "nsys-rep"
+#: The reader of each export type.
+EXPORT_FORMATS = {"arrowdir": "nsys-arrow", "parquetdir": "nsys-parquet", "sqlite": "nsys-sqlite"}
+
+
+def cache_root(environ: dict[str, str] | None = None) -> Path:
+    """gapscope's cache folder: $XDG_CACHE_HOME/gapscope, else ~/.cache/gapscope."""
+    env = os.environ if environ is None else environ
+    base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "gapscope"
+
+
+def report_digest(path: Path) -> str:
+    """The sha256 of a file's content, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def cached_export(report: Path, *, root: Path | None = None) -> tuple[Path, str]:
+    """(the export's path, its export type) for a report: from the cache when an earlier read
+    exported it, else exported now with the nsys that gapscope.capture.nsys.find_nsys finds
+    (GapscopeError naming the report when there is none)."""
+    try:
+        key = report_digest(report)
+    except OSError as exc:
+        raise GapscopeError(f"{report}: cannot read ({exc.strerror or exc})") from None
+    folder = (root or cache_root()) / "reports" / key
+    for export_type in capture.EXPORT_TYPES:
+        done = folder / export_type
+        if done.exists():
+            return done, export_type
+    try:
+        nsys = capture.find_nsys(install_globs=capture.INSTALL_GLOBS)
+    except GapscopeError as exc:
+        from gapscope.inputs import READS
+
+        raise GapscopeError(
+            f"{report}: an Nsight Systems report, which gapscope reads by exporting it with nsys, and "
+            f"there is no nsys to run ({exc.message.split('; ')[0]}): install Nsight Systems or set "
+            f"GAPSCOPE_NSYS, or export it where nsys is (`nsys export --type parquetdir -o DIR "
+            f"{report}`) and give gapscope DIR (gapscope reads {READS})") from None
+    export_type = capture.export_types(nsys)[0]
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix=".export-", dir=folder))
+    except OSError as exc:
+        raise GapscopeError(f"{folder}: cannot write gapscope's export cache ({exc.strerror or exc}); "
+                            "set XDG_CACHE_HOME to a folder you can write") from None
+    try:
+        name = "export.sqlite" if export_type == "sqlite" else "export"
+        written = capture.export_report(report, scratch / name, export_type, nsys=nsys)
+        done = folder / export_type
+        try:
+            os.rename(written, done)
+        except OSError:
+            if not done.exists():  # not another reader's export that got there first
+                raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return done, export_type
+
+
+class NsysReport:
+    """An open report: its export (from the cache, or made now) opened with that export's reader;
+    the meta data and frames name the report, with format ``nsys-rep``."""
+
+    format = FORMAT
+
+    def __init__(self, path: str | Path, *, cache: Path | None = None) -> None:
+        from gapscope.trace.handle import READERS
+
+        self.path = Path(path)
+        self.export, export_type = cached_export(self.path, root=cache)
+        self._inner = READERS[EXPORT_FORMATS[export_type]](self.export)
+        self.meta: TraceMeta = dataclasses.replace(self._inner.meta, path=str(self.path), format=FORMAT)
+
+    @property
+    def closed(self) -> bool:
+        return self._inner.closed
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def load(self, *, syncs: bool = False, all_calls: bool = False) -> TraceFrames:
+        """The export's frames, with the report's meta data."""
+        frames = self._inner.load(syncs=syncs, all_calls=all_calls)
+        return dataclasses.replace(frames, meta=self.meta)
+
+    def lookup(self, ids: Iterable[int]) -> dict[int, str]:
+        """Names from the export's string table (gapscope.trace.frames.Names)."""
+        return self._inner.lookup(ids)
+
+    def activity_name_ids(self, kind: ActivityKind, rows: np.ndarray) -> np.ndarray:
+        """Activity name ids from the export (gapscope.trace.frames.Names)."""
+        return self._inner.activity_name_ids(kind, rows)
+
+    def kernel_shapes(self, activities: pd.DataFrame) -> pd.DataFrame:
+        """Launch shapes from the export, when its reader records them (the SQLite one does)."""
+        shapes = getattr(self._inner, "kernel_shapes", None)
+        if shapes is None:
+            raise GapscopeError(f"{self.path}: its {self._inner.format} export gives no kernel launch shapes")
+        return shapes(activities)

@@ -1,0 +1,100 @@
+"""What every nsys export holds, whatever its file format: the tables and columns gapscope reads,
+their codes, and how the rows read from them become the typed frames (gapscope.trace.frames).
+
+Two readers share it: ``nsys_sqlite`` (the SQLite export) and ``nsys_columnar`` (the
+``parquetdir`` and ``arrowdir`` exports, one file per table). Both read the same tables with
+the same columns, so one report gives the same frames, row for row, from any of its exports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from gapscope.trace.frames import (
+    ACTIVITY_COLUMNS, API_COLUMNS, NVTX_COLUMNS, SYNC_COLUMNS, ActivityKind, Names, TraceFrames, TraceMeta, build_frames,
+    empty_frame,
+)
+
+KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
+MEMCPY_TABLE = "CUPTI_ACTIVITY_KIND_MEMCPY"
+MEMSET_TABLE = "CUPTI_ACTIVITY_KIND_MEMSET"
+GRAPH_TABLE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
+RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
+SYNC_TABLE = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
+NVTX_TABLE = "NVTX_EVENTS"
+STRINGS_TABLE = "StringIds"
+GPU_TABLE = "TARGET_INFO_GPU"
+#: The export's own meta data (EXPORT_META_DATA is its name before nsys 2023).
+META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
+
+#: The activity tables, in the order their rows are stacked into the activity frame.
+ACTIVITY_TABLES: dict[str, ActivityKind] = {
+    KERNEL_TABLE: ActivityKind.KERNEL, GRAPH_TABLE: ActivityKind.GRAPH,
+    MEMCPY_TABLE: ActivityKind.MEMCPY, MEMSET_TABLE: ActivityKind.MEMSET,
+}
+
+# CUPTI_ACTIVITY_KIND_RUNTIME.eventClass of rows that repeat a call for its backtrace.
+EVENT_CLASS_BACKTRACE = 67
+# CUPTI_ACTIVITY_KIND_SYNCHRONIZATION.syncType of cudaStreamWaitEvent records.
+SYNC_TYPE_STREAM_WAIT_EVENT = 2
+
+#: Export schema major versions the nsys readers were checked against.
+KNOWN_SCHEMA_MAJORS = (2, 3)
+
+#: Source columns of each frame's columns (frames.ACTIVITY_COLUMNS etc.), ``row`` aside.
+ACTIVITY_SOURCE = {"start": "start", "end": "end", "device": "deviceId", "stream": "streamId",
+                   "proc": "globalPid", "corr": "correlationId"}
+API_SOURCE = {"start": "start", "end": "end", "tid": "globalTid", "corr": "correlationId",
+              "name_id": "nameId"}
+SYNC_SOURCE = {"start": "start", "device": "deviceId", "stream": "streamId", "proc": "globalPid"}
+#: Columns without which an activity table cannot be read.
+ACTIVITY_REQUIRED = ("start", "end", "deviceId", "streamId")
+
+
+def name_column(columns: Iterable[str], kind: ActivityKind) -> str | None:
+    """The column that names an activity of this kind (kernels: shortName, else demangledName,
+    StringIds ids; graph executions: graphId), None when the table has none."""
+    cols = set(columns)
+    wanted = {ActivityKind.KERNEL: ("shortName", "demangledName"), ActivityKind.GRAPH: ("graphId",)}
+    return next((c for c in wanted.get(kind, ()) if c in cols), None)
+
+
+def process_of(global_id: np.ndarray) -> np.ndarray:
+    """The process part of an nsys globalPid / globalTid (bits 24 and up)."""
+    return np.asarray(global_id, dtype=np.int64) >> 24
+
+
+def assemble_frames(meta: TraceMeta, got: Mapping[str, pd.DataFrame], names: Names,
+                    warnings: Iterable[str] = (), cells: Mapping[str, Mapping[str, np.ndarray]] | None = None,
+                    ) -> TraceFrames:
+    """The frames from what a reader read: ``got`` maps each activity table it read to its rows
+    (frames.ACTIVITY_COLUMNS, plus name_id when names were read), and ``api``, ``nvtx``,
+    ``syncs`` to theirs, ``proc`` still the whole globalPid; absent keys give empty frames.
+    ``cells``, by the same keys: the gapscope.trace.validation Cell codes of columns in which
+    the reader found cells that held no integer (NULL, text, ...)."""
+    cells = cells or {}
+    parts, part_cells = [], []
+    for table, kind in ACTIVITY_TABLES.items():
+        if table in got:
+            df = got[table]
+            df["kind"] = np.full(len(df), int(kind), dtype=np.int8)
+            parts.append(df)
+            part_cells.append(cells.get(table, {}))
+    if not parts:
+        parts = [empty_frame((*ACTIVITY_COLUMNS, "kind"))]
+    activities = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+    activities["proc"] = process_of(activities["proc"].to_numpy())
+    api = got.get("api", empty_frame(API_COLUMNS))
+    api["proc"] = process_of(api["tid"].to_numpy())
+    syncs = got.get("syncs", empty_frame(SYNC_COLUMNS))
+    syncs["proc"] = process_of(syncs["proc"].to_numpy())
+    columns = {c for codes in part_cells for c in codes}
+    frame_cells = {key: cells.get(key, {}) for key in ("api", "nvtx", "syncs")}
+    frame_cells["activities"] = {  # stacked as the rows are, zeros where a part had no codes
+        c: np.concatenate([codes.get(c, np.zeros(len(p), np.uint8)) for codes, p in zip(part_cells, parts)])
+        for c in columns}
+    return build_frames(meta, activities=activities, api=api, nvtx=got.get("nvtx", empty_frame(NVTX_COLUMNS)),
+                        syncs=syncs, names=names, warnings=warnings, cells=frame_cells)
