@@ -106,6 +106,18 @@ def test_a_damaged_rank_file_is_named_in_the_merged_warnings(tmp_path):
     assert [d["kernels"] for d in r["devices"]] == [337, 336]
 
 
+def test_one_kernel_spanning_the_whole_device_is_no_crash(small):
+    """Found by the campaign (seeds 20168, 25152): with no gap at the device level (one kernel
+    covers the device's whole span, as a persistent kernel does) the range level's gaps were
+    looked up among none (IndexError). A valid trace: no warning, figures as recomputed."""
+    path = damage(small, f"UPDATE {KERNEL} SET start = (SELECT min(start) FROM {KERNEL}), "
+                         f"end = (SELECT max(end) FROM {KERNEL}) WHERE rowid = 1")
+    r = analyzed_json(path)
+    assert r["warnings"] == [] and r["devices"][0]["gap_count"] == 0
+    assert any(x["gap_count"] for x in r["ranges"])
+    agrees_with_reference(path, r)
+
+
 # -- crashes (were tracebacks, exit 1) --------------------------------------------------------
 
 @pytest.mark.parametrize("table, column, value, kept", [
