@@ -76,9 +76,11 @@ REQUIRED = {
     "top_gaps": ("start_ns", "gap_ns", "category", "device", "stream", "before", "after", "launched_by"),
 }
 #: Fields that may not be null in those rows (the others may be: a figure with no value).
+#: (Checked wherever they appear in those rows, required or not.)
 NOT_NULL = ("kernels", "memops", "memop_ns", "gpu_span_ns", "busy_ns", "gap_ns", "gap_count", "gap_max_ns",
             "count", "calls", "per_second", "device", "stream", "pid", "thread", "id", "api", "after",
-            "category", "gap_ns", "start_ns")
+            "category", "start_ns", "graph_kernels", "graph_replays", "gap_between_replays_ns",
+            "gap_inside_replays_ns")
 
 
 def _is_number(x: Any) -> bool:
@@ -148,7 +150,8 @@ def require_fields(data: Mapping[str, Any], source: str) -> None:
             for name in fields:
                 if name not in row:
                     raise GapscopeError(f"{source}: {section}[{i}] has no '{name}' field")
-                if row[name] is None and name in NOT_NULL:
+            for name in NOT_NULL:
+                if name in row and row[name] is None:
                     raise _bad(source, f"{section}[{i}].{name}", None, "a value")
 
 

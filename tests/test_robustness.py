@@ -516,6 +516,16 @@ def test_a_gap_fraction_of_7_5_is_bad_input_not_a_regression(tmp_path):
                           f"{cur}: by_name[0].gap_fraction is 7.5, not a fraction in [0, 1]; not a result gapscope wrote")
 
 
+def test_a_null_graph_kernel_count_is_bad_input(tmp_path):
+    """Found by the campaign (JSON seed 10243): a null graph_kernels reached the verdict (TypeError)."""
+    data = json.loads(gapscope("analyze", str(TRACES / "torch_decode.sqlite"), "-f", "json").stdout)
+    data["by_name"][0]["graph_kernels"] = None
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(data))
+    assert_one_line_error(gapscope("analyze", str(bad)),
+                          f"{bad}: by_name[0].graph_kernels is None, not a value; not a result gapscope wrote")
+
+
 def test_exit_codes_are_documented_apart():
     from gapscope.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_REGRESSION
 
