@@ -27,7 +27,7 @@ DEFAULTS = {"threads": "same", "normalize": True}
 
 
 def load_input(found: Input, given: frozenset[str] = frozenset(), **options: Any) -> tuple[Any, Any]:
-    """(result, the Analysis behind it or None): a trace is analyzed with
+    """(result, the AnalysisArrays behind it or None): a trace is analyzed with
     :func:`gapscope.analysis.pipeline.run_analysis`'s ``options``; a saved analysis or
     many-trace result is loaded; a `gapscope run` output gives its trace's analysis (or its
     saved analysis.json when the trace is not there). ``given``: the ANALYSIS_OPTIONS set on

@@ -5,7 +5,7 @@ package with one function, ``render(result, file, **options)``, that writes to `
     render(result, "table", sys.stdout, limit=20)
 
 Kinds: ``analysis`` (AnalysisResult), ``fleet`` (FleetResult), ``comparison`` (Comparison),
-``run`` (RunResult), ``timeline`` (gapscope.analysis.pipeline.Analysis: the arrays behind a
+``run`` (RunResult), ``timeline`` (gapscope.analysis.pipeline.AnalysisArrays: the arrays behind a
 result, for the Perfetto export, which needs every kernel and gap), ``document``
 (gapscope.render.document.Document: a report on one trace or several, with its figures). Modules are imported only when used, so choosing a renderer is cheap.
 """
@@ -40,7 +40,7 @@ RENDERERS: dict[tuple[str, str], str] = {
 }
 
 _KINDS = {"AnalysisResult": "analysis", "FleetResult": "fleet", "Comparison": "comparison",
-          "RunResult": "run", "Analysis": "timeline",
+          "RunResult": "run", "AnalysisArrays": "timeline",
           "Document": "document"}
 
 
