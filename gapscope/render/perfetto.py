@@ -138,24 +138,8 @@ def _head(cat: str, pid: int, tid: int, name: str) -> str:
 
 def _names_of_activities(analysis: AnalysisArrays) -> tuple[list[str], list[str], np.ndarray]:
     """(JSON name literals, slice category per name, code per activity) of every activity."""
-    a = analysis.frames.activities
-    kind = a["kind"].to_numpy()
-    if "name_id" in a:
-        name_id = a["name_id"].to_numpy()
-    else:  # not read with all_calls: ask the trace for the name ids of these rows
-        name_id = np.full(kind.size, -1, dtype=np.int64)
-        rows = a["row"].to_numpy()
-        for k in (ActivityKind.KERNEL, ActivityKind.GRAPH):
-            sel = np.flatnonzero(kind == k)
-            if sel.size:
-                name_id[sel] = analysis.frames.names.activity_name_ids(k, rows[sel])
-    # One code per (kind, name id); names looked up once per distinct kernel.
-    codes, uniq = pd.factorize(kind.astype(np.int64) * (1 << 40) + (name_id + 1))
-    u_kind, u_id = (uniq >> 40).tolist(), ((uniq & ((1 << 40) - 1)) - 1).tolist()
-    names = analysis.frames.names.lookup(i for k, i in zip(u_kind, u_id) if k == ActivityKind.KERNEL)
-    table = [jq(names.get(i, "?")) if k == ActivityKind.KERNEL else jq(f"graph {i}") if k == ActivityKind.GRAPH
-             else jq(KIND_CATEGORIES[ActivityKind(k)]) for k, i in zip(u_kind, u_id)]
-    return table, [KIND_CATEGORIES[ActivityKind(k)] for k in u_kind], codes.astype(np.int64)
+    codes, labels, kinds = analysis.frames.activity_labels()
+    return [jq(n) for n in labels], [KIND_CATEGORIES[k] for k in kinds], codes
 
 
 def _gpu_lines(analysis: AnalysisArrays, tracks: Tracks, call_names: list[str],
