@@ -80,6 +80,8 @@ def test_each_renderer_writes_its_format_to_the_given_file(results, kind, fmt, t
         assert "|" in text and "---" in text
     elif fmt == "html":
         assert text.startswith("<!DOCTYPE html>") and text.rstrip().endswith("</html>") and "<table>" in text
+    elif fmt == "notebook":  # a fragment for a Jupyter cell: no page around it
+        assert text.startswith('<div class="gapscope-report">') and "<table>" in text and "<html" not in text
     elif fmt == "perfetto":
         assert {e["ph"] for e in json.loads(text)["traceEvents"]} == {"X", "M"}
     elif fmt == "gaps-csv":

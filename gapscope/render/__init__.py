@@ -28,6 +28,7 @@ RENDERERS: dict[tuple[str, str], str] = {
     ("analysis", "csv"): "csv",
     ("analysis", "markdown"): "markdown",
     ("analysis", "html"): "html",
+    ("analysis", "notebook"): "notebook",
     ("fleet", "table"): "fleet_table",
     ("fleet", "json"): "json",
     ("fleet", "csv"): "fleet_csv",
