@@ -222,6 +222,9 @@ class Analysis:
     # -- every gap and every activity ------------------------------------------------------
     def _table(self, name: str) -> pd.DataFrame:
         if self._tables is None:
+            if self._arrays is not None:
+                raise GapscopeError(f"Analysis.{name}: analyzed with tables=False; gapscope.analyze(TRACE) "
+                                    "makes them")
             where = f" ({self._source})" if self._source else ""
             raise GapscopeError(f"Analysis.{name}: this analysis was loaded from a saved result{where}, which "
                                 f"holds the result's tables but not every gap and kernel: "

@@ -49,7 +49,7 @@ def categorical(codes: np.ndarray, labels: Any) -> pd.Categorical:
     ids, uniques = pd.factorize(pd.Series(list(labels), dtype=object), use_na_sentinel=True)
     codes = np.asarray(codes, dtype=np.int64)
     mapped = np.where(codes >= 0, ids[np.maximum(codes, 0)] if ids.size else -1, -1)
-    return pd.Categorical.from_codes(mapped, categories=pd.Index(uniques, dtype=object))
+    return pd.Categorical.from_codes(mapped, categories=pd.Index(list(uniques)))
 
 
 def nullable(values: np.ndarray) -> pd.arrays.IntegerArray:
