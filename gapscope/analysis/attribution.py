@@ -371,7 +371,7 @@ def activities_before(frames: TraceFrames, gaps: GapList, idx: np.ndarray, busy:
     ends = a["end"].to_numpy()
     dev = a["device"].to_numpy()
     starts = gaps.start[idx]
-    cand = np.flatnonzero(busy & np.isin(ends, starts))
+    cand = np.flatnonzero(busy & pd.Series(ends, copy=False).isin(starts).to_numpy())  # a hash set, not a sort
     before = pd.DataFrame({"device": dev[cand], "end": ends[cand], "idx": cand}).drop_duplicates(["device", "end"])
     want = pd.DataFrame({"device": gaps.device[idx], "end": starts})
     prev = want.merge(before, on=["device", "end"], how="left")["idx"].to_numpy(dtype=np.float64)

@@ -140,18 +140,18 @@ def kernel_table(arrays: AnalysisArrays, names: _Names) -> pd.DataFrame:
     call_start = np.where(call >= 0, api["start"].to_numpy()[c], -1) if len(api) else np.full(every.size, -1)
     call_end = np.where(call >= 0, api["end"].to_numpy()[c], -1) if len(api) else np.full(every.size, -1)
     rng = activity_ranges(arrays)
-    return pd.DataFrame({
+    return pd.DataFrame(copy=False, data={  # fresh arrays, kept as they are (no block consolidation)
         "id": every,
         "kind": categorical(a["kind"].to_numpy().astype(np.int64), [k.name.lower() for k in ActivityKind]),
         "name": names.activities(every),
         "device": acts.device.astype(np.int64),
-        "stream": a["stream"].to_numpy(),
+        "stream": a["stream"].to_numpy().copy(),
         "pid": process_ids(arrays)[every],
-        "start_ns": acts.start,
+        "start_ns": acts.start.copy(),
         "end_ns": acts.end,
         "duration_ns": acts.end - acts.start,
         "busy": acts.busy,
-        "correlation": a["corr"].to_numpy(),
+        "correlation": a["corr"].to_numpy().copy(),
         "launched_by": names.calls(call),
         "call_start_ns": nullable(call_start),
         "call_end_ns": nullable(call_end),
@@ -173,9 +173,9 @@ def gap_table(arrays: AnalysisArrays, names: _Names) -> pd.DataFrame:
         "device": gaps.device.astype(np.int64),
         "stream": a["stream"].to_numpy()[after],
         "pid": process_ids(arrays)[after],
-        "start_ns": gaps.start,
+        "start_ns": gaps.start.copy(),
         "end_ns": gaps.start + gaps.length,
-        "gap_ns": gaps.length,
+        "gap_ns": gaps.length.copy(),
     }
     if gaps.category is not None:
         out["category"] = categorical(gaps.category.astype(np.int64), CATEGORY_LABELS)
@@ -190,7 +190,7 @@ def gap_table(arrays: AnalysisArrays, names: _Names) -> pd.DataFrame:
         "range_id": nullable(rng),
         "range_name": names.ranges(rng),
     })
-    return pd.DataFrame(out)
+    return pd.DataFrame(out, copy=False)
 
 
 def tables_of(arrays: AnalysisArrays) -> ActivityTables:
