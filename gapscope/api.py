@@ -129,7 +129,34 @@ def _plain(text: str) -> str:
     return "\n".join(line.rstrip() for line in text.rstrip("\n").splitlines())
 
 
-class Analysis:
+class _Result:
+    """What an Analysis and a Fleet share: the result object behind them, its JSON, its report."""
+
+    _result: Any
+
+    def to_dict(self) -> dict[str, Any]:
+        """The result's JSON object (docs/schema.md)."""
+        return self._result.to_dict()
+
+    def to_json(self) -> str:
+        """The result as JSON text: what `gapscope analyze --format json` prints."""
+        from gapscope.render.json import dumps
+
+        return dumps(self._result.to_dict()) + "\n"
+
+    def _text(self, **options: Any) -> str:
+        """The terminal report (the table renderer's ``options``) fitted to the terminal's width."""
+        import io
+        import shutil
+
+        from gapscope.render import render
+
+        out = io.StringIO()
+        render(self._result, "table", out, width=shutil.get_terminal_size((100, 24)).columns, **options)
+        return _plain(out.getvalue())
+
+
+class Analysis(_Result):
     """One trace's analysis, as DataFrames (docs/api.md). Made by :func:`analyze` (every
     table) or :func:`load` (a saved result: the result's tables, not ``gaps`` or ``kernels``).
 
@@ -190,7 +217,7 @@ class Analysis:
     @property
     def launches(self) -> pd.DataFrame:
         """One row per launch API: calls, CPU time per call, launch-to-start latency (the JSON's
-        ``launch``; empty without attribution)."""
+        ``launch``)."""
         return self._section("launch")
 
     @property
@@ -255,17 +282,7 @@ class Analysis:
         render(self._tables, "parquet", Path(folder))
         return [Path(folder) / name for name in FILES.values()]
 
-    # -- the result as JSON ------------------------------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
-        """The result's JSON object (schema ``gapscope.analysis/2``, docs/schema.md)."""
-        return self._result.to_dict()
-
-    def to_json(self) -> str:
-        """The result as JSON text: what `gapscope analyze --format json` prints."""
-        from gapscope.render.json import dumps
-
-        return dumps(self._result.to_dict()) + "\n"
-
+    # -- the result as JSON (to_dict, to_json) ---------------------------------------------------
     def save(self, path: PathLike) -> Path:
         """Write :meth:`to_json` to ``path`` (never over the trace it came from); returns it.
         :func:`load`, `gapscope analyze`, `gapscope compare` read it back."""
@@ -305,14 +322,7 @@ class Analysis:
 
     # -- display -----------------------------------------------------------------------------
     def __repr__(self) -> str:
-        import io
-        import shutil
-
-        from gapscope.render import render
-
-        out = io.StringIO()
-        render(self._result, "table", out, width=shutil.get_terminal_size((100, 24)).columns, keys=("by_name",))
-        return _plain(out.getvalue())
+        return self._text(keys=("by_name",))
 
     def _repr_html_(self) -> str:
         import io
@@ -324,7 +334,7 @@ class Analysis:
         return out.getvalue()
 
 
-class Fleet:
+class Fleet(_Result):
     """The merged analysis of several traces (docs/fleet.md), as DataFrames of the JSON's
     sections (schema ``gapscope.fleet/2``): ``files``, ``devices`` (one per rank), ``rank_names``,
     ``by_name`` (pooled over ranks), ``spread``, ``steps``, ``stragglers``, ``streams``. A
@@ -369,29 +379,12 @@ class Fleet:
     def __dir__(self) -> list[str]:
         return sorted({*super().__dir__(), *Fleet.SECTIONS})
 
-    def to_dict(self) -> dict[str, Any]:
-        """The result's JSON object (schema ``gapscope.fleet/2``, docs/schema.md)."""
-        return self._result.to_dict()
-
-    def to_json(self) -> str:
-        """The result as JSON text: what `gapscope analyze A B ... --format json` prints."""
-        from gapscope.render.json import dumps
-
-        return dumps(self._result.to_dict()) + "\n"
-
     def save(self, path: PathLike) -> Path:
         """Write :meth:`to_json` to ``path`` (never over one of the traces); returns it."""
         return _write_json(self._result, path, [*self._inputs, *(f["path"] for f in self._result.files)])
 
     def __repr__(self) -> str:
-        import io
-        import shutil
-
-        from gapscope.render import render
-
-        out = io.StringIO()
-        render(self._result, "table", out, width=shutil.get_terminal_size((100, 24)).columns)
-        return _plain(out.getvalue())
+        return self._text()
 
     def _repr_html_(self) -> str:
         import html
