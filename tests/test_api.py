@@ -474,3 +474,33 @@ def test_a_saved_result_has_no_tables_to_write(decode, tmp_path):
     saved = decode.save(tmp_path / "r.json")
     assert_one_line_error(cli("analyze", str(saved), "--gaps-csv", str(tmp_path / "g.csv")), "holds no gap list")
     assert not (tmp_path / "g.csv").exists()
+
+
+# ------------------------------------------------------------------ other formats, other exports
+
+
+def test_the_tables_are_the_same_from_every_nsys_export_format():
+    sqlite = gapscope.analyze(TRACES / "torch_decode_small.sqlite")
+    for folder in ("torch_decode_small_parquet", "torch_decode_small_arrow"):
+        other = gapscope.analyze(TRACES / folder)
+        pd.testing.assert_frame_equal(other.gaps, sqlite.gaps)
+        pd.testing.assert_frame_equal(other.kernels, sqlite.kernels)
+    assert len(sqlite.gaps) == 1487 and len(sqlite.kernels) == 1649
+
+
+def test_a_trace_without_nvtx_has_gaps_in_no_range(cloverleaf):
+    a = gapscope.analyze(cloverleaf)
+    gaps, kernels = a.gaps, a.kernels
+    assert len(gaps) == int(a.devices.gap_count.sum()) == 1311
+    assert gaps.range_id.isna().all() and kernels.range_id.isna().all() and a.ranges.empty
+    assert kernels.kind.value_counts().to_dict() == {"kernel": 1312, "memcpy": 279, "memset": 0, "graph": 0}
+    assert not kernels.loc[kernels.kind == "memcpy", "busy"].any()
+
+
+def test_two_gpus_in_two_processes(fsdp):
+    a = gapscope.analyze(fsdp)
+    per_device = a.gaps.groupby("device")["gap_ns"].agg(["sum", "count"])
+    dev = a.devices.set_index("device")
+    assert per_device["sum"].to_dict() == dev["gap_ns"].to_dict()
+    assert per_device["count"].to_dict() == dev["gap_count"].to_dict()
+    assert sorted(a.kernels.pid.unique().tolist()) == sorted(a.streams.pid.unique().tolist()) == [144, 145]
