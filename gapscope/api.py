@@ -101,27 +101,21 @@ def _section_frame(rows: list[dict[str, Any]] | None, section: str) -> pd.DataFr
 
 def _refuse_overwriting(out: PathLike, inputs: Sequence[str]) -> None:
     """GapscopeError when ``out`` is one of the inputs (or inside an input folder)."""
-    target = Path(out).resolve()
-    for given in inputs:
-        p = Path(given).resolve()
-        if target == p or p in target.parents:
-            raise GapscopeError(f"refusing to write {out} over (or into) the input {given}; give another path")
+    from gapscope.cli.output import refuse_overwriting
+
+    refuse_overwriting([i for i in inputs if i], [out])
 
 
 def _write_json(result: Any, path: PathLike, inputs: Sequence[str]) -> Path:
-    """Write a result's JSON (what `gapscope analyze --format json` writes) to ``path``."""
+    """Write a result's JSON (what `gapscope analyze --format json` writes) to ``path``, with the
+    command line's checks and errors (gapscope.cli.output)."""
+    from gapscope.cli.output import output_file
     from gapscope.render.json import render
 
     _refuse_overwriting(path, inputs)
-    out = Path(path)
-    if not out.parent.exists():
-        raise GapscopeError(f"{out.parent}: no such folder for the output file")
-    try:
-        with out.open("w", encoding="utf-8", newline="") as fh:
-            render(result, fh)
-    except OSError as exc:
-        raise GapscopeError(f"{out}: cannot write ({exc.strerror or exc})") from None
-    return out
+    with output_file(path) as fh:
+        render(result, fh)
+    return Path(path)
 
 
 def _plain(text: str) -> str:

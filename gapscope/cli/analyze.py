@@ -11,7 +11,7 @@ import click
 from click.core import ParameterSource
 
 from gapscope.cli import cli
-from gapscope.cli.output import output_file, output_format
+from gapscope.cli.output import output_file, output_format, refuse_overwriting
 from gapscope.errors import GapscopeError
 from gapscope.inputs import KIND_WORDS, Input, expand, resolve
 
@@ -99,13 +99,7 @@ def _table_outputs(fmt: str, output: str | None, gaps_csv: str | None, inputs: l
             raise GapscopeError("--gaps-csv -: the report already goes to stdout; name a file for one of them")
         if gaps_csv != "-":
             targets.append(Path(gaps_csv))
-    for given in inputs:
-        source = Path(given).resolve()
-        for target in targets:
-            where = target.resolve()
-            if where == source or source in where.parents:
-                raise GapscopeError(f"refusing to write {target} over (or into) the input {given}; gapscope adds "
-                                    "nothing to its inputs: write the tables elsewhere")
+    refuse_overwriting(inputs, targets)
 
 
 def _flag(name: str, attribution: bool = True) -> str:
