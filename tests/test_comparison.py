@@ -721,3 +721,17 @@ def test_load_input_json_and_errors(tmp_path: Path, monkeypatch) -> None:
     with pytest.raises(GapscopeError) as info:
         load_input(tmp_path / "bin.json")
     assert info.value.message == f"{tmp_path / 'bin.json'}: not a gapscope result JSON (not UTF-8 text)"
+
+
+def test_every_field_of_the_comparison_json_is_documented() -> None:
+    base, cur = _unmatched_pair()
+    data = compare([base], [cur], FRACTION, missing="warn").to_dict()
+    schema = (Path(__file__).parents[1] / "docs" / "schema.md").read_text(encoding="utf-8")
+    section = schema.split("# Comparison: `gapscope.comparison/2`", 1)[1].split("\n# ", 1)[0]
+    assert f'"schema": "{data["schema"]}"' in section
+    for key in data:
+        assert f'"{key}"' in section, key
+    for key in data["verdicts"][0]:
+        assert f"`{key}`" in section, key
+    for status in data["counts"]:
+        assert f"`{status}`" in section, status
