@@ -399,6 +399,12 @@ def test_sides_that_share_nothing_are_refused() -> None:
         "MPI_2, MPI_3 and 2 more): not two runs of one program? Compare runs of one program, or choose what "
         "to compare with --scope", 2)
     assert compare([base], [cur], FRACTION, scope=["device"]).passed  # the devices are shared
+    no_ranges = synthetic_result(devices={0: synthetic_stats(9000, 3000)})
+    with pytest.raises(GapscopeError) as info:
+        compare([base], [no_ranges])
+    assert info.value.message == (
+        "current has no range with GPU work (recorded without NVTX: nsys -t cuda,nvtx?), baseline has eager, "
+        "graph: nothing to match; record both the same way, or choose what to compare with --scope")
     with pytest.raises(GapscopeError) as info:
         compare([synthetic_result()], [synthetic_result()])
     assert info.value.message == "nothing to compare: neither side has a device"

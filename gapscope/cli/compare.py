@@ -85,7 +85,7 @@ def _write(path: str | None, render: Callable[[TextIO], None], *, append: bool =
 )
 @click.option(
     "--config", "config", type=click.Path(dir_okay=False), metavar="PYPROJECT",
-    help="Read thresholds from [tool.gapscope.compare] of this file "
+    help="Read thresholds (fail), scope and missing from [tool.gapscope.compare] of this file "
     "[default: ./pyproject.toml when it has that table].",
 )
 @click.option("--markdown", "markdown", metavar="FILE", help="Also write a Markdown report ('-' = stdout).")

@@ -658,6 +658,11 @@ def _nothing_shared(scopes: Sequence[str], tables: dict[str, tuple[list[Entries]
             return "none"
         return ", ".join(keys[:4]) + (f" and {len(keys) - 4} more" if len(keys) > 4 else "")
 
+    if not b or not c:  # one side has none at all: recorded differently, not another program
+        empty, full, keys = ("baseline", "current", c) if not b else ("current", "baseline", b)
+        hint = " (recorded without NVTX: nsys -t cuda,nvtx?)" if compared == ["range"] else ""
+        return (f"{empty} has no {what}{hint}, {full} has {listed(keys)}: nothing to match; record both "
+                "the same way, or choose what to compare with --scope")
     return (f"baseline and current share no {what.replace(' or ', ' nor ')} (baseline: {listed(b)}; "
             f"current: {listed(c)}): not two runs of one program? Compare runs of one program, or choose "
             "what to compare with --scope")
