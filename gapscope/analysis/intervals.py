@@ -131,6 +131,8 @@ def union_blocks(keys: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[
     """Union of the intervals ``[start, end)`` of each key: (key, block start, block end) per
     merged block, sorted by key then start. ``keys`` are non-negative integers."""
     keys = np.asarray(keys, dtype=np.int64)
+    if keys.size == 0:
+        return keys, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     order = np.lexsort((start, keys))
     k, s, e = keys[order], np.asarray(start)[order], np.asarray(end)[order]
     run = grouped_running_max(e, k)
