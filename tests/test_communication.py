@@ -313,3 +313,20 @@ def test_cli_ranks_for_one_file(fsdp, tmp_path):
     saved = tmp_path / "one.json"
     assert gapscope("analyze", str(fsdp), "-o", str(saved)).returncode == 0
     assert_one_line_error(gapscope("analyze", "--ranks", str(saved)), "--ranks analyzes a trace")
+
+
+def test_communication_section_rows(tmp_path):
+    """The report's section for the SYNTHETIC two-GPU file: overlapped = comm - exposed (5 us of
+    GPU 0's all-reduces ran under compute), exposed % of span (34 us on GPU 0, 33 us on GPU 1)."""
+    from gapscope.render import sections
+
+    r = analyze(two_gpus(tmp_path / "two_gpus.sqlite"))
+    section = sections.build("communication", r, 20)
+    assert section.title == "Communication and compute (collective libraries' kernels; 2 devices: --ranks pairs their collectives)"
+    assert [[str(c) for c in row] for row in section.rows] == [
+        ["device 0", "2", "15 us", "20 us", "5 us", "10 us", "29%"],
+        ["device 1", "2", "8 us", "20 us", "0 ns", "8 us", "24%"],
+        ["step (x2)", "4", "23 us", "40 us", "5 us", "18 us", "27%"],
+    ]
+    assert sections.build("communication", analyze(rank_file(tmp_path / "r.sqlite", 0, 0)), 0).rows == [
+        ["device 0", "2", "25 us", "30 us", "0 ns", "25 us", "45%"]]  # span 55 us
