@@ -168,7 +168,8 @@ def test_collectives_across_files_by_hand(tmp_path):
     assert fleet.failed == []
     assert [(w["label"], w["clock_offset_ns"]) for w in fleet.waits] == [("rank0", 0), ("rank1", -10**9)]
     assert [(c["occurrence"], c["late_label"], c["lateness_ns"], c["wait_ns"], c["late_gap_ns"], c["wait_from_gaps_ns"])
-            for c in fleet.collectives] == [(0, "rank1", 19_000, 19_000, 19_000, 19_000), (1, "rank0", 4_000, 4_000, 0, 0)]
+            for c in fleet.collectives] == [(0, "rank1", 19_000, 19_000, 19_000, 19_000),
+                                            (1, "rank0", 4_000, 4_000, 0, 0)]
     w0, w1 = fleet.waits
     assert (w0["comm_ns"], w0["wait_ns"], w0["transfer_ns"], w0["wait_from_gaps_ns"], w0["waited_for_label"],
             w0["late_count"], w0["caused_wait_ns"], w0["caused_from_gaps_ns"]) == (
@@ -286,8 +287,8 @@ def test_fsdp_split_into_two_files_on_different_clocks(fsdp_fleet, fsdp):
         parts.append(Outcome(i, f"rank{i}.sqlite", part))
     fleet = merge(parts, options={})
     ks = reference.named_kernels(str(fsdp))
-    ends = {d: [k["end"] for k in sorted(ks, key=lambda k: k["start"]) if k["device"] == d and is_communication(k["name"])]
-            for d in (0, 1)}
+    ends = {d: [k["end"] for k in sorted(ks, key=lambda k: k["start"])
+                if k["device"] == d and is_communication(k["name"])] for d in (0, 1)}
     skew = statistics.median(a - b for a, b in zip(ends[0], ends[1]))
     assert skew == 22_214
     assert [w["clock_offset_ns"] for w in fleet.waits] == [0, skew - 7 * 10**9]
@@ -322,7 +323,8 @@ def test_communication_section_rows(tmp_path):
 
     r = analyze(two_gpus(tmp_path / "two_gpus.sqlite"))
     section = sections.build("communication", r, 20)
-    assert section.title == "Communication and compute (collective libraries' kernels; 2 devices: --ranks pairs their collectives)"
+    assert section.title == ("Communication and compute (collective libraries' kernels; 2 devices: --ranks pairs "
+                             "their collectives)")
     assert [[str(c) for c in row] for row in section.rows] == [
         ["device 0", "2", "15 us", "20 us", "5 us", "10 us", "29%"],
         ["device 1", "2", "8 us", "20 us", "0 ns", "8 us", "24%"],

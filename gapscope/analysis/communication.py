@@ -20,7 +20,6 @@ import numpy as np
 import pandas as pd
 
 from gapscope.analysis.intervals import covered_ns, union_blocks
-from gapscope.analysis.keys import unpack_stream_key
 from gapscope.analysis.metrics import ActivityArrays
 from gapscope.trace.frames import ActivityKind, TraceFrames
 
@@ -45,7 +44,7 @@ COMM_NAME = re.compile(r"^(?:void\s+)?(?:[A-Za-z_]\w*::)*(?:" + "|".join(p for _
 FIELDS = ("comm_kernels", "comm_ns", "compute_ns", "exposed_comm_ns")
 
 #: The columns of :func:`instances`: one entry per communication kernel.
-INSTANCE_COLUMNS = ("device", "sequence", "occurrence", "pid", "stream", "name", "start", "end", "before_gap_ns")
+INSTANCE_COLUMNS = ("device", "sequence", "occurrence", "name", "start", "end", "before_gap_ns")
 
 
 def is_communication(name: str) -> bool:
@@ -135,7 +134,7 @@ def instances(a: Analysis) -> dict[str, np.ndarray] | None:
     """One entry per communication kernel (:data:`INSTANCE_COLUMNS`), None without any: its
     device, its *sequence* (the index of its stream among the device's streams that ran
     communication, in (process, stream) order), its *occurrence* in that sequence (start
-    order), process, stream, name, start and end, and ``before_gap_ns``: the device's gap time
+    order), name, start and end, and ``before_gap_ns``: the device's gap time
     in the window before it, from the end of the previous kernel of its sequence (for the first,
     from the device's first busy interval) to its start."""
     comm = a.comm
@@ -149,7 +148,7 @@ def instances(a: Analysis) -> dict[str, np.ndarray] | None:
     codes = pd.DataFrame({"dev": dev, "code": stream_code})
     sequence = codes.groupby("dev")["code"].rank(method="dense").to_numpy(np.int64) - 1
     order = np.lexsort((start, sequence, dev))
-    dev, sequence, start, end, idx = dev[order], sequence[order], start[order], end[order], idx[order]
+    dev, sequence, start, end = dev[order], sequence[order], start[order], end[order]
     names = comm.name[order]
     group = pd.Series(dev * (int(sequence.max()) + 1) + sequence)
     occurrence = group.groupby(group.to_numpy()).cumcount().to_numpy(np.int64)
@@ -161,10 +160,8 @@ def instances(a: Analysis) -> dict[str, np.ndarray] | None:
     lo = np.minimum(lo, start)
     gaps = a.device_gaps
     before = covered_ns(gaps.row, gaps.start, gaps.start + gaps.length, dev, lo, start)
-    pid, _, stream = unpack_stream_key(acts.stream_keys[acts.stream_code[idx]])
     out: dict[str, Any] = {
         "device": acts.device_ids[dev].astype(np.int64), "sequence": sequence, "occurrence": occurrence,
-        "pid": pid.astype(np.int64), "stream": stream.astype(np.int64), "name": names, "start": start,
-        "end": end, "before_gap_ns": before,
+        "name": names, "start": start, "end": end, "before_gap_ns": before,
     }
     return out

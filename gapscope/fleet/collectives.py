@@ -52,7 +52,11 @@ def _clock_offsets(c: pd.DataFrame) -> tuple[dict[int, int], list[str]]:
     return offsets, warnings
 
 
-def pair(parts: list[pd.DataFrame], label_of: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
+#: JSON rows.
+Rows = list[dict[str, Any]]
+
+
+def pair(parts: list[pd.DataFrame], label_of: list[str]) -> tuple[Rows, Rows, list[str]]:
     """(collectives, waits, warnings) from per-file frames of communication kernels (the columns
     of gapscope.analysis.communication.INSTANCE_COLUMNS plus ``rank`` and ``file``, the file's
     index); empty when no collective has two ranks."""

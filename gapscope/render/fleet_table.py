@@ -1,6 +1,7 @@
 """Terminal tables for a FleetResult (rich): range names across ranks, the waits inside
-collectives, stragglers, the steps that differ most, the ranks, and the traces that failed. Each table fits the terminal the way
-the single-trace report's do (gapscope.render.layout); ``wide`` or a file gets every column."""
+collectives, stragglers, the steps that differ most, the ranks, and the traces that failed.
+Each table fits the terminal the way the single-trace report's do (gapscope.render.layout);
+``wide`` or a file gets every column."""
 
 from __future__ import annotations
 
