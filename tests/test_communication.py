@@ -332,3 +332,15 @@ def test_communication_section_rows(tmp_path):
     ]
     assert sections.build("communication", analyze(rank_file(tmp_path / "r.sqlite", 0, 0)), 0).rows == [
         ["device 0", "2", "25 us", "30 us", "0 ns", "25 us", "45%"]]  # span 55 us
+
+
+def test_every_new_field_is_documented():
+    from paths import ROOT
+    from gapscope.fleet.collectives import COLLECTIVE_FIELDS, WAIT_FIELDS
+
+    schema = (ROOT / "docs" / "schema.md").read_text(encoding="utf-8")
+    metrics = (ROOT / "docs" / "metrics.md").read_text(encoding="utf-8")
+    for field in (*FIELDS, *COLLECTIVE_FIELDS, *WAIT_FIELDS):
+        assert f"`{field}`" in schema, field
+    for field in (*FIELDS, "wait_ns", "transfer_ns", "waited_for", "caused_from_gaps_ns", "clock_offset_ns"):
+        assert f"`{field}`" in metrics, field
