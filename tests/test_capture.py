@@ -122,16 +122,19 @@ def test_workload_args_and_dry_run(tmp_path: Path) -> None:
 
 
 def test_workload_env_makes_gapscope_importable() -> None:
-    root = str(Path(capture.__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[1])  # the repository: it holds gapscope/__init__.py
+    assert (Path(root) / "gapscope" / "__init__.py").is_file()
     env = capture.workload_env({"PYTHONPATH": "/x"})
     assert env["PYTHONPATH"] == os.pathsep.join([root, "/x"])
     assert capture.workload_env({"PYTHONPATH": root})["PYTHONPATH"] == root
 
 
 def test_nsys_phase_lines() -> None:
-    assert capture.nsys_phase("Collecting data...") == ("report", 0)
+    assert capture.nsys_phase("Collecting data...") == ("capture", None)  # the program starts
+    assert capture.nsys_phase("Generating '/tmp/nsys-report-5e1f.qdstrm'") == ("report", 0)
     assert capture.nsys_phase("[1/2] [=====45%    ] run.nsys-rep") == ("report", 45)
     assert capture.nsys_phase("[2/2] [========100%] run.sqlite") == ("export", 100)
+    assert capture.nsys_phase("[1/1] [===70%      ] profile.nsys-rep") == ("report", 70)  # no --export
     assert capture.nsys_phase("[workload] eager/k=2us (1/1)") is None
 
 

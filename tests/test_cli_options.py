@@ -112,5 +112,5 @@ def test_top_level_help_names_every_command():
     assert proc.returncode == 0
     summary = proc.stdout.split("Options:")[0]
     listed = set(re.findall(r"^\s+gapscope (\w+)", summary, flags=re.M))
-    assert listed == set(cli.commands) == {"analyze", "compare", "plot", "report", "export", "run"}
+    assert listed == set(cli.commands) == {"analyze", "compare", "plot", "report", "export", "run", "profile"}
     assert "_GAPSCOPE_COMPLETE=bash_source gapscope" in summary

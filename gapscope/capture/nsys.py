@@ -42,8 +42,10 @@ def _executable(path: Path) -> bool:
 
 def find_nsys(explicit: str | os.PathLike[str] | None = None,
               environ: Mapping[str, str] | None = None,
-              install_globs: Sequence[str] = INSTALL_GLOBS) -> Path:
-    """Path of the nsys to use; raise GapscopeError naming every place that was searched."""
+              install_globs: Sequence[str] = INSTALL_GLOBS,
+              advice: str = "install Nsight Systems or pass --nsys PATH") -> Path:
+    """Path of the nsys to use; raise GapscopeError naming every place that was searched, and
+    ``advice`` (what to do about it)."""
     env = os.environ if environ is None else environ
     for origin, value in (("--nsys", explicit), (NSYS_ENV, env.get(NSYS_ENV))):
         if value:
@@ -62,7 +64,7 @@ def find_nsys(explicit: str | os.PathLike[str] | None = None,
                 return Path(hit)
     raise GapscopeError(
         "nsys (Nsight Systems) not found: searched --nsys, $" + NSYS_ENV + ", PATH and "
-        + ", ".join(install_globs) + "; install Nsight Systems or pass --nsys PATH")
+        + ", ".join(install_globs) + "; " + advice)
 
 
 def nsys_version(nsys: Path) -> str | None:
@@ -110,8 +112,7 @@ def export_report(report: str | os.PathLike[str], output: str | os.PathLike[str]
                             f"({', '.join(EXPORT_TYPES)})")
     if output.exists():
         raise GapscopeError(f"{output}: already exists; export_report never overwrites")
-    # The form the shipped exports were made with (traces/provenance/wave2_group2.txt).
-    command = [str(exe), "export", "--type", export_type, "-o", str(output), str(report)]
+    command = export_command(exe, export_type, output, report)
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -126,6 +127,24 @@ def export_report(report: str | os.PathLike[str], output: str | os.PathLike[str]
     return output
 
 
+def export_command(nsys: str | os.PathLike[str], export_type: str, output: str | os.PathLike[str],
+                   report: str | os.PathLike[str]) -> list[str]:
+    """The `nsys export` command that writes ``report``'s export of ``export_type`` to ``output``
+    (the form the shipped exports were made with: traces/provenance/wave2_group2.txt)."""
+    return [str(nsys), "export", "--type", export_type, "-o", str(output), str(report)]
+
+
+def trace_options(graph_trace: str = "node") -> list[tuple[str, list[str]]]:
+    """What gapscope's analysis needs nsys to record, as (option, its words on the command line):
+    CUDA and NVTX (``--trace``), graphs kernel by kernel (``--cuda-graph-trace``), and no CPU
+    sampling or context-switch tracing (``--sample``, ``--cpuctxsw``), whose overhead would
+    lengthen the launch gaps being measured."""
+    if graph_trace not in GRAPH_TRACE_MODES:
+        raise GapscopeError(f"--graph-trace must be node or graph, got {graph_trace!r}")
+    return [("--trace", ["-t", "cuda,nvtx"]), ("--cuda-graph-trace", [f"--cuda-graph-trace={graph_trace}"]),
+            ("--sample", ["--sample=none"]), ("--cpuctxsw", ["--cpuctxsw=none"])]
+
+
 def build_command(nsys: str | os.PathLike[str], output_base: str | os.PathLike[str],
                   workload_args: Sequence[str], graph_trace: str = "node",
                   python: str | None = None) -> list[str]:
@@ -133,11 +152,9 @@ def build_command(nsys: str | os.PathLike[str], output_base: str | os.PathLike[s
 
     nsys writes output_base.nsys-rep and, through --export sqlite, output_base.sqlite.
     """
-    if graph_trace not in GRAPH_TRACE_MODES:
-        raise GapscopeError(f"--graph-trace must be node or graph, got {graph_trace!r}")
     return [
-        str(nsys), "profile", "-t", "cuda,nvtx", f"--cuda-graph-trace={graph_trace}",
-        "--sample=none", "--cpuctxsw=none", "--export", "sqlite", "--force-overwrite", "true",
+        str(nsys), "profile", *(w for _, words in trace_options(graph_trace) for w in words),
+        "--export", "sqlite", "--force-overwrite", "true",
         "-o", str(output_base), python or sys.executable, "-m", "gapscope.run.workload",
         *map(str, workload_args),
     ]
@@ -151,7 +168,7 @@ def shell_line(command: Sequence[str]) -> str:
 def workload_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     """Environment for the profiled child: gapscope importable even when not installed."""
     env = dict(os.environ if base is None else base)
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[2])  # the folder that holds the gapscope package
     parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     if root not in parts:
         env["PYTHONPATH"] = os.pathsep.join([root, *parts])
@@ -161,80 +178,103 @@ def workload_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
 
 @dataclass
 class CaptureFiles:
-    """What one nsys run wrote: the report, its SQLite export and nsys's own output."""
+    """What one nsys run wrote: the report, its SQLite export (with ``--export sqlite``) and
+    nsys's own output; nsys's exit status, and the signals passed on to it (Ctrl-C)."""
 
     report: Path
     sqlite: Path
     log: Path
+    returncode: int = 0
+    forwarded: tuple[int, ...] = ()
+
+
+#: A line of nsys's progress bars: `[1/2] [=====45%    ] run.nsys-rep` (a report and its
+#: export) or `[1/1] [...]` (a report alone).
+PROGRESS_BAR = re.compile(r"\[([12])/([12])\].*?(\d+)%")
 
 
 def nsys_phase(line: str) -> tuple[str, int | None] | None:
-    """Read one line of nsys output: ('capture', None) while the program runs, ('report', pct)
-    while it writes .nsys-rep, ('export', pct) while it writes the SQLite export; else None."""
-    m = re.search(r"\[(1|2)/2\].*?(\d+)%", line)
+    """Read one line of nsys output: ('capture', None) when the program starts ("Collecting
+    data..."), ('report', pct) while nsys writes .nsys-rep, ('export', pct) while it writes the
+    SQLite export of ``--export sqlite``; else None."""
+    m = PROGRESS_BAR.search(line)
     if m:
-        return ("report" if m.group(1) == "1" else "export", int(m.group(2)))
-    if "Collecting data" in line or "Generating '" in line:
+        return ("export" if m.group(1) == "2" else "report", int(m.group(3)))
+    if "Collecting data" in line:
+        return ("capture", None)
+    if "Generating '" in line:
         return ("report", 0)
     return None
 
 
 def run_capture(command: Sequence[str], output_base: Path, log_path: Path,
                 env: Mapping[str, str] | None = None,
-                on_phase: Callable[[str, int | None], None] | None = None) -> CaptureFiles:
-    """Run the nsys command, streaming its output into log_path; check what it wrote.
+                on_phase: Callable[[str, int | None], None] | None = None, *,
+                require: str = "sqlite", on_output: Callable[[str], None] | None = None,
+                hint: str = "") -> CaptureFiles:
+    """Run the nsys command (gapscope.capture.session: its own session, Ctrl-C passed on),
+    streaming its output into log_path; check what it wrote.
 
-    On failure nothing is deleted: the GapscopeError says which files nsys left and where.
+    ``require``: ``sqlite`` (`gapscope run`, which exports with ``--export sqlite``): nsys must
+    exit 0 and write the export; ``report``: only the .nsys-rep must be there, whatever nsys's
+    exit status (`gapscope profile`: a program that fails or is stopped still leaves a report).
+    Lines of output that are not nsys's progress bars go to ``on_output``. On failure nothing is
+    deleted: the GapscopeError says which files nsys left and where (``hint`` ends it).
     """
+    from gapscope.capture.session import run_session
+
     output_base = Path(output_base)
     files = CaptureFiles(Path(f"{output_base}.nsys-rep"), Path(f"{output_base}.sqlite"), log_path)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        proc = subprocess.Popen(list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                env=dict(env) if env is not None else None)
-    except OSError as exc:
-        raise GapscopeError(f"cannot start nsys ({command[0]}): {exc.strerror}") from None
-    assert proc.stdout is not None
-    with log_path.open("wb") as log:
-        pending = b""
-        while chunk := proc.stdout.read1(65536):
-            log.write(chunk)
-            pending += chunk
-            *lines, pending = re.split(rb"[\r\n]", pending)
-            if on_phase:
-                for raw in lines:
-                    phase = nsys_phase(raw.decode(errors="replace"))
-                    if phase:
-                        on_phase(*phase)
-    rc = proc.wait()
-    if rc != 0 or not files.sqlite.is_file() or files.sqlite.stat().st_size == 0:
-        raise GapscopeError(_failure_message(rc, files))
+
+    def on_line(line: str) -> None:
+        phase = nsys_phase(line)
+        if phase and on_phase:
+            on_phase(*phase)
+        if on_output and not PROGRESS_BAR.search(line):
+            on_output(line)
+
+    ended = run_session(command, log_path, env, on_line)
+    files.returncode, files.forwarded = ended.returncode, ended.forwarded
+    wanted = files.sqlite if require == "sqlite" else files.report
+    failed = ended.killed or (ended.returncode != 0 and require == "sqlite")
+    if failed or not wanted.is_file() or wanted.stat().st_size == 0:
+        raise GapscopeError(_failure_message(ended.returncode, files, wanted, ended.killed) + hint,
+                            130 if ended.killed else 2)
     return files
 
 
-def _failure_message(rc: int, files: CaptureFiles) -> str:
-    folder = files.sqlite.parent
-    stem = files.sqlite.stem
-    left = sorted(p.name for p in folder.glob(f"{stem}*")) if folder.is_dir() else []
+def _failure_message(rc: int, files: CaptureFiles, wanted: Path, killed: bool = False) -> str:
+    folder = wanted.parent
+    stem = files.report.name[: -len(".nsys-rep")]
+    left = sorted(p.name for p in folder.glob(glob.escape(stem) + "*")) if folder.is_dir() else []
     tail = ""
     try:
         lines = [ln for ln in re.split(r"[\r\n]", files.log.read_text(errors="replace")) if ln.strip()]
         tail = f"; its last line: {lines[-1].strip()[:200]}" if lines else ""
     except OSError:
         pass
-    what = f"nsys exited with {rc}" if rc != 0 else "nsys wrote no SQLite export"
+    if killed:
+        what = "nsys was killed (interrupted three times) before it finished"
+    elif rc != 0:
+        what = f"nsys exited with {rc}"
+    else:
+        what = "nsys wrote no SQLite export" if wanted == files.sqlite else "nsys wrote no report (.nsys-rep)"
     kept = ", ".join(left) if left else "no report files"
     return f"{what}; kept what it wrote in {folder} ({kept}); its output is in {files.log}{tail}"
 
 
-def environment(nsys: Path | None, device: int = 0) -> dict[str, str | int | None]:
-    """GPU, driver, CUDA, CuPy, nsys and Python versions, each None where it cannot be read."""
+def environment(nsys: Path | None, device: int = 0, with_cupy: bool = True) -> dict[str, str | int | None]:
+    """GPU, driver, nsys and Python versions and, ``with_cupy`` (`gapscope run`'s workload), CUDA
+    and CuPy's; each None where it cannot be read."""
     env: dict[str, str | int | None] = {
         "python": platform.python_version(), "platform": platform.platform(),
         "gpu": None, "driver": None, "cuda_driver_api": None, "cuda_runtime": None,
         "cupy": None, "nsys": nsys_version(nsys) if nsys else None,
         "nsys_path": str(nsys) if nsys else None,
     }
+    if not with_cupy:
+        for key in ("cuda_driver_api", "cuda_runtime", "cupy"):
+            del env[key]
     try:
         out = subprocess.run(
             ["nvidia-smi", f"--id={device}", "--query-gpu=name,driver_version",
@@ -244,6 +284,8 @@ def environment(nsys: Path | None, device: int = 0) -> dict[str, str | int | Non
             env["gpu"], env["driver"] = name.strip(), driver.strip()
     except (OSError, subprocess.SubprocessError):
         pass
+    if not with_cupy:
+        return env
     try:
         import cupy
 

@@ -41,6 +41,7 @@ def cli() -> None:
     gapscope plot TRACE -o DIR                timeline, gap histogram, sweep crossover
     gapscope report TRACE -o report.html      one page (or Markdown): tables, readings, figures
     gapscope export TRACE --perfetto T.json   gaps on a timeline for ui.perfetto.dev
+    gapscope profile -- CMD [ARGS...]         record your own program (nsys or torch.profiler)
     gapscope run -o DIR                       record CuPy micro-kernels under nsys (GPU)
 
     TRACE: an nsys SQLite, parquetdir or arrowdir export, a .nsys-rep, a PyTorch profiler trace.
@@ -52,7 +53,7 @@ def cli() -> None:
 def _register() -> None:
     from gapscope.cli import analyze  # noqa: F401  (registers the command)
 
-    for optional in ("run", "compare", "plot", "report", "export"):
+    for optional in ("run", "profile", "compare", "plot", "report", "export"):
         try:
             __import__(f"gapscope.cli.{optional}")
         except ModuleNotFoundError as exc:  # a command module not written yet

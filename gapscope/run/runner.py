@@ -19,11 +19,12 @@ from __future__ import annotations
 import json
 import statistics
 from collections import defaultdict
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
+from gapscope.capture.folder import write_json
+from gapscope.capture.progress import Progress
 from gapscope.errors import GapscopeError
 from gapscope.analysis.sweep import SweepRow, sweep_rows
 from gapscope.run.workload import KERNEL_KINDS, PATHS, split_paths
@@ -150,55 +151,6 @@ class RunResult:
         }
 
 
-class _Progress:
-    """A rich progress display on stderr for calibration, timing, capture, export, analysis."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self._progress: Any = None
-
-    def __enter__(self) -> "_Progress":
-        if self.enabled:
-            from rich.console import Console
-            from rich.progress import (BarColumn, Progress, SpinnerColumn, TaskProgressColumn,
-                                       TextColumn, TimeElapsedColumn)
-
-            self._progress = Progress(SpinnerColumn(), TextColumn("{task.description:<28}"),
-                                      BarColumn(), TaskProgressColumn(), TimeElapsedColumn(),
-                                      TextColumn("{task.fields[note]}"),
-                                      console=Console(stderr=True))
-            self._progress.__enter__()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._progress is not None:
-            self._progress.__exit__(*exc)
-
-    @contextmanager
-    def task(self, description: str, total: float | None) -> Iterator[Any]:
-        """A task whose handle has step(note) and set(pct, note); completed on exit."""
-        prog = self._progress
-
-        class Handle:
-            def step(self, note: str = "") -> None:
-                if prog is not None:
-                    prog.update(tid, advance=1, note=note)
-
-            def set(self, pct: float, note: str = "") -> None:
-                if prog is not None:
-                    prog.update(tid, completed=pct, note=note)
-
-        tid = prog.add_task(description, total=total, note="") if prog is not None else None
-        yield Handle()
-        if prog is not None:
-            task = prog.tasks[tid]
-            prog.update(tid, completed=task.total if task.total is not None else 1, total=task.total or 1)
-
-
-def _write_json(path: Path, data: Any) -> None:
-    path.write_text(json.dumps(data, indent=2) + "\n")
-
-
 def run(opts: RunOptions, progress: bool = True) -> RunResult:
     """Calibrate, time untraced, capture under nsys, analyze; write the output folder.
 
@@ -234,14 +186,14 @@ def run(opts: RunOptions, progress: bool = True) -> RunResult:
     out.mkdir(parents=True, exist_ok=True)
     (out / "command.txt").write_text(result.command_line + "\n")
     result.environment = capture.environment(nsys, opts.device)
-    _write_json(out / "environment.json", result.environment)
+    write_json(out / "environment.json", result.environment)
 
-    with _Progress(progress) as prog:
+    with Progress(progress) as prog:
         with prog.task("calibrate kernels", 2 + len(opts.kernel_us)) as t:
             calib = calibrate(opts.kernel_us, opts.kind, opts.device, t.step, ks)
         result.calibration = calib.to_dict()
         result.warnings += calibration_warnings(calib)
-        _write_json(out / "plan.json", result.calibration)
+        write_json(out / "plan.json", result.calibration)
 
         sweep = opts.sweep
         paths, cases = opts.launch_paths, opts.cases
@@ -251,7 +203,7 @@ def run(opts: RunOptions, progress: bool = True) -> RunResult:
             with prog.task("time untraced", len(workloads) * len(paths)) as t:
                 timings = time_paths(workloads, paths, max(3, opts.repeat), t.step)
             result.timing = [tm.to_dict() for tm in timings]
-            _write_json(out / "timing.json", result.timing)
+            write_json(out / "timing.json", result.timing)
             del workloads
         if cases:
             from gapscope.run.workload.cases import run_cases
@@ -294,7 +246,7 @@ def run(opts: RunOptions, progress: bool = True) -> RunResult:
                         result.warnings.append(
                             f"case figures failed ({type(exc).__name__}: {exc}); the trace and "
                             "host timers are kept: rerun gapscope.run.case_figures on the export")
-        _write_json(out / "analysis.json", analysis)
+        write_json(out / "analysis.json", analysis)
 
     summary = out / "workload.json"
     if summary.is_file():
@@ -311,5 +263,5 @@ def run(opts: RunOptions, progress: bool = True) -> RunResult:
         **({"timing": out / "timing.json"} if paths else {}), "command": out / "command.txt",
         "environment": out / "environment.json", "run": out / "run.json",
         **({"workload": summary} if summary.is_file() else {})}.items()}
-    _write_json(out / "run.json", result.to_dict())
+    write_json(out / "run.json", result.to_dict())
     return result

@@ -1,0 +1,3 @@
+"""SYNTHETIC stand-in for torch.autograd."""
+
+from torch.autograd import profiler  # noqa: F401
