@@ -16,15 +16,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from gapscope.fleet.collectives import pair  # noqa: E402
+from harness import best  # noqa: E402
 
 
 def parts(ranks: int, collectives: int, seed: int = 0) -> list[pd.DataFrame]:
@@ -50,15 +51,6 @@ def parts(ranks: int, collectives: int, seed: int = 0) -> list[pd.DataFrame]:
 def floor(frames: list[pd.DataFrame]) -> None:
     c = pd.concat(frames, ignore_index=True).sort_values(["sequence", "occurrence", "rank"], kind="stable")
     c.groupby(["sequence", "occurrence"], sort=False)["start"].max()
-
-
-def best(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
 
 
 def main() -> None:
