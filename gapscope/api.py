@@ -518,17 +518,20 @@ def _result_dicts(side: Side, what: str) -> tuple[list[dict[str, Any]], list[str
 
 
 def compare(baseline: Side, current: Side, thresholds: str | Sequence[str] | None = None, *,
-            config: PathLike | None = None) -> pd.DataFrame:
+            scope: str | None = None, missing: str | None = None, config: PathLike | None = None) -> pd.DataFrame:
     """The regression verdicts of `gapscope compare` (docs/ci.md) as a DataFrame, one row per
-    (entry, metric): the fields of each verdict (``scope``, ``key``, ``metric``, ``status``,
-    ``baseline``, ``current``, ``delta``, ``limit``, ...), in the comparison's order.
+    checked (entry, metric): the fields of each verdict (``scope``, ``key``, ``metric``,
+    ``status``, ``failed``, ``words``, ``baseline``, ``current``, ``delta``, ``limit``, ...), in
+    the comparison's order.
 
     Each side is a path (result JSON, trace, `gapscope run` folder), an :class:`Analysis` or
     :class:`Fleet`, a result dict, or a list of them (several runs: medians are compared).
-    ``thresholds``: specs such as ``"gap_fraction:+0.02"`` over the defaults; ``config``: a
-    pyproject.toml whose ``[tool.gapscope.compare]`` table applies first (unlike the command,
-    no pyproject.toml is read unless named). The DataFrame's ``attrs`` hold the ``headline``,
-    ``passed``, the ``thresholds`` in force and the ``warnings``.
+    ``thresholds``: specs such as ``"gap_fraction:+0.02"`` over the defaults; ``scope``
+    (``"range,device"``) and ``missing`` (``fail``, ``warn``, ``ignore``) as `--scope` and
+    `--missing` take them; ``config``: a pyproject.toml whose ``[tool.gapscope.compare]`` table
+    applies first (unlike the command, no pyproject.toml is read unless named). The DataFrame's
+    ``attrs`` hold the ``headline``, ``passed``, the ``failures`` in words, the ``thresholds``
+    in force and the ``warnings``.
     """
     import dataclasses
 
@@ -536,14 +539,15 @@ def compare(baseline: Side, current: Side, thresholds: str | Sequence[str] | Non
 
     from gapscope.compare.comparison import Verdict
     from gapscope.compare.comparison import compare as compare_results
-    from gapscope.compare.thresholds import resolve_thresholds
+    from gapscope.compare.thresholds import resolve_settings
 
     base, base_labels = _result_dicts(baseline, "baseline")
     cur, cur_labels = _result_dicts(current, "current")
-    limits = resolve_thresholds(_patterns(thresholds), config, search_dir=None)
-    comparison = compare_results(base, cur, limits, baseline_sources=base_labels, current_sources=cur_labels)
+    settings = resolve_settings(_patterns(thresholds), config, scope=scope, missing=missing, search_dir=None)
+    comparison = compare_results(base, cur, settings.thresholds, baseline_sources=base_labels,
+                                 current_sources=cur_labels, scope=settings.scope, missing=settings.missing)
     columns = [f.name for f in dataclasses.fields(Verdict)]
     frame = pd.DataFrame([v.to_dict() for v in comparison.verdicts], columns=columns)
-    frame.attrs.update(headline=comparison.headline(), passed=comparison.passed,
+    frame.attrs.update(headline=comparison.headline(), passed=comparison.passed, failures=comparison.failures(),
                        thresholds=list(comparison.thresholds), warnings=list(comparison.warnings))
     return frame

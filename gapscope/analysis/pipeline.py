@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gapscope.analysis import communication
 from gapscope.analysis.attribution import (
     Attributor, api_names, as_dicts, category_sums, distinct_gaps, longest_gaps,
 )
@@ -89,6 +90,8 @@ class AnalysisArrays:
     #: Seconds spent opening the trace and reading its frames (analysis_of measures it; None
     #: for frames read elsewhere). Shown in report headers, never written into the result.
     read_seconds: float | None = None
+    #: The communication kernels (gapscope.analysis.communication), None when the trace ran none.
+    comm: communication.CommKernels | None = None
 
 
 def activity_arrays(frames: TraceFrames, count_memops: bool) -> ActivityArrays:
@@ -349,6 +352,9 @@ def run_analysis(
         top_gaps = longest_gaps(frames, distinct_gaps(range_gaps) if selected else device_gaps, launch,
                                 name_codes, name_table, acts.busy, top)
     range_rows, name_rows, device_rows = map(_with_verdicts, (range_rows, name_rows, device_rows))
+    comm = communication.find(frames)
+    range_rows, name_rows, device_rows = communication.with_fields(
+        comm, acts, member_act, member_range, range_name, (range_rows, name_rows, device_rows))
 
     elsewhere = _other_thread_warnings(frames, launch, table, member_range, threads, domains)
     result = AnalysisResult(
@@ -377,7 +383,7 @@ def run_analysis(
         frames=frames, acts=acts, launch=launch, ranges=table, name_of_range=range_name, member_range=member_range,
         member_act=member_act, pairs=RangePairs(n_dev, pair_stats, pair_gaps, pair_cats),
         range_gaps=range_gaps, device_gaps=device_gaps, stream_keys=stream_keys, stream_gaps=stream_gaps,
-        result=result,
+        result=result, comm=comm,
     )
 
 

@@ -161,6 +161,9 @@ def _honoured(saved: Any, given: frozenset[str], *, count_memops: bool, attribut
               help="Several traces: local worker processes (default: the CPU count).")
 @click.option("--scheduler", metavar="ADDRESS",
               help="Several traces: run on the Dask cluster at ADDRESS (tcp://host:8786; docs/fleet.md).")
+@click.option("--ranks", "ranks_view", is_flag=True,
+              help="The report across ranks for one trace too: each of its devices is a rank (one export "
+                   "that recorded several GPUs or processes), with collectives paired across them.")
 @click.option("--plot", "plot_dir", metavar="DIR",
               help="Also draw the timeline and gap histogram into DIR (one trace; needs matplotlib).")
 @click.option("--gaps-csv", "gaps_csv", metavar="FILE",
@@ -169,8 +172,8 @@ def _honoured(saved: Any, given: frozenset[str], *, count_memops: bool, attribut
 def analyze_command(traces: tuple[str, ...], ranges: tuple[str, ...], domains: tuple[str, ...],
                     threads: str, stall_threshold: str | None, normalize: bool, fmt: str | None,
                     output: str | None, wide: bool, count_memops: bool, limit: int, top: int,
-                    attribution: bool, jobs: int | None, scheduler: str | None, plot_dir: str | None,
-                    gaps_csv: str | None) -> None:
+                    attribution: bool, jobs: int | None, scheduler: str | None, ranks_view: bool,
+                    plot_dir: str | None, gaps_csv: str | None) -> None:
     """Share of GPU time lost to gaps between kernels, per NVTX range, device and stream.
 
     TRACE is an nsys SQLite export (`nsys export --type sqlite`, or `nsys profile
@@ -184,8 +187,11 @@ def analyze_command(traces: tuple[str, ...], ranges: tuple[str, ...], domains: t
 
     Several TRACEs (or a folder of exports, or a quoted glob) give one report across ranks,
     each device of each file being a rank: gap fraction and gap time per rank and range name,
-    their spread, and the stragglers, with steps aligned by range name and occurrence.
-    Exit status 1 when some traces failed (the report covers the others).
+    their spread, and the stragglers, with steps aligned by range name and occurrence, and
+    communication kernels (NCCL, ...) paired across ranks: who waited for whom, and whether the
+    late rank's own gaps made it late. --ranks gives that report for one trace that recorded
+    several GPUs or processes. Exit status 1 when some traces failed (the report covers the
+    others).
     """
     from gapscope.render import render
 
@@ -202,15 +208,17 @@ def analyze_command(traces: tuple[str, ...], ranges: tuple[str, ...], domains: t
     paths = expand(traces)
     tables = fmt == "parquet" or gaps_csv is not None
     if tables:
-        if len(paths) > 1:
-            raise GapscopeError("--format parquet and --gaps-csv write the tables of one trace; run them on each")
+        if len(paths) > 1 or ranks_view:
+            raise GapscopeError("--format parquet and --gaps-csv write the tables of one trace, not a report "
+                                "across ranks; run them on each trace")
         _table_outputs(fmt, output, gaps_csv, paths)
-    if len(paths) > 1:
+    if len(paths) > 1 or ranks_view:
+        what = "several traces" if len(paths) > 1 else "a report across ranks (--ranks)"
         if plot_dir:
-            raise GapscopeError("--plot draws one trace; run `gapscope plot` on each")
+            raise GapscopeError(f"--plot draws one trace's figures, not {what}; run `gapscope plot` on each trace")
         if domains or threads != "same" or not normalize or threshold is not None:
             raise GapscopeError("--domain, --threads, --stall-threshold and --no-normalize analyze one "
-                                "trace; several traces take the defaults")
+                                f"trace; {what} take{'' if len(paths) > 1 else 's'} the defaults")
         fleet = _analyze_many(paths, ranges, count_memops, top, attribution, jobs, scheduler)
         with output_file(output) as fh:
             render(fleet, fmt, fh, limit=limit, wide=wide)
@@ -290,7 +298,9 @@ def _analyze_many(paths: list[str], ranges: tuple[str, ...], count_memops: bool,
         except GapscopeError:
             kind = "analysis" if p.endswith(".json") else "trace"
         if kind != "trace":
-            raise GapscopeError(f"{p}: {KIND_WORDS[kind]}; several inputs must all be traces")
+            what = "several inputs must all be traces" if len(paths) > 1 else \
+                "--ranks analyzes a trace (a saved result holds no per-kernel data to pair)"
+            raise GapscopeError(f"{p}: {KIND_WORDS[kind]}; {what}")
     executor = choose_executor(len(paths), jobs, scheduler, preload=["gapscope.fleet.merge"])
     with FileProgress(len(paths), sys.stderr) as progress:
         fleet = analyze_fleet(paths, executor, ranges=ranges, count_memops=count_memops,

@@ -23,7 +23,8 @@ from gapscope.render.layout import Column, fit_columns, middle_ellipsis
 from gapscope.render.sections import Name, Section, Share
 
 #: The order of the sections on the terminal.
-ORDER = ("by_name", "domains", "ranges", "devices", "streams", "idle", "launch", "payoff", "top_gaps")
+ORDER = ("by_name", "domains", "ranges", "devices", "streams", "idle", "communication", "launch", "payoff",
+         "top_gaps")
 
 
 def share_text(f: float | None) -> Text:

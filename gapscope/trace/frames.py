@@ -77,8 +77,8 @@ class TraceFrames:
 
     ``activities``: one row per kernel, memcpy, memset or graph-level execution with columns
     row (its row number in its source table), start, end, device, stream, proc, corr, kind
-    (ActivityKind), and name_id when loaded with ``all_calls`` (else names come from
-    ``activity_names``).
+    (ActivityKind) and name_id (a kernel's name id, a graph execution's graph id, -1 or the
+    format's own id for copies; its text through ``names.lookup``).
     ``api``: CUDA runtime and driver calls: start, end, tid (globalTid), corr, name_id, proc.
     ``nvtx``: NVTX push/pop and start/end ranges and domain creations: start, end, tid,
     event_type, domain_id, name.
@@ -132,7 +132,7 @@ class TraceFrames:
 
 #: The columns of each frame that build_frames requires, by frame.
 FRAME_COLUMNS = {
-    "activities": (*ACTIVITY_COLUMNS, "kind"),
+    "activities": (*ACTIVITY_COLUMNS, "kind", "name_id"),
     "api": (*API_COLUMNS, "proc"),
     "nvtx": NVTX_COLUMNS,
     "syncs": SYNC_COLUMNS,

@@ -79,7 +79,7 @@ def assemble_frames(meta: TraceMeta, got: Mapping[str, pd.DataFrame], names: Nam
             df["kind"] = np.full(len(df), int(kind), dtype=np.int8)
             parts.append(df)
     if not parts:
-        parts = [empty_frame((*ACTIVITY_COLUMNS, "kind"))]
+        parts = [empty_frame((*ACTIVITY_COLUMNS, "kind", "name_id"))]
     activities = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
     activities["proc"] = process_of(activities["proc"].to_numpy())
     api = got.get("api", empty_frame(API_COLUMNS))

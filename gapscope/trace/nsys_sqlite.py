@@ -89,7 +89,7 @@ class NsysSqlite:
     def load(self, *, syncs: bool = False, all_calls: bool = False) -> TraceFrames:
         """The frames an analysis needs (``syncs``: also the stream-wait synchronization records,
         for gap attribution; ``all_calls``: every CUDA API call, not only those that can launch
-        or synchronize, and every activity's name id)."""
+        or synchronize). Every activity's name id is read either way."""
         conn = self._live()
         reader = _Reader(self.path, conn)
         try:
@@ -388,7 +388,11 @@ def _name_column(cols: set[str], kind: ActivityKind) -> str:
     return "NULL"
 
 
-def _activity_read(conn: sqlite3.Connection, table: str, kind: ActivityKind, names: bool) -> Read:
+def _activity_read(conn: sqlite3.Connection, table: str, kind: ActivityKind) -> Read:
+    """The bulk read of one activity table, with every row's name id (kernels: the short name's
+    StringIds id; graph executions: the graph id; -1 for copies): one int column more than the
+    frames need for the metrics, read in bulk because gapscope.analysis.communication asks
+    every kernel's name."""
     cols = _columns(conn, table)
     missing = {"start", "end", "deviceId", "streamId"} - cols
     if missing:
@@ -396,11 +400,8 @@ def _activity_read(conn: sqlite3.Connection, table: str, kind: ActivityKind, nam
             f"unknown export schema: {table} lacks column(s) {', '.join(sorted(missing))}"
         )
     exprs = ["rowid", "start", "end", "deviceId", "streamId", _col(cols, "globalPid"),
-             _col(cols, "correlationId")]
-    columns = ACTIVITY_COLUMNS
-    if names:
-        exprs.append(_name_column(cols, kind))
-        columns = (*ACTIVITY_COLUMNS, "name_id")
+             _col(cols, "correlationId"), _name_column(cols, kind)]
+    columns = (*ACTIVITY_COLUMNS, "name_id")
     return Read(table, _aliased(exprs, columns), columns)
 
 
@@ -423,7 +424,7 @@ def _load_frames(conn: sqlite3.Connection, reader: _Reader, meta: TraceMeta, wit
              MEMCPY_TABLE: ActivityKind.MEMCPY, MEMSET_TABLE: ActivityKind.MEMSET}
     for table, kind in kinds.items():
         if table in tables:
-            reads[table] = _activity_read(conn, table, kind, names=all_calls)
+            reads[table] = _activity_read(conn, table, kind)
     if RUNTIME_TABLE in tables:
         cols = _columns(conn, RUNTIME_TABLE)
         conds = [f"eventClass != {EVENT_CLASS_BACKTRACE}"] if "eventClass" in cols else []
