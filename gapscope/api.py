@@ -331,11 +331,13 @@ class Analysis(_Result):
 class Fleet(_Result):
     """The merged analysis of several traces (docs/fleet.md), as DataFrames of the JSON's
     sections (schema ``gapscope.fleet/2``): ``files``, ``devices`` (one per rank), ``rank_names``,
-    ``by_name`` (pooled over ranks), ``spread``, ``steps``, ``stragglers``, ``streams``. A
+    ``by_name`` (pooled over ranks), ``spread``, ``steps``, ``stragglers``, ``streams``, and
+    ``collectives`` and ``waits`` (empty when no communication kernel ran). A
     SPREAD object (min, median, max, min_rank, max_rank) is spread into ``<field>_<key>``
     columns."""
 
-    SECTIONS = ("files", "devices", "rank_names", "by_name", "spread", "steps", "stragglers", "streams")
+    SECTIONS = ("files", "devices", "rank_names", "by_name", "spread", "steps", "stragglers", "streams",
+                "collectives", "waits")
 
     def __init__(self, result: FleetResult, inputs: Sequence[str] = ()) -> None:
         self._result = result
@@ -432,7 +434,7 @@ def _several(paths: list[str], options: dict[str, Any], jobs: int | None, schedu
 def analyze(path_or_paths: PathLike | Sequence[PathLike], *, ranges: str | Sequence[str] | None = None,
             domains: str | Sequence[str] | None = None, count_memops: bool = False, attribution: bool = True,
             top: int = 10, stall_threshold: int | str | None = None, threads: str = "same",
-            normalize: bool = True, tables: bool = True, jobs: int | None = None,
+            normalize: bool = True, tables: bool = True, ranks: bool = False, jobs: int | None = None,
             scheduler: str | None = None) -> Analysis | Fleet:
     """Analyze a trace (any format of docs/formats.md, or a `gapscope run` output) as `gapscope
     analyze` does, and return an :class:`Analysis`; several traces (a list, a folder of exports
@@ -444,7 +446,8 @@ def analyze(path_or_paths: PathLike | Sequence[PathLike], *, ranges: str | Seque
     traces: stragglers per name); ``stall_threshold``: ns, or text such as ``"1ms"``;
     ``threads``: ``"same"`` or ``"process"`` (whose launches a range owns); ``normalize``:
     group PyTorch emit_nvtx op names; ``tables``: make ``gaps`` and ``kernels`` (False saves
-    their time on a large trace). Several traces take ``jobs`` (worker processes) or
+    their time on a large trace); ``ranks``: one trace of several GPUs or processes as a Fleet,
+    each device a rank (`--ranks`). Several traces take ``jobs`` (worker processes) or
     ``scheduler`` (a Dask address) and the defaults of the single-trace options.
     Errors are a :class:`GapscopeError` whose message is one line.
     """
@@ -462,10 +465,10 @@ def analyze(path_or_paths: PathLike | Sequence[PathLike], *, ranges: str | Seque
                                "top": int(top), "threads": threads, "normalize": bool(normalize)}
     if threshold is not None:
         options["stall_threshold_ns"] = threshold
-    if len(paths) > 1:
+    if len(paths) > 1 or ranks:
         if options["domains"] or threads != "same" or not normalize or threshold is not None:
             raise GapscopeError("domains, threads, stall_threshold and normalize apply to one trace; "
-                                "several traces take the defaults")
+                                "several traces (or ranks=True) take the defaults")
         return _several(paths, options, jobs, scheduler)
     if jobs is not None or scheduler is not None:
         raise GapscopeError("jobs and scheduler spread several traces; one trace is analyzed here")

@@ -504,3 +504,13 @@ def test_two_gpus_in_two_processes(fsdp):
     assert per_device["sum"].to_dict() == dev["gap_ns"].to_dict()
     assert per_device["count"].to_dict() == dev["gap_count"].to_dict()
     assert sorted(a.kernels.pid.unique().tolist()) == sorted(a.streams.pid.unique().tolist()) == [144, 145]
+
+
+def test_one_trace_of_two_gpus_as_ranks(fsdp):
+    proc = cli("analyze", str(fsdp), "--ranks", "-f", "json")
+    assert proc.returncode == 0, proc.stderr
+    fleet = gapscope.analyze(fsdp, ranks=True)
+    assert isinstance(fleet, gapscope.Fleet) and fleet.to_json() == proc.stdout
+    data = json.loads(proc.stdout)
+    assert len(fleet.devices) == 2 and len(fleet.collectives) == len(data["collectives"]) > 0
+    assert as_json_rows(fleet.waits) == data["waits"]
