@@ -123,6 +123,16 @@ def _plain(text: str) -> str:
     return "\n".join(line.rstrip() for line in text.rstrip("\n").splitlines())
 
 
+def _section_property(section: str, doc: str) -> Any:
+    """A read-only property giving the result section ``section`` as a DataFrame."""
+
+    def frame(self: Any) -> pd.DataFrame:
+        return self._section(section)
+
+    frame.__doc__ = doc
+    return property(frame)
+
+
 class _Result:
     """What an Analysis and a Fleet share: the result object behind them, its JSON, its report."""
 
@@ -188,41 +198,17 @@ class Analysis(_Result):
             self._frames[section] = _section_frame(getattr(self._result, section), section)
         return self._frames[section].copy(deep=False)
 
-    @property
-    def ranges(self) -> pd.DataFrame:
-        """One row per NVTX range instance, in start order (the JSON's ``ranges``)."""
-        return self._section("ranges")
-
-    @property
-    def by_name(self) -> pd.DataFrame:
-        """One row per (domain, range name): spans and gaps summed over its instances."""
-        return self._section("by_name")
-
-    @property
-    def devices(self) -> pd.DataFrame:
-        """One row per GPU: the whole trace's timeline on it."""
-        return self._section("devices")
-
-    @property
-    def streams(self) -> pd.DataFrame:
-        """One row per (process, device, stream): the whole trace's timeline on it."""
-        return self._section("streams")
-
-    @property
-    def launches(self) -> pd.DataFrame:
-        """One row per launch API: calls, CPU time per call, launch-to-start latency (the JSON's
-        ``launch``)."""
-        return self._section("launch")
-
-    @property
-    def payoff(self) -> pd.DataFrame:
-        """Eager/graph range twins: the measured graph speedup beside the eager range's ceiling."""
-        return self._section("payoff")
-
-    @property
-    def top_gaps(self) -> pd.DataFrame:
-        """The longest device-level gaps (``top`` of :func:`analyze`), longest first."""
-        return self._section("top_gaps")
+    ranges = _section_property("ranges", "One row per NVTX range instance, in start order (the JSON's ``ranges``).")
+    by_name = _section_property("by_name", "One row per (domain, range name): spans and gaps summed over its "
+                                "instances.")
+    devices = _section_property("devices", "One row per GPU: the whole trace's timeline on it.")
+    streams = _section_property("streams", "One row per (process, device, stream): the whole trace's timeline on it.")
+    launches = _section_property("launch", "One row per launch API: calls, CPU time per call, launch-to-start "
+                                 "latency (the JSON's ``launch``).")
+    payoff = _section_property("payoff", "Eager/graph range twins: the measured graph speedup beside the eager "
+                               "range's ceiling.")
+    top_gaps = _section_property("top_gaps", "The longest device-level gaps (``top`` of :func:`analyze`), "
+                                 "longest first.")
 
     @property
     def verdicts(self) -> pd.DataFrame:

@@ -62,8 +62,8 @@ def test_every_block_of_the_page_runs(tmp_path, monkeypatch):
             name, sig = text.split("(", 1)
             want = re.sub(r"\s+", " ", f"({sig}").strip()
             sig = inspect.signature(getattr(gapscope, name.split(".")[1]))
-            bare = sig.replace(parameters=[p.replace(annotation=inspect.Parameter.empty) for p in sig.parameters.values()],
-                               return_annotation=inspect.Signature.empty)
+            params = [p.replace(annotation=inspect.Parameter.empty) for p in sig.parameters.values()]
+            bare = sig.replace(parameters=params, return_annotation=inspect.Signature.empty)
             assert str(bare).replace("'", '"') == want, (line, str(bare))
     assert examples >= 30
     assert (tmp_path / "tables" / "gaps.parquet").is_file() and (tmp_path / "eager.png").is_file()
