@@ -332,6 +332,36 @@ class Attribution:
                    if before["call"] is not None and before["call"] == after["call"] and before["call"] in graph_calls)
 
 
+def activity_names(path: str) -> list[str]:
+    """Every activity's name in Trace's order (kernels by rowid: the StringIds text of shortName,
+    else demangledName; graph executions as ``graph <graphId>``; ``memcpy``, ``memset``)."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    strings = dict(conn.execute("SELECT id, value FROM StringIds"))
+    out = []
+    if "CUPTI_ACTIVITY_KIND_KERNEL" in tables:
+        cols = {r[1] for r in conn.execute("PRAGMA table_info(CUPTI_ACTIVITY_KIND_KERNEL)")}
+        col = "shortName" if "shortName" in cols else "demangledName"
+        out += [strings.get(i, "?") for (i,) in conn.execute(f"SELECT {col} FROM CUPTI_ACTIVITY_KIND_KERNEL "
+                                                              "ORDER BY rowid")]
+    if "CUPTI_ACTIVITY_KIND_GRAPH_TRACE" in tables:
+        out += [f"graph {g}" for (g,) in conn.execute("SELECT graphId FROM CUPTI_ACTIVITY_KIND_GRAPH_TRACE "
+                                                       "ORDER BY rowid")]
+    for table, label in (("CUPTI_ACTIVITY_KIND_MEMCPY", "memcpy"), ("CUPTI_ACTIVITY_KIND_MEMSET", "memset")):
+        if table in tables:
+            out += [label] * conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+    conn.close()
+    return out
+
+
+def innermost(candidates: list[int], ranges: list[dict]) -> int | None:
+    """Of some ranges (indices into ``ranges``, reference.ranges rows) of one thread, the innermost:
+    the latest to start, the shortest of those; None when there are none."""
+    if not candidates:
+        return None
+    return max(candidates, key=lambda i: (ranges[i]["start"], -ranges[i]["end"]))
+
+
 def range_acts(trace: Trace, rng: dict, process: bool = False) -> list[dict]:
     """The activities launched inside a range (``reference.ranges`` row) from its thread, or
     from any thread of its process."""

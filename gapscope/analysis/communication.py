@@ -24,7 +24,7 @@ from gapscope.analysis.metrics import ActivityArrays
 from gapscope.trace.frames import ActivityKind, TraceFrames
 
 if TYPE_CHECKING:  # the pipeline imports this module
-    from gapscope.analysis.pipeline import Analysis
+    from gapscope.analysis.pipeline import AnalysisArrays
 
 #: The libraries whose kernels are communication, with the pattern their kernel names start
 #: with (a regular expression matched at the start of the function's own name).
@@ -134,7 +134,7 @@ def with_fields(comm: CommKernels | None, acts: ActivityArrays, member_act: np.n
     return add(range_rows, per_range), add(name_rows, per_name), add(device_rows, per_device)
 
 
-def instances(a: Analysis) -> dict[str, np.ndarray] | None:
+def instances(a: AnalysisArrays) -> dict[str, np.ndarray] | None:
     """One entry per communication kernel (:data:`INSTANCE_COLUMNS`), None without any: its
     device, its *sequence* (the index of its stream among the device's streams that ran
     communication, in (process, stream) order), its *occurrence* in that sequence (start

@@ -1,10 +1,11 @@
-"""Where a command writes a report: stdout, or a file opened with one clear error; and which
-format a report takes when ``-f`` is not given (the one the ``-o`` file's suffix names)."""
+"""Where a command writes a report: stdout, or a file opened with one clear error; which format
+a report takes when ``-f`` is not given (the one the ``-o`` file's suffix names); and the check
+that no output is written over (or into) an input."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
@@ -49,3 +50,19 @@ def output_format(path: str | Path | None, given: str | None, choices: Sequence[
         raise GapscopeError(f"{path}: this command writes no {fmt} ({', '.join(choices)}); "
                             f"give -f {default} to write the {default} to a {suffix} file")
     return fmt
+
+
+def refuse_overwriting(inputs: Iterable[str | Path], outputs: Iterable[str | Path | None]) -> None:
+    """GapscopeError (exit 2), before any work, when an output is one of the inputs or lies
+    inside an input folder (an nsys parquetdir export, a `gapscope run` output): gapscope changes
+    nothing it was given and adds nothing to it. Paths are compared resolved (symbolic links
+    followed); None and '-' (stdout) outputs are skipped."""
+    sources = [(str(given), Path(given).resolve()) for given in inputs]
+    for out in outputs:
+        if out is None or str(out) == "-":
+            continue
+        target = Path(out).resolve()
+        for given, source in sources:
+            if target == source or source in target.parents:
+                raise GapscopeError(f"refusing to write {out} over (or into) the input {given}; gapscope adds "
+                                    "nothing to its inputs: write it elsewhere")

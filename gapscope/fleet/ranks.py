@@ -12,7 +12,7 @@ import pandas as pd
 from gapscope.analysis.attribution import as_dicts
 from gapscope.analysis.communication import instances
 from gapscope.analysis.metrics import rollup_stats
-from gapscope.analysis.pipeline import Analysis, analysis_of
+from gapscope.analysis.pipeline import AnalysisArrays, analysis_of
 from gapscope.analysis.result import clean_rows
 
 #: Per-instance columns a file sends back for step alignment (one entry per range instance and
@@ -44,7 +44,7 @@ def analyze_rank_file(path: str, *, ranges: Sequence[str] = (), count_memops: bo
     }
 
 
-def per_device(a: Analysis) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
+def per_device(a: AnalysisArrays) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
     """Range work split by device: STATS (and gap categories) per (device, range name), rolled
     up from the analysis's (range, device) pairs, and one entry per pair with work, numbered
     per (device, name) in start order."""
