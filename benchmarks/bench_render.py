@@ -32,15 +32,6 @@ SOURCE = ROOT / "traces" / "torch_emit_nvtx.sqlite"
 SOURCE_RANGES, SOURCE_KERNELS = 3_675, 650
 
 
-def best(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ranges", type=int, default=20_000)
@@ -48,6 +39,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
 
+    from harness import best
     from tile_trace import cached_tiling
     from gapscope.analysis import analyze
     from gapscope.render import render

@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,3 +41,13 @@ def big_trace(doc: str) -> tuple[argparse.Namespace, Path]:
     print(f"trace: {big} ({big.stat().st_size / 1e6:.0f} MB, SYNTHETIC tiling of {args.source.name}); "
           f"{os.cpu_count()} CPUs; best of {args.repeat}")
     return args, big
+
+
+def best(fn: Callable[[], object], repeat: int) -> float:
+    """The shortest of ``repeat`` timed calls of ``fn``, in seconds (in this process)."""
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)

@@ -164,6 +164,8 @@ def _check_values(data: Any, source: str, spreads: bool) -> None:
         value, where = todo.pop()
         if isinstance(value, dict):
             for key, v in value.items():
+                if not _utf8(key):
+                    raise _bad(source, f"a key in {where or 'the result'}", key, "UTF-8 text (it holds a lone surrogate)")
                 path = f"{where}.{key}" if where else str(key)
                 _check_field(str(key), v, path, source, spreads)
                 if isinstance(v, (dict, list)):
@@ -173,14 +175,30 @@ def _check_values(data: Any, source: str, spreads: bool) -> None:
             for i, v in enumerate(value):
                 if isinstance(v, float) and not math.isfinite(v):
                     raise _bad(source, f"{where}[{i}]", v, "a finite number")
+                if isinstance(v, str) and not _utf8(v):
+                    raise _bad(source, f"{where}[{i}]", v, "UTF-8 text (it holds a lone surrogate)")
 
 
 _SPREAD = ("min", "median", "max")
 
 
+def _utf8(text: str) -> bool:
+    """False for text holding a lone surrogate (JSON's "\\ud800"), which no UTF-8 writer, and
+    so neither gapscope nor Arrow, can write."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _check_field(key: str, v: Any, where: str, source: str, spreads: bool) -> None:
     if isinstance(v, float) and not math.isfinite(v):
         raise _bad(source, where, v, "a finite number")
+    if isinstance(v, str) and not _utf8(v):
+        raise _bad(source, where, v, "UTF-8 text (it holds a lone surrogate)")
     if key in DOMAINS and v is not None:
         lo, hi, what = DOMAINS[key]
         if spreads and isinstance(v, dict) and all(p in v for p in _SPREAD):  # {min, median, max, *_rank}

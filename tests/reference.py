@@ -332,6 +332,36 @@ class Attribution:
                    if before["call"] is not None and before["call"] == after["call"] and before["call"] in graph_calls)
 
 
+def activity_names(path: str) -> list[str]:
+    """Every activity's name in Trace's order (kernels by rowid: the StringIds text of shortName,
+    else demangledName; graph executions as ``graph <graphId>``; ``memcpy``, ``memset``)."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    strings = dict(conn.execute("SELECT id, value FROM StringIds"))
+    out = []
+    if "CUPTI_ACTIVITY_KIND_KERNEL" in tables:
+        cols = {r[1] for r in conn.execute("PRAGMA table_info(CUPTI_ACTIVITY_KIND_KERNEL)")}
+        col = "shortName" if "shortName" in cols else "demangledName"
+        out += [strings.get(i, "?") for (i,) in conn.execute(f"SELECT {col} FROM CUPTI_ACTIVITY_KIND_KERNEL "
+                                                              "ORDER BY rowid")]
+    if "CUPTI_ACTIVITY_KIND_GRAPH_TRACE" in tables:
+        out += [f"graph {g}" for (g,) in conn.execute("SELECT graphId FROM CUPTI_ACTIVITY_KIND_GRAPH_TRACE "
+                                                       "ORDER BY rowid")]
+    for table, label in (("CUPTI_ACTIVITY_KIND_MEMCPY", "memcpy"), ("CUPTI_ACTIVITY_KIND_MEMSET", "memset")):
+        if table in tables:
+            out += [label] * conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+    conn.close()
+    return out
+
+
+def innermost(candidates: list[int], ranges: list[dict]) -> int | None:
+    """Of some ranges (indices into ``ranges``, reference.ranges rows) of one thread, the innermost:
+    the latest to start, the shortest of those; None when there are none."""
+    if not candidates:
+        return None
+    return max(candidates, key=lambda i: (ranges[i]["start"], -ranges[i]["end"]))
+
+
 def range_acts(trace: Trace, rng: dict, process: bool = False) -> list[dict]:
     """The activities launched inside a range (``reference.ranges`` row) from its thread, or
     from any thread of its process."""
@@ -639,3 +669,99 @@ def mismatches(result: dict, want: dict) -> list[str]:
     if got_ranges != want_ranges:
         out.append(f"ranges: {len(got_ranges)} rows != {len(want_ranges)} expected, or their figures differ")
     return out
+
+
+# ----------------------------------------------------------------------- communication, by hand
+#
+# docs/metrics.md ("Communication and compute", "Collectives across ranks") written again with
+# plain loops over rows read with sqlite3. Which kernels are communication is a definition (the
+# names of gapscope.analysis.communication.COMM_LIBRARIES); a test passes the predicate.
+
+
+def union_length(intervals: list[tuple[int, int]]) -> int:
+    """The length of the union of [start, end) intervals."""
+    total, cur_s, cur_e = 0, None, None
+    for s, e in sorted(intervals):
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    return total + (cur_e - cur_s if cur_e is not None else 0)
+
+
+def gap_intervals(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The idle stretches [start, end) between the intervals' union blocks."""
+    out, cur = [], None
+    for s, e in sorted(intervals):
+        if cur is not None and s > cur:
+            out.append((cur, s))
+        cur = e if cur is None else max(cur, e)
+    return out
+
+
+def named_kernels(path: str) -> list[dict]:
+    """Every kernel with its device, stream, times and name (shortName, else demangledName)."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    strings = dict(conn.execute("SELECT id, value FROM StringIds"))
+    cols = {r[1] for r in conn.execute("PRAGMA table_info(CUPTI_ACTIVITY_KIND_KERNEL)")}
+    name = "coalesce(shortName, demangledName)" if "demangledName" in cols else "shortName"
+    out = [{"device": d, "stream": st, "pid": (gp >> 24) & 0xFFFFFF, "start": s, "end": e, "name": strings.get(n, "")}
+           for d, st, gp, s, e, n in conn.execute(
+               f"SELECT deviceId, streamId, globalPid, start, end, {name} FROM CUPTI_ACTIVITY_KIND_KERNEL")]
+    conn.close()
+    return out
+
+
+def comm_split(ks: list[dict], is_comm) -> dict[int, dict[str, int]]:
+    """Per device: communication kernels, comm, compute and exposed communication time."""
+    out = {}
+    for dev in sorted({k["device"] for k in ks}):
+        mine = [k for k in ks if k["device"] == dev]
+        comm = [(k["start"], k["end"]) for k in mine if is_comm(k["name"])]
+        compute = [(k["start"], k["end"]) for k in mine if not is_comm(k["name"])]
+        every = union_length(comm + compute)
+        out[dev] = {"comm_kernels": len(comm), "comm_ns": union_length(comm), "compute_ns": union_length(compute),
+                    "exposed_comm_ns": every - union_length(compute)}
+    return out
+
+
+def paired_collectives(ks: list[dict], is_comm, shift: dict[int, int] | None = None) -> dict:
+    """The i-th communication kernel of every device (one communication stream per device),
+    paired by start order, on one clock (``shift``: ns added to a device's times). Returns per
+    device the totals of docs/metrics.md ("Collectives across ranks") and the list of instances."""
+    shift = shift or {}
+    devices = sorted({k["device"] for k in ks})
+    comm = {d: sorted((k["start"] + shift.get(d, 0), k["end"] + shift.get(d, 0))
+                      for k in ks if k["device"] == d and is_comm(k["name"])) for d in devices}
+    gaps = {d: gap_intervals([(k["start"] + shift.get(d, 0), k["end"] + shift.get(d, 0))
+                              for k in ks if k["device"] == d]) for d in devices}
+    first = {d: min(k["start"] + shift.get(d, 0) for k in ks if k["device"] == d) for d in devices}
+
+    def gap_in(d: int, lo: int, hi: int) -> int:
+        return sum(max(0, min(e, hi) - max(s, lo)) for s, e in gaps[d])
+
+    totals = {d: {"collectives": 0, "comm_ns": 0, "wait_ns": 0, "wait_from_gaps_ns": 0, "waited_on": defaultdict(int),
+                  "late_count": 0, "caused_wait_ns": 0, "late_gap_ns": 0} for d in devices}
+    instances = []
+    for i in range(min(len(v) for v in comm.values())):
+        arrive = {d: comm[d][i][0] for d in devices}
+        last = max(arrive.values())
+        late = min(d for d in devices if arrive[d] == last)
+        before = {d: gap_in(d, comm[d][i - 1][1] if i else first[d], arrive[d]) for d in devices}
+        waits = {d: min(last, comm[d][i][1]) - arrive[d] for d in devices}
+        for d in devices:
+            t = totals[d]
+            t["collectives"] += 1
+            t["comm_ns"] += comm[d][i][1] - comm[d][i][0]
+            t["wait_ns"] += waits[d]
+            t["wait_from_gaps_ns"] += min(waits[d], max(0, before[late] - before[d]))
+            t["waited_on"][late] += waits[d]
+        if last > min(arrive.values()):
+            totals[late]["late_count"] += 1
+            totals[late]["caused_wait_ns"] += sum(waits.values())
+            totals[late]["late_gap_ns"] += before[late]
+        instances.append({"late": late, "lateness": last - min(arrive.values()), "wait": sum(waits.values()),
+                          "late_gap": before[late]})
+    return {"totals": totals, "instances": instances}

@@ -291,7 +291,7 @@ def test_kineto_is_streamed_not_loaded_whole(monkeypatch):
 def test_compare_reads_new_formats(tmp_path):
     proc = gapscope("compare", str(SQLITE), str(PARQUET))
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("PASS: no regression in 7 checks (7 ok)")
+    assert proc.stdout.startswith("PASS: no regression in 12 checks (12 ok)")
     proc = gapscope("compare", str(ARROW), str(KINETO), "--format", "json")
     assert proc.returncode == 0, proc.stderr
     verdicts = {(v["scope"], v["key"]): v["status"] for v in json.loads(proc.stdout)["verdicts"]}

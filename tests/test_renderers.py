@@ -25,6 +25,7 @@ from paths import TRACES
 @pytest.fixture(scope="module")
 def results(analyzed):
     from gapscope.analysis.pipeline import opened_analysis
+    from gapscope.analysis.tables import tables_of
     from gapscope.render.document import Document, Part
 
     base, cur = analyzed("torch_decode"), analyzed("torch_decode_sync")
@@ -34,8 +35,9 @@ def results(analyzed):
     fleet = analyze_fleet([str(TRACES / "torch_decode.sqlite"), str(TRACES / "cupy_paths_node.sqlite")], InProcess())
     document = Document((Part("torch_decode.sqlite", base), Part("torch_decode_sync.sqlite", cur)))
     with opened_analysis(TRACES / "cupy_paths_node.sqlite", all_calls=True) as timeline:  # names need it open
+        tables = tables_of(timeline)
         yield {"analysis": base, "fleet": fleet, "comparison": compare([base.to_dict()], [cur.to_dict()]),
-               "run": run, "document": document, "timeline": timeline}
+               "run": run, "document": document, "timeline": timeline, "tables": tables}
 
 
 def test_every_renderer_has_the_one_signature():
@@ -47,10 +49,22 @@ def test_every_renderer_has_the_one_signature():
         assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params[2:-1]), (kind, fmt)
 
 
+#: The formats that write a folder (their ``file`` is its path), and what they write into it.
+FOLDER_FORMATS = {"parquet": {"gaps.parquet", "kernels.parquet"}}
+
+
 @pytest.mark.parametrize("kind,fmt", sorted(RENDERERS))
-def test_each_renderer_writes_its_format_to_the_given_file(results, kind, fmt):
+def test_each_renderer_writes_its_format_to_the_given_file(results, kind, fmt, tmp_path):
     result = results[kind]
     assert kind_of(result) == kind and fmt in formats(kind)
+    if fmt in FOLDER_FORMATS:
+        import pyarrow.parquet as pq
+
+        render(result, fmt, tmp_path / "out", an_option_nobody_takes=1, limit=5)
+        assert {p.name for p in (tmp_path / "out").iterdir()} == FOLDER_FORMATS[fmt]
+        assert pq.read_table(tmp_path / "out" / "gaps.parquet").num_rows == len(result.gaps)
+        assert pq.read_table(tmp_path / "out" / "kernels.parquet").num_rows == len(result.kernels)
+        return
     out = io.StringIO()
     render(result, fmt, out, an_option_nobody_takes=1, limit=5)
     text = out.getvalue()
@@ -66,8 +80,13 @@ def test_each_renderer_writes_its_format_to_the_given_file(results, kind, fmt):
         assert "|" in text and "---" in text
     elif fmt == "html":
         assert text.startswith("<!DOCTYPE html>") and text.rstrip().endswith("</html>") and "<table>" in text
+    elif fmt == "notebook":  # a fragment for a Jupyter cell: no page around it
+        assert text.startswith('<div class="gapscope-report">') and "<table>" in text and "<html" not in text
     elif fmt == "perfetto":
         assert {e["ph"] for e in json.loads(text)["traceEvents"]} == {"X", "M"}
+    elif fmt == "gaps-csv":
+        rows = list(csv.DictReader(io.StringIO(text)))
+        assert len(rows) == len(result.gaps) and rows[0].keys() == set(result.gaps.columns)
     else:  # table
         assert "\x1b[" not in text  # not a terminal: no colour codes
 

@@ -526,6 +526,21 @@ def test_a_null_graph_kernel_count_is_bad_input(tmp_path):
                           f"{bad}: by_name[0].graph_kernels is None, not a value; not a result gapscope wrote")
 
 
+def test_a_lone_surrogate_in_a_result_name_is_bad_input(tmp_path):
+    """Found by the fuzz test after issue 17's merge (JSON seed 15): a range named "\\ud800" (valid
+    JSON, not encodable as UTF-8) reached pandas' Arrow strings in compare (UnicodeEncodeError)."""
+    text = gapscope("analyze", str(TRACES / "torch_decode.sqlite"), "-f", "json").stdout
+    data = json.loads(text)
+    data["ranges"][4]["name"] = "SENTINEL"
+    base, bad = tmp_path / "base.json", tmp_path / "bad.json"
+    base.write_text(text)
+    bad.write_text(json.dumps(data).replace('"SENTINEL"', '"\\ud800"'))
+    assert json.loads(bad.read_text())["ranges"][4]["name"] == "\ud800"  # the file holds the escape
+    message = f"{bad}: ranges[4].name is '\\ud800', not UTF-8 text (it holds a lone surrogate)"
+    assert_one_line_error(gapscope("compare", str(base), str(bad)), message)
+    assert_one_line_error(gapscope("analyze", str(bad)), message)
+
+
 def test_exit_codes_are_documented_apart():
     from gapscope.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_REGRESSION
 

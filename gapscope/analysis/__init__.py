@@ -2,7 +2,7 @@
 attribution, launch statistics, the graph payoff and verdicts, joined by ``pipeline`` into
 one immutable ``result``.
 
-``analyze``, ``analysis_of``, ``run_analysis`` and ``Analysis`` are imported from
+``analyze``, ``analysis_of``, ``run_analysis`` and ``AnalysisArrays`` are imported from
 ``gapscope.analysis.pipeline`` on first use, so importing a submodule stays cheap.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-_PIPELINE = ("Analysis", "analysis_of", "analyze", "run_analysis")
+_PIPELINE = ("AnalysisArrays", "analysis_of", "analyze", "run_analysis")
 
 __all__ = list(_PIPELINE)
 

@@ -368,6 +368,20 @@ def distinct_gaps(gaps: GapList) -> GapList:
     return _subset(gaps, np.flatnonzero(~key.duplicated().to_numpy()))
 
 
+def activities_before(frames: TraceFrames, gaps: GapList, idx: np.ndarray, busy: np.ndarray) -> np.ndarray:
+    """For each gap ``idx``, the busy activity that ended exactly at its start on its device (the
+    first such in the activity frame), -1 where none did."""
+    a = frames.activities
+    ends = a["end"].to_numpy()
+    dev = a["device"].to_numpy()
+    starts = gaps.start[idx]
+    cand = np.flatnonzero(busy & pd.Series(ends, copy=False).isin(starts).to_numpy())  # a hash set, not a sort
+    before = pd.DataFrame({"device": dev[cand], "end": ends[cand], "idx": cand}).drop_duplicates(["device", "end"])
+    want = pd.DataFrame({"device": gaps.device[idx], "end": starts})
+    prev = want.merge(before, on=["device", "end"], how="left")["idx"].to_numpy(dtype=np.float64)
+    return np.where(np.isnan(prev), -1, prev).astype(np.int64)
+
+
 def longest_gaps(
     frames: TraceFrames, gaps: GapList, launch: np.ndarray,
     name_codes: np.ndarray, name_table: np.ndarray, busy: np.ndarray, top: int,
@@ -380,18 +394,12 @@ def longest_gaps(
     cats = gaps.category
     pick = longest_indices(gaps.length, top)
     split = gaps.split.matrix(pick, gaps.length)
-    a = frames.activities
-    ends = a["end"].to_numpy()
-    dev = a["device"].to_numpy()
-    cand = np.flatnonzero(busy & np.isin(ends, gaps.start[pick]))
-    before = pd.DataFrame({"device": dev[cand], "end": ends[cand], "idx": cand}).drop_duplicates(["device", "end"])
-    want = pd.DataFrame({"device": gaps.device[pick], "end": gaps.start[pick]})
-    prev = want.merge(before, on=["device", "end"], how="left")["idx"].to_numpy()
+    stream = frames.activities["stream"].to_numpy()
+    prev = activities_before(frames, gaps, pick, busy)
     nxt = gaps.next_act[pick]
     after_names = frames.activity_names(nxt)
-    has_prev = ~np.isnan(prev)
-    prev_names = dict(zip(np.flatnonzero(has_prev).tolist(),
-                          frames.activity_names(prev[has_prev].astype(np.int64))))
+    has_prev = prev >= 0
+    prev_names = dict(zip(np.flatnonzero(has_prev).tolist(), frames.activity_names(prev[has_prev])))
     call = launch[nxt]
     rows = []
     for j, i in enumerate(pick.tolist()):
@@ -401,7 +409,7 @@ def longest_gaps(
             "category": IdleCategory(int(cats[i])).label,
             "gap_by_category_ns": dict(zip(CATEGORY_LABELS, map(int, split[j]))),
             "device": int(gaps.device[i]),
-            "stream": int(a["stream"].to_numpy()[nxt[j]]),
+            "stream": int(stream[nxt[j]]),
             "before": prev_names.get(j),
             "after": after_names[j],
             "launched_by": str(name_table[name_codes[call[j]]]) if call[j] >= 0 else None,

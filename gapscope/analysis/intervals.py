@@ -131,6 +131,8 @@ def union_blocks(keys: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[
     """Union of the intervals ``[start, end)`` of each key: (key, block start, block end) per
     merged block, sorted by key then start. ``keys`` are non-negative integers."""
     keys = np.asarray(keys, dtype=np.int64)
+    if keys.size == 0:
+        return keys, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     order = np.lexsort((start, keys))
     k, s, e = keys[order], np.asarray(start)[order], np.asarray(end)[order]
     run = grouped_running_max(e, k)
@@ -190,3 +192,37 @@ def expand_slices(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarra
     starts = np.cumsum(lengths) - lengths
     pos = np.arange(total, dtype=np.int64) - np.repeat(starts - lo, lengths)
     return owner, pos
+
+
+def covered_ns(keys: np.ndarray, starts: np.ndarray, ends: np.ndarray, q_keys: np.ndarray, q_lo: np.ndarray,
+               q_hi: np.ndarray) -> np.ndarray:
+    """For each query ``[q_lo, q_hi)`` of key ``q_keys``, the time covered by the intervals
+    ``[starts, ends)`` of the same key, which must not overlap one another (a device's gaps):
+    one prefix sum of lengths and two searches per query, no loop."""
+    from gapscope.analysis.keys import TimeKeys
+
+    keys = np.asarray(keys, dtype=np.int64)
+    starts, ends = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
+    q_keys = np.asarray(q_keys, dtype=np.int64)
+    q_lo, q_hi = np.asarray(q_lo, dtype=np.int64), np.asarray(q_hi, dtype=np.int64)
+    if keys.size == 0 or q_keys.size == 0:
+        return np.zeros(q_keys.size, dtype=np.int64)
+    n_keys = int(max(keys.max(), q_keys.max())) + 1
+    tk = TimeKeys([starts, ends, q_lo, q_hi], n_keys)
+    packed = tk.key(keys, starts)
+    order = np.argsort(packed, kind="stable")
+    packed, s, e, k = packed[order], starts[order], ends[order], keys[order]
+    length = e - s
+    before = np.concatenate(([0], np.cumsum(length)))  # total length of the intervals before each
+
+    def upto(t: np.ndarray) -> np.ndarray:
+        """Covered time of the query's key before ``t``."""
+        j = np.searchsorted(packed, tk.key(q_keys, t), side="right") - 1  # last interval starting at or before t
+        mine = (j >= 0) & (k[np.maximum(j, 0)] == q_keys)
+        jj = np.maximum(j, 0)
+        inside = np.clip(t - s[jj], 0, length[jj])
+        # Intervals of earlier keys sort before this key's: count only this key's.
+        first = np.searchsorted(packed, tk.key(q_keys, np.full(t.size, tk.lo)), side="left")
+        return np.where(mine, before[jj] - before[first] + inside, 0)
+
+    return upto(q_hi) - upto(q_lo)

@@ -6,7 +6,7 @@ Data flows one way: frames (gapscope.trace) -> launch links and range membership
 (gapscope.analysis.launches) and the graph payoff (gapscope.analysis.payoff) -> one
 AnalysisResult, built once at the end (gapscope.analysis.result).
 
-:class:`Analysis` keeps the arrays computed on the way (gap lists with their categories, the
+:class:`AnalysisArrays` keeps the arrays computed on the way (gap lists with their categories, the
 per-pair statistics) for transforms that need more than the result: plots, the many-trace merge
 and the case figures use them instead of computing them again.
 """
@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gapscope.analysis import communication
 from gapscope.analysis.attribution import (
     Attributor, api_names, as_dicts, category_sums, distinct_gaps, longest_gaps,
 )
@@ -69,7 +70,7 @@ class RangePairs:
 
 
 @dataclass(frozen=True)
-class Analysis:
+class AnalysisArrays:
     """Everything computed on the way to the result: the frames, launch links, range
     membership, per-pair statistics and the gap lists of every level with their categories."""
 
@@ -89,6 +90,8 @@ class Analysis:
     #: Seconds spent opening the trace and reading its frames (analysis_of measures it; None
     #: for frames read elsewhere). Shown in report headers, never written into the result.
     read_seconds: float | None = None
+    #: The communication kernels (gapscope.analysis.communication), None when the trace ran none.
+    comm: communication.CommKernels | None = None
 
 
 def activity_arrays(frames: TraceFrames, count_memops: bool) -> ActivityArrays:
@@ -242,7 +245,7 @@ def run_analysis(
     frames: TraceFrames, *, ranges: Sequence[str] = (), domains: Sequence[str] = (),
     count_memops: bool = False, attribution: bool = True, top: int = 10,
     stall_threshold_ns: int = DEFAULT_STALL_THRESHOLD_NS, threads: str = "same", normalize: bool = True,
-) -> Analysis:
+) -> AnalysisArrays:
     """Compute every metric of docs/metrics.md on loaded frames (``attribution``: also the
     gap categories, graph payoff and the ``top`` longest gaps). ``ranges``/``domains`` select
     NVTX ranges by name and domain; ``threads``: whose launches a range owns (``same`` thread
@@ -349,6 +352,9 @@ def run_analysis(
         top_gaps = longest_gaps(frames, distinct_gaps(range_gaps) if selected else device_gaps, launch,
                                 name_codes, name_table, acts.busy, top)
     range_rows, name_rows, device_rows = map(_with_verdicts, (range_rows, name_rows, device_rows))
+    comm = communication.find(frames)
+    range_rows, name_rows, device_rows = communication.with_fields(
+        comm, acts, member_act, member_range, range_name, (range_rows, name_rows, device_rows))
 
     elsewhere = _other_thread_warnings(frames, launch, table, member_range, threads, domains)
     result = AnalysisResult(
@@ -373,16 +379,16 @@ def run_analysis(
         payoff=payoff,
         top_gaps=top_gaps,
     )
-    return Analysis(
+    return AnalysisArrays(
         frames=frames, acts=acts, launch=launch, ranges=table, name_of_range=range_name, member_range=member_range,
         member_act=member_act, pairs=RangePairs(n_dev, pair_stats, pair_gaps, pair_cats),
         range_gaps=range_gaps, device_gaps=device_gaps, stream_keys=stream_keys, stream_gaps=stream_gaps,
-        result=result,
+        result=result, comm=comm,
     )
 
 
 @contextmanager
-def opened_analysis(path: str | Path, *, all_calls: bool = False, **options: Any) -> Iterator[Analysis]:
+def opened_analysis(path: str | Path, *, all_calls: bool = False, **options: Any) -> Iterator[AnalysisArrays]:
     """The analysis of one trace (:func:`run_analysis`'s ``options``) that stays open inside the
     ``with`` block, so that any name (every kernel's, for the timeline export) can still be looked
     up; ``all_calls``: also read every activity's name id and every CUDA API call (the figures
@@ -396,7 +402,7 @@ def opened_analysis(path: str | Path, *, all_calls: bool = False, **options: Any
         yield replace(run_analysis(frames, **options), read_seconds=read)
 
 
-def analysis_of(path: str | Path, **options: Any) -> Analysis:
+def analysis_of(path: str | Path, **options: Any) -> AnalysisArrays:
     """Open, read and analyze one trace with :func:`run_analysis`'s ``options``, keeping the raw
     arrays beside the result (for transforms such as plots that need the gaps themselves). The
     trace is closed on return."""

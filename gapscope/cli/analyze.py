@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -16,8 +17,9 @@ from gapscope.text import printable
 from gapscope.inputs import KIND_WORDS, Input, expand, resolve
 
 
-#: The formats `gapscope analyze` writes (a many-trace result: table, json, csv).
-FORMATS = ("table", "json", "csv", "markdown", "html")
+#: The formats `gapscope analyze` writes (a many-trace result: table, json, csv; ``parquet``: the
+#: per-gap and per-kernel tables of one trace, into the folder -o names).
+FORMATS = ("table", "json", "csv", "markdown", "html", "parquet")
 #: Options that change the analysis itself, which a saved result cannot redo.
 ANALYSIS_OPTIONS = ("top", "count_memops", "attribution")
 #: The options of :func:`gapscope.analysis.pipeline.run_analysis` that only a trace honours
@@ -28,15 +30,12 @@ DEFAULTS = {"threads": "same", "normalize": True}
 
 
 def load_input(found: Input, given: frozenset[str] = frozenset(), **options: Any) -> tuple[Any, Any]:
-    """(result, the Analysis behind it or None): a trace is analyzed with
+    """(result, the AnalysisArrays behind it or None): a trace is analyzed with
     :func:`gapscope.analysis.pipeline.run_analysis`'s ``options``; a saved analysis or
     many-trace result is loaded; a `gapscope run` output gives its trace's analysis (or its
     saved analysis.json when the trace is not there). ``given``: the ANALYSIS_OPTIONS set on
     the command line, which a saved result must honour or refuse."""
-    found = found.require("trace", "analysis", "fleet", "run", command="analyze")
-    if found.kind == "run":
-        trace = found.run_file("gapscope_run.sqlite")
-        found = resolve(trace) if trace.is_file() else resolve(found.run_file("analysis.json"))
+    found = _run_input(found.require("trace", "analysis", "fleet", "run", command="analyze"))
     if found.kind == "trace":
         from gapscope.analysis.pipeline import analysis_of
 
@@ -58,6 +57,50 @@ def load_input(found: Input, given: frozenset[str] = frozenset(), **options: Any
     saved = AnalysisResult.from_dict(found.json(), found.given)
     return _honoured(saved, given, count_memops=options.get("count_memops", False), attribution=attribution,
                      top=options.get("top", 10)), None
+
+
+def _run_input(found: Input) -> Input:
+    """A `gapscope run` output as its trace, or its saved analysis.json when the trace is not
+    there; any other input as it is."""
+    if found.kind != "run":
+        return found
+    trace = found.run_file("gapscope_run.sqlite")
+    return resolve(trace) if trace.is_file() else resolve(found.run_file("analysis.json"))
+
+
+def load_tables(found: Input, **options: Any) -> tuple[Any, Any, Any]:
+    """(result, the AnalysisArrays behind it, its ActivityTables): the per-gap and per-activity
+    tables (gapscope.analysis.tables) need the trace, open while they are made; a saved result
+    holds no gap list and is refused."""
+    found = _run_input(found.require("trace", "analysis", "fleet", "run", command="analyze"))
+    if found.kind != "trace":
+        raise GapscopeError(f"{found.given}: {KIND_WORDS[found.kind]}, which holds no gap list; --format "
+                            "parquet and --gaps-csv need the trace")
+    from gapscope.analysis.pipeline import opened_analysis
+    from gapscope.analysis.tables import tables_of
+
+    with opened_analysis(found.path, all_calls=True, **options) as analysis:
+        return analysis.result, analysis, tables_of(analysis)
+
+
+def _table_outputs(fmt: str, output: str | None, gaps_csv: str | None) -> list[Path]:
+    """Refuse, before any work, a tables output that cannot be written (parquet without a folder,
+    or onto a file); the files the tables will be written to, for refuse_overwriting."""
+    from gapscope.render.parquet import FILES
+
+    targets = []
+    if fmt == "parquet":
+        if output is None or output == "-":
+            raise GapscopeError("--format parquet writes a folder (gaps.parquet, kernels.parquet): name it with -o DIR")
+        if Path(output).exists() and not Path(output).is_dir():
+            raise GapscopeError(f"{output}: exists and is not a folder; --format parquet writes a folder")
+        targets += [Path(output), *(Path(output) / name for name in FILES.values())]
+    if gaps_csv is not None:
+        if gaps_csv == "-" and fmt != "parquet" and output in (None, "-"):
+            raise GapscopeError("--gaps-csv -: the report already goes to stdout; name a file for one of them")
+        if gaps_csv != "-":
+            targets.append(Path(gaps_csv))
+    return targets
 
 
 def _flag(name: str, attribution: bool = True) -> str:
@@ -119,12 +162,19 @@ def _honoured(saved: Any, given: frozenset[str], *, count_memops: bool, attribut
               help="Several traces: local worker processes (default: the CPU count).")
 @click.option("--scheduler", metavar="ADDRESS",
               help="Several traces: run on the Dask cluster at ADDRESS (tcp://host:8786; docs/fleet.md).")
+@click.option("--ranks", "ranks_view", is_flag=True,
+              help="The report across ranks for one trace too: each of its devices is a rank (one export "
+                   "that recorded several GPUs or processes), with collectives paired across them.")
 @click.option("--plot", "plot_dir", metavar="DIR",
               help="Also draw the timeline and gap histogram into DIR (one trace; needs matplotlib).")
+@click.option("--gaps-csv", "gaps_csv", metavar="FILE",
+              help="Also write every gap (device, stream, start, length, categories, the kernels either "
+                   "side, the launching call, its range) as CSV to FILE (one trace).")
 def analyze_command(traces: tuple[str, ...], ranges: tuple[str, ...], domains: tuple[str, ...],
                     threads: str, stall_threshold: str | None, normalize: bool, fmt: str | None,
                     output: str | None, wide: bool, count_memops: bool, limit: int, top: int,
-                    attribution: bool, jobs: int | None, scheduler: str | None, plot_dir: str | None) -> None:
+                    attribution: bool, jobs: int | None, scheduler: str | None, ranks_view: bool,
+                    plot_dir: str | None, gaps_csv: str | None) -> None:
     """Share of GPU time lost to gaps between kernels, per NVTX range, device and stream.
 
     TRACE is an nsys SQLite export (`nsys export --type sqlite`, or `nsys profile
@@ -133,10 +183,16 @@ def analyze_command(traces: tuple[str, ...], ranges: tuple[str, ...], domains: t
     .json.gz), a result JSON saved by `gapscope analyze --format json`, or a `gapscope run`
     output folder (docs/formats.md).
 
+    `--format parquet -o DIR` writes the per-gap and per-kernel tables of the trace instead
+    (DIR/gaps.parquet, DIR/kernels.parquet; docs/schema.md), for pandas, Polars or DuckDB.
+
     Several TRACEs (or a folder of exports, or a quoted glob) give one report across ranks,
     each device of each file being a rank: gap fraction and gap time per rank and range name,
-    their spread, and the stragglers, with steps aligned by range name and occurrence.
-    Exit status 1 when some traces failed (the report covers the others).
+    their spread, and the stragglers, with steps aligned by range name and occurrence, and
+    communication kernels (NCCL, ...) paired across ranks: who waited for whom, and whether the
+    late rank's own gaps made it late. --ranks gives that report for one trace that recorded
+    several GPUs or processes. Exit status 1 when some traces failed (the report covers the
+    others).
     """
     from gapscope.render import render
 
@@ -151,13 +207,21 @@ def analyze_command(traces: tuple[str, ...], ranges: tuple[str, ...], domains: t
         if threshold < 0:
             raise GapscopeError(f"--stall-threshold: {stall_threshold!r} is negative")
     paths = expand(traces)
-    refuse_overwriting(paths, [output, *(_figures(plot_dir) if plot_dir else [])])
-    if len(paths) > 1:
+    tables = fmt == "parquet" or gaps_csv is not None
+    targets: list[Any] = [output] if fmt != "parquet" else []
+    if tables:
+        if len(paths) > 1 or ranks_view:
+            raise GapscopeError("--format parquet and --gaps-csv write the tables of one trace, not a report "
+                                "across ranks; run them on each trace")
+        targets += _table_outputs(fmt, output, gaps_csv)
+    refuse_overwriting(paths, [*targets, *(_figures(plot_dir) if plot_dir else [])])
+    if len(paths) > 1 or ranks_view:
+        what = "several traces" if len(paths) > 1 else "a report across ranks (--ranks)"
         if plot_dir:
-            raise GapscopeError("--plot draws one trace; run `gapscope plot` on each")
+            raise GapscopeError(f"--plot draws one trace's figures, not {what}; run `gapscope plot` on each trace")
         if domains or threads != "same" or not normalize or threshold is not None:
             raise GapscopeError("--domain, --threads, --stall-threshold and --no-normalize analyze one "
-                                "trace; several traces take the defaults")
+                                f"trace; {what} take{'' if len(paths) > 1 else 's'} the defaults")
         fleet = _analyze_many(paths, ranges, count_memops, top, attribution, jobs, scheduler)
         with output_file(output) as fh:
             render(fleet, fmt, fh, limit=limit, wide=wide)
@@ -174,10 +238,20 @@ def analyze_command(traces: tuple[str, ...], ranges: tuple[str, ...], domains: t
                "domains": domains, "threads": threads, "normalize": normalize}
     if threshold is not None:
         options["stall_threshold_ns"] = threshold
-    result, analysis = load_input(found, given, **options)
+    if tables:
+        result, analysis, made = load_tables(found, **options)
+    else:
+        (result, analysis), made = load_input(found, given, **options), None
     read = analysis.read_seconds if analysis is not None else None
-    with output_file(output) as fh:
-        render(result, fmt, fh, limit=limit, wide=wide, read_seconds=read)
+    steps = []
+    if fmt == "parquet":
+        steps.append((output, lambda: _write_parquet(made, output)))
+    else:
+        steps.append((output, lambda: _write(output, result, fmt, limit=limit, wide=wide, read_seconds=read)))
+    if gaps_csv is not None:
+        steps.append((gaps_csv, lambda: _write(gaps_csv, made, "gaps-csv")))
+    for _, write in sorted(steps, key=lambda step: step[0] in (None, "-")):  # stdout last: its reader may go
+        write()
     if plot_dir:
         _plot(found, analysis, ranges, plot_dir)
 
@@ -186,6 +260,24 @@ def _figures(plot_dir: str) -> list[Any]:
     from gapscope.plots import figure_paths
 
     return figure_paths(plot_dir, ("png",))
+
+
+def _write(path: str | None, result: Any, fmt: str, **options: Any) -> None:
+    """Render ``result`` in ``fmt`` to the file ``path`` (stdout for None or '-')."""
+    from gapscope.render import render
+
+    with output_file(path) as fh:
+        render(result, fmt, fh, **options)
+
+
+def _write_parquet(tables: Any, folder: str) -> None:
+    """The tables into ``folder``, each file written named on stderr."""
+    from gapscope.render import render
+    from gapscope.render.parquet import FILES
+
+    render(tables, "parquet", folder)
+    for name in FILES.values():
+        click.echo(f"wrote {Path(folder) / name}", err=True)
 
 
 def _plot(found: Input, analysis: Any, ranges: tuple[str, ...], plot_dir: str) -> None:
@@ -215,7 +307,9 @@ def _analyze_many(paths: list[str], ranges: tuple[str, ...], count_memops: bool,
         except GapscopeError:
             kind = "analysis" if p.endswith(".json") else "trace"
         if kind != "trace":
-            raise GapscopeError(f"{p}: {KIND_WORDS[kind]}; several inputs must all be traces")
+            what = "several inputs must all be traces" if len(paths) > 1 else \
+                "--ranks analyzes a trace (a saved result holds no per-kernel data to pair)"
+            raise GapscopeError(f"{p}: {KIND_WORDS[kind]}; {what}")
     executor = choose_executor(len(paths), jobs, scheduler, preload=["gapscope.fleet.merge"])
     with FileProgress(len(paths), sys.stderr) as progress:
         fleet = analyze_fleet(paths, executor, ranges=ranges, count_memops=count_memops,

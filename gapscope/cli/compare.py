@@ -14,7 +14,7 @@ from gapscope.compare.comparison import Comparison, compare_paths
 from gapscope.errors import GapscopeError
 from gapscope.text import printable
 from gapscope.render import render
-from gapscope.compare.thresholds import DEFAULT_THRESHOLDS, resolve_thresholds
+from gapscope.compare.thresholds import DEFAULT_THRESHOLDS, MISSING_POLICIES, resolve_settings
 
 _SIDE_OPTIONS = {"-b", "--baseline", "-c", "--current"}
 
@@ -68,12 +68,24 @@ def _write(path: str | None, render: Callable[[TextIO], None], *, append: bool =
 @click.option(
     "--fail", "fail", multiple=True, metavar="SPEC",
     help="Threshold [RANGE_GLOB:]METRIC:LIMIT, repeatable, e.g. gap_fraction:+0.02, "
-    "gpu_span:+5%, 'decode*:gap_fraction:+0.01', gpu_span:off. "
+    "gpu_span:+5%, sync:+10%+20us, kernels:+0, verdict:same, "
+    "launch.cudaGraphLaunch.host_median_ns:+20%, 'decode*:gap_fraction:+0.01', gpu_span:off. "
     f"Default: {', '.join(DEFAULT_THRESHOLDS)}. See docs/ci.md.",
 )
 @click.option(
+    "--scope", "scope", metavar="SCOPES",
+    help="What to compare: some of range,device,stream (comma-separated) [default: the ranges when "
+    "either side has ranges with GPU work, else the devices]. Launch APIs are compared whenever a "
+    "launch.API.FIELD threshold is given.",
+)
+@click.option(
+    "--missing", "missing", type=click.Choice(MISSING_POLICIES, case_sensitive=False), default=None,
+    help="A baseline range (device, stream) with GPU work that current lacks or that has no work "
+    "there: fail, warn (list it) or ignore  [default: fail]. New ones are always listed, never failed.",
+)
+@click.option(
     "--config", "config", type=click.Path(dir_okay=False), metavar="PYPROJECT",
-    help="Read thresholds from [tool.gapscope.compare] of this file "
+    help="Read thresholds (fail), scope and missing from [tool.gapscope.compare] of this file "
     "[default: ./pyproject.toml when it has that table].",
 )
 @click.option("--markdown", "markdown", metavar="FILE", help="Also write a Markdown report ('-' = stdout).")
@@ -90,6 +102,8 @@ def compare_command(
     baselines: tuple[str, ...],
     currents: tuple[str, ...],
     fail: tuple[str, ...],
+    scope: str | None,
+    missing: str | None,
     config: str | None,
     markdown: str | None,
     junit: str | None,
@@ -106,9 +120,12 @@ def compare_command(
     gapscope compare base.json trace.sqlite --fail gap_fraction:+0.01 --junit report.xml
 
     Each side is a result JSON (gapscope analyze --format json), a gapscope run folder, or a
-    trace in any format `gapscope analyze` reads, analyzed on the fly. Ranges match by name, devices by id, streams by
-    device and stream. A metric regresses when its rise exceeds its threshold and the spread
-    of the runs. The Markdown report is also appended to $GITHUB_STEP_SUMMARY when that is set.
+    trace in any format `gapscope analyze` reads, analyzed on the fly. Ranges match by domain
+    and name and are compared per instance (the median over their instances); devices match by
+    id, streams by device and stream. A metric regresses when it gets worse by more than its
+    threshold and the spread of the runs; a baseline range with GPU work that current lacks
+    fails too (--missing). Two sides that share nothing are refused. The Markdown report is
+    also appended to $GITHUB_STEP_SUMMARY when that is set.
 
     Exit status: 0 no regression, 1 regression, 2 bad input or usage.
     """
@@ -141,8 +158,9 @@ def compare_command(
         raise GapscopeError(f"only one report can go to stdout, not {' and '.join(to_stdout)}", 2)
 
     fmt = output_format(output, fmt, ("table", "json"), "table")
-    thresholds = resolve_thresholds(fail, config)
-    comparison = compare_paths(list(baselines), list(currents), thresholds)
+    settings = resolve_settings(fail, config, scope=scope, missing=missing)
+    comparison = compare_paths(list(baselines), list(currents), settings.thresholds, scope=settings.scope,
+                               missing=settings.missing)
 
     _write(output, lambda fh: _render_main(comparison, fh, fmt, show_all, wide))
     if not to_stdout:  # every report went to a file: still say the outcome

@@ -19,6 +19,7 @@ import pandas as pd
 
 from gapscope.analysis.metrics import STATS_FIELDS, fraction
 from gapscope.analysis.result import clean_rows
+from gapscope.fleet import collectives
 from gapscope.fleet.executors import Executor, Outcome
 from gapscope.fleet.ranks import STEP_COLUMNS, analyze_rank_file
 from gapscope.fleet.result import FleetResult
@@ -77,6 +78,7 @@ def merge(outcomes: Sequence[Outcome], *, options: dict[str, Any], stragglers: i
     streams: list[dict[str, Any]] = []
     name_parts: list[pd.DataFrame] = []
     step_parts: list[pd.DataFrame] = []
+    comm_parts: list[pd.DataFrame] = []
     for o in outcomes:  # one pass per file
         entry: dict[str, Any] = {"path": o.path, "name": Path(o.path).name, "error": o.error, "ranks": []}
         files.append(entry)
@@ -102,6 +104,11 @@ def merge(outcomes: Sequence[Outcome], *, options: dict[str, Any], stragglers: i
             sd = pd.DataFrame({c: r["steps"][c] for c in STEP_COLUMNS})
             sd.insert(0, "rank", sd["device"].map(rank_of).astype(np.int64))
             step_parts.append(sd)
+        if r.get("collectives"):
+            cd = pd.DataFrame(r["collectives"])
+            cd["rank"] = cd["device"].map(rank_of).astype(np.int64)
+            cd["file"] = o.index
+            comm_parts.append(cd)
 
     label_of = [r["label"] for r in ranks]
     for s in streams:
@@ -111,7 +118,8 @@ def merge(outcomes: Sequence[Outcome], *, options: dict[str, Any], stragglers: i
     )
     _merge_ranges(result, name_parts, step_parts, label_of, stragglers)
     result.spread.insert(0, _device_spread(ranks))
-    result.warnings = _fleet_warnings(result)
+    result.collectives, result.waits, comm_warnings = collectives.pair(comm_parts, label_of)
+    result.warnings = _fleet_warnings(result) + comm_warnings
     return result
 
 

@@ -10,8 +10,9 @@ import numpy as np
 import pandas as pd
 
 from gapscope.analysis.attribution import as_dicts
+from gapscope.analysis.communication import instances
 from gapscope.analysis.metrics import rollup_stats
-from gapscope.analysis.pipeline import Analysis, analysis_of
+from gapscope.analysis.pipeline import AnalysisArrays, analysis_of
 from gapscope.analysis.result import clean_rows
 
 #: Per-instance columns a file sends back for step alignment (one entry per range instance and
@@ -22,8 +23,10 @@ STEP_COLUMNS = ("device", "name", "occurrence", "range_id", "kernels", "gpu_span
 def analyze_rank_file(path: str, *, ranges: Sequence[str] = (), count_memops: bool = False,
                       attribution: bool = True) -> dict[str, Any]:
     """Analyze one export for the fleet report: the trace facts, its per-device and per-stream
-    rows (as ``gapscope analyze`` reports them), and per device its range names' figures and
-    range instances. Small (no per-kernel data) and picklable; raises GapscopeError."""
+    rows (as ``gapscope analyze`` reports them), per device its range names' figures and range
+    instances, and its communication kernels (``collectives``: gapscope.analysis.communication's
+    instances, None without any). Small (no per-kernel data but one row per communication
+    kernel) and picklable; raises GapscopeError."""
     analysis = analysis_of(path, ranges=ranges, count_memops=count_memops,
                            attribution=attribution, top=0)
     names, steps = per_device(analysis)
@@ -38,10 +41,11 @@ def analyze_rank_file(path: str, *, ranges: Sequence[str] = (), count_memops: bo
         "streams": clean_rows(r.streams),
         "names": names,
         "steps": steps,
+        "collectives": instances(analysis),
     }
 
 
-def per_device(a: Analysis) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
+def per_device(a: AnalysisArrays) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
     """Range work split by device: STATS (and gap categories) per (device, range name), rolled
     up from the analysis's (range, device) pairs, and one entry per pair with work, numbered
     per (device, name) in start order."""

@@ -26,6 +26,9 @@ class FleetResult:
     range name. ``by_name``: per range name, pooled over ranks. ``spread``: min/median/max across
     ranks. ``steps``: range instances aligned across ranks by name and occurrence.
     ``stragglers``: per range name, the ranks whose gap time is furthest above the step medians.
+    ``collectives`` and ``waits`` (gapscope.fleet.collectives; written only when some collective
+    ran on two ranks or more): communication kernels paired across ranks, and per rank the time
+    it waited for its peers inside them.
     """
 
     options: dict[str, Any]
@@ -37,11 +40,15 @@ class FleetResult:
     steps: list[dict[str, Any]] = field(default_factory=list)
     stragglers: list[dict[str, Any]] = field(default_factory=list)
     streams: list[dict[str, Any]] = field(default_factory=list)
+    collectives: list[dict[str, Any]] = field(default_factory=list)
+    waits: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     gapscope_version: str = __version__
     schema: str = SCHEMA
 
     SECTIONS = ("files", "devices", "rank_names", "by_name", "spread", "steps", "stragglers", "streams")
+    #: Sections written only when they hold rows.
+    OPTIONAL = ("collectives", "waits")
 
     @property
     def failed(self) -> list[dict[str, Any]]:
@@ -56,6 +63,7 @@ class FleetResult:
             "options": self.options,
             "warnings": list(self.warnings),
             **{s: list(getattr(self, s)) for s in self.SECTIONS},
+            **{s: list(getattr(self, s)) for s in self.OPTIONAL if getattr(self, s)},
         }
 
     @classmethod
@@ -70,7 +78,7 @@ class FleetResult:
             warnings=list(data.get("warnings", [])),
             gapscope_version=data.get("gapscope_version", "?"),
             schema=schema,
-            **{s: list(data.get(s, [])) for s in cls.SECTIONS},
+            **{s: list(data.get(s, [])) for s in (*cls.SECTIONS, *cls.OPTIONAL)},
         )
 
 

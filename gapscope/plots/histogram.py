@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -71,6 +72,13 @@ def histogram_data(src: PlotSource, per_decade: int = 10, max_panels: int = MAX_
 
 def draw_histogram(src: PlotSource, out_base: Path, formats: Sequence[str]) -> list[Path]:
     """Draw the histogram of ``src`` (a loaded trace) to ``out_base.<fmt>``."""
+    with style.context():
+        return style.save(histogram_figure(src), out_base, formats)
+
+
+def histogram_figure(src: PlotSource) -> Any:
+    """The gap-duration histogram of ``src`` (a loaded trace with range-level gaps) as a
+    matplotlib Figure (on an Agg canvas)."""
     data = histogram_data(src)
     n = len(data.names)
     cols = min(COLS, n)
@@ -135,4 +143,4 @@ def draw_histogram(src: PlotSource, out_base: Path, formats: Sequence[str]) -> l
                    for i, lb in enumerate(data.labels) if present[i]]
         fig.legend(handles=handles, loc="upper left", ncol=len(handles) or 1, frameon=False,
                    bbox_to_anchor=(0.75 / width - 0.01, 1 - 0.6 / height), fontsize=9)
-        return style.save(fig, out_base, formats)
+        return fig

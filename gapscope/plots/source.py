@@ -29,7 +29,7 @@ from gapscope.errors import GapscopeError
 from gapscope.inputs import Input, resolve
 
 if TYPE_CHECKING:
-    from gapscope.analysis.pipeline import Analysis
+    from gapscope.analysis.pipeline import AnalysisArrays
     from gapscope.analysis.sweep import SweepRow
 
 _SWEEP_NAME = re.compile(r"^(?P<path>[^/]+)/k=(?P<us>[0-9.eE+-]+)us$")
@@ -41,7 +41,7 @@ class PlotSource:
 
     label: str
     result: AnalysisResult | None = None
-    analysis: Analysis | None = None  # the trace's raw arrays
+    analysis: AnalysisArrays | None = None  # the trace's raw arrays
     device_gap_cats: np.ndarray | None = None  # IdleCategory per analysis.device_gaps gap
     range_gap_cats: np.ndarray | None = None  # IdleCategory per analysis.range_gaps gap
     sweep: list[SweepRow] = field(default_factory=list)
@@ -70,7 +70,7 @@ def analyze_trace(path: Path, ranges: Patterns, label: str | None = None, count_
     return source_from_analysis(analysis, label or path.name, ranges)
 
 
-def source_from_analysis(analysis: Analysis, label: str, ranges: Patterns = None) -> PlotSource:
+def source_from_analysis(analysis: AnalysisArrays, label: str, ranges: Patterns = None) -> PlotSource:
     """A PlotSource over an analysis already made (by `gapscope analyze --plot`, say)."""
     src = PlotSource(label=label, result=analysis.result, analysis=analysis,
                      device_gap_cats=analysis.device_gaps.category,

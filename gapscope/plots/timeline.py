@@ -113,6 +113,12 @@ def _subtitle(src: PlotSource, bins: TimelineBins, n_kernels: int) -> str:
 def draw_timeline(src: PlotSource, out_base: Path, formats: Sequence[str],
                   spec: tuple[int | None, int | None] = (None, None)) -> list[Path]:
     """Draw the timeline of ``src`` (a loaded trace) to ``out_base.<fmt>``."""
+    with style.context():
+        return style.save(timeline_figure(src, spec), out_base, formats)
+
+
+def timeline_figure(src: PlotSource, spec: tuple[int | None, int | None] = (None, None)) -> Any:
+    """The timeline of ``src`` (a loaded trace) as a matplotlib Figure (on an Agg canvas)."""
     from gapscope.analysis.attribution import CATEGORY_LABELS
 
     window, bins = timeline_data(src, spec)
@@ -206,7 +212,7 @@ def draw_timeline(src: PlotSource, out_base: Path, formats: Sequence[str],
         fig.legend(handles=_legend(bins, labels), loc="upper left", ncol=9, frameon=False,
                    bbox_to_anchor=(LEFT_IN / WIDTH_IN - 0.01, 1 - 0.62 / height),
                    handlelength=1.4, columnspacing=1.4, fontsize=9)
-        return style.save(fig, out_base, formats)
+        return fig
 
 
 def _legend(bins: TimelineBins, labels: Sequence[str]) -> list[Any]:

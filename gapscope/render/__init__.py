@@ -5,14 +5,18 @@ package with one function, ``render(result, file, **options)``, that writes to `
     render(result, "table", sys.stdout, limit=20)
 
 Kinds: ``analysis`` (AnalysisResult), ``fleet`` (FleetResult), ``comparison`` (Comparison),
-``run`` (RunResult), ``timeline`` (gapscope.analysis.pipeline.Analysis: the arrays behind a
+``run`` (RunResult), ``timeline`` (gapscope.analysis.pipeline.AnalysisArrays: the arrays behind a
 result, for the Perfetto export, which needs every kernel and gap), ``document``
-(gapscope.render.document.Document: a report on one trace or several, with its figures). Modules are imported only when used, so choosing a renderer is cheap.
+(gapscope.render.document.Document: a report on one trace or several, with its figures),
+``tables`` (gapscope.analysis.tables.ActivityTables: every gap and every activity, as DataFrames).
+Modules are imported only when used, so choosing a renderer is cheap. One format writes a folder
+rather than a file: ``parquet`` (a table per file), whose ``file`` is the folder's path.
 """
 
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from typing import Any, TextIO
 
 from gapscope.errors import GapscopeError
@@ -24,6 +28,7 @@ RENDERERS: dict[tuple[str, str], str] = {
     ("analysis", "csv"): "csv",
     ("analysis", "markdown"): "markdown",
     ("analysis", "html"): "html",
+    ("analysis", "notebook"): "notebook",
     ("fleet", "table"): "fleet_table",
     ("fleet", "json"): "json",
     ("fleet", "csv"): "fleet_csv",
@@ -37,15 +42,18 @@ RENDERERS: dict[tuple[str, str], str] = {
     ("document", "markdown"): "markdown",
     ("document", "html"): "html",
     ("timeline", "perfetto"): "perfetto",
+    ("tables", "parquet"): "parquet",
+    ("tables", "gaps-csv"): "gaps_csv",
 }
 
 _KINDS = {"AnalysisResult": "analysis", "FleetResult": "fleet", "Comparison": "comparison",
-          "RunResult": "run", "Analysis": "timeline",
-          "Document": "document"}
+          "RunResult": "run", "AnalysisArrays": "timeline",
+          "Document": "document", "ActivityTables": "tables"}
 
 
 def kind_of(result: Any) -> str:
-    """The kind of a result object (``analysis``, ``fleet``, ``comparison``, ``run``, ``timeline``)."""
+    """The kind of a result object (``analysis``, ``fleet``, ``comparison``, ``run``, ``timeline``,
+    ``document``, ``tables``)."""
     try:
         return _KINDS[type(result).__name__]
     except KeyError:
@@ -57,9 +65,9 @@ def formats(kind: str) -> tuple[str, ...]:
     return tuple(f for k, f in RENDERERS if k == kind)
 
 
-def render(result: Any, fmt: str, file: TextIO, **options: Any) -> None:
-    """Write ``result`` in format ``fmt`` to ``file``; options go to that format's renderer,
-    which ignores the ones it does not use."""
+def render(result: Any, fmt: str, file: TextIO | str | Path, **options: Any) -> None:
+    """Write ``result`` in format ``fmt`` to ``file`` (a text file; a folder's path for
+    ``parquet``); options go to that format's renderer, which ignores the ones it does not use."""
     kind = kind_of(result)
     try:
         module = RENDERERS[(kind, fmt)]

@@ -1,4 +1,5 @@
-"""A GitHub-flavoured Markdown report of a Comparison, for pull requests and job summaries."""
+"""A GitHub-flavoured Markdown report of a Comparison, for pull requests and job summaries: the
+headline, each failure in words, then the verdict table."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ from gapscope.render.markdown_text import code, prose
 
 ICON = {
     "regression": "❌",
+    "missing": "➖",
     "within-noise": "〰️",
     "improved": "✅",
     "new": "🆕",
-    "missing": "➖",
     "ok": "✔️",
 }
 
@@ -28,7 +29,7 @@ _HEADER = (
 
 
 def _row(v: Verdict) -> str:
-    m = METRICS[v.metric]
+    m = METRICS[v.metric]  # type: ignore[index]
     rel = "—" if v.relative_delta is None else f"{v.relative_delta * 100:+.1f}%"
     delta = m.format_delta(v.delta)
     if v.failed:
@@ -48,16 +49,21 @@ def _row(v: Verdict) -> str:
 
 
 def render(comparison: Comparison, file: TextIO, **_: Any) -> None:
-    """Write the report as Markdown: a headline, the non-ok verdicts (regressions first), the ok
-    ones folded in a ``<details>`` block, then unmatched entries and warnings."""
-    ordered = comparison.ordered()
+    """Write the report as Markdown: a headline, each failure in words, the non-ok verdicts
+    (failures first), the ok ones folded in a ``<details>`` block, then unmatched entries and
+    warnings."""
+    ordered = [v for v in comparison.ordered() if v.metric is not None]
     icon = "✅" if comparison.passed else "❌"
     file.write(f"### {icon} gapscope compare — {prose(comparison.headline())}\n\n")
     file.write(
         f"Baseline: {', '.join(_code(s) for s in comparison.baseline_sources)} · "
         f"current: {', '.join(_code(s) for s in comparison.current_sources)} · "
+        f"compared: {', '.join(comparison.scope)} · "
         f"thresholds: {', '.join(_code(t) for t in comparison.thresholds) or 'none'}\n\n"
     )
+    failures = comparison.failures()
+    if failures:
+        file.write("".join(f"- ❌ {prose(line)}\n" for line in failures) + "\n")
     attention = [v for v in ordered if v.status in ("regression", "within-noise", "improved")]
     ok = [v for v in ordered if v.status == "ok"]
     if attention:
@@ -72,10 +78,10 @@ def render(comparison: Comparison, file: TextIO, **_: Any) -> None:
             file.write(_row(v))
         file.write("\n</details>\n\n")
     if not attention and not ok:
-        file.write("No metric was compared: no range, device or stream matched a threshold.\n\n")
-    unmatched = comparison.unmatched()
+        file.write("No metric was compared: no matched entry has a threshold in force.\n\n")
+    listed = [v for v in comparison.ordered() if v.metric is None and not v.failed]
     for status, label in (("new", "Only in current"), ("missing", "Only in baseline")):
-        keys = [f"{scope} {_code(key)}" for scope, key, st in unmatched if st == status]
+        keys = [f"{v.scope} {_code(v.key)}" for v in listed if v.status == status]
         if keys:
             file.write(f"{ICON[status]} {label} (not failed): {', '.join(keys)}\n\n")
     nb, nc = len(comparison.baseline_sources), len(comparison.current_sources)

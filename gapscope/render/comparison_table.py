@@ -1,6 +1,6 @@
-"""A terminal report of a Comparison (rich): headline, then a table with regressions first,
-fitted to the terminal like every report table (gapscope.render.layout). Range names and
-sources come from files: printed as text, made printable and cut by gapscope.text."""
+"""A terminal report of a Comparison (rich): headline, each failure in words, then a table with
+failures first, fitted to the terminal like every report table (gapscope.render.layout). Range
+names and sources come from files: printed as text, made printable and cut by gapscope.text."""
 
 from __future__ import annotations
 
@@ -21,18 +21,18 @@ MAX_ROWS_BEFORE_FOLDING_OK = 24
 
 STATUS_STYLE = {
     "regression": "bold red",
+    "missing": "magenta",
     "within-noise": "yellow",
     "improved": "green",
     "new": "cyan",
-    "missing": "magenta",
     "ok": "dim",
 }
 STATUS_LABEL = {
     "regression": "REGRESSION",
+    "missing": "MISSING",
     "within-noise": "within noise",
     "improved": "improved",
     "new": "new",
-    "missing": "missing",
     "ok": "ok",
 }
 
@@ -44,7 +44,7 @@ NOISE = Column("noise", priority=2)
 
 
 def _row(v: Verdict, with_noise: bool) -> list[Text | str | Name]:
-    m = METRICS[v.metric]
+    m = METRICS[v.metric]  # type: ignore[index]
     style = STATUS_STYLE[v.status]
     rel = "—" if v.relative_delta is None else f"{v.relative_delta * 100:+.1f}%"
     row: list[Text | str | Name] = [
@@ -65,9 +65,10 @@ def _row(v: Verdict, with_noise: bool) -> list[Text | str | Name]:
 
 def render(comparison: Comparison, file: TextIO, *, show_all: bool = False, width: int | None = None,
            wide: bool = False, **_: Any) -> None:
-    """Write the verdict table to ``file``: one headline, then one row per range/device/stream and
-    metric, regressions first; ``ok`` rows fold into a count on big reports unless ``show_all``.
-    The table fits ``width`` (default: the terminal's; every column with ``wide`` or in a file)."""
+    """Write the verdict report to ``file``: one headline, each failure in words, then one row per
+    range/device/stream/launch API and metric, failures first; ``ok`` rows fold into a count on
+    big reports unless ``show_all``. The table fits ``width`` (default: the terminal's; every
+    column with ``wide`` or in a file)."""
     console, fit = console_for(file, width, wide)
     headline = printable(comparison.headline())
     console.print(Text(headline, style="bold red" if not comparison.passed else "bold green"))
@@ -75,12 +76,15 @@ def render(comparison: Comparison, file: TextIO, *, show_all: bool = False, widt
     console.print(
         Text(
             f"baseline: {_sources(comparison.baseline_sources)}  ·  current: "
-            f"{_sources(comparison.current_sources)}  ·  thresholds: {', '.join(comparison.thresholds) or 'none'}",
+            f"{_sources(comparison.current_sources)}  ·  compared: {', '.join(comparison.scope)}  ·  "
+            f"thresholds: {', '.join(comparison.thresholds) or 'none'}",
             style="dim",
         )
     )
+    for line in comparison.failures():
+        console.print(Text.assemble(("  ✗ ", "bold red"), line))
 
-    ordered = [v for v in comparison.ordered() if v.status not in ("new", "missing")]
+    ordered = [v for v in comparison.ordered() if v.metric is not None]
     fold_ok = not show_all and len(ordered) > MAX_ROWS_BEFORE_FOLDING_OK
     rows = [v for v in ordered if not (fold_ok and v.status == "ok")]
     with_noise = nb > 1 or nc > 1
@@ -91,11 +95,11 @@ def render(comparison: Comparison, file: TextIO, *, show_all: bool = False, widt
     if folded:
         console.print(Text(f"{folded} more checks ok (--all lists them)", style="dim"))
     if not ordered:
-        console.print("no metric was compared: no range, device or stream matched a threshold")
+        console.print("no metric was compared: no matched entry has a threshold in force")
 
-    unmatched = comparison.unmatched()
+    unmatched = [v for v in comparison.ordered() if v.metric is None and not v.failed]
     for status, label in (("new", "only in current"), ("missing", "only in baseline")):
-        keys = [f"{scope} {name(key)}" for scope, key, st in unmatched if st == status]
+        keys = [f"{v.scope} {name(v.key)}" for v in unmatched if v.status == status]
         if keys:
             console.print(Text(f"{label} ({status}, not failed): ", style=STATUS_STYLE[status]), end="")
             console.print(Text(", ".join(keys)))
@@ -108,7 +112,8 @@ def render(comparison: Comparison, file: TextIO, *, show_all: bool = False, widt
             )
         )
     if any(v.scope == "range" for v in comparison.verdicts):
-        console.print(Text("range spans, gaps and counts are per instance", style="dim"))
+        console.print(Text("range values are per instance: the median over each range's instances "
+                           "with GPU work", style="dim"))
     for w in comparison.warnings:
         console.print(Text(f"warning: {printable(w)}", style="yellow"))
 

@@ -1,6 +1,7 @@
-"""Terminal tables for a FleetResult (rich): range names across ranks, stragglers, the steps
-that differ most, the ranks, and the traces that failed. Each table fits the terminal the way
-the single-trace report's do (gapscope.render.layout); ``wide`` or a file gets every column."""
+"""Terminal tables for a FleetResult (rich): range names across ranks, the waits inside
+collectives, stragglers, the steps that differ most, the ranks, and the traces that failed.
+Each table fits the terminal the way the single-trace report's do (gapscope.render.layout);
+``wide`` or a file gets every column."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any, TextIO
 from rich.text import Text
 
 from gapscope.analysis.verdicts import reading
+from gapscope.fleet.collectives import reading as wait_reading
 from gapscope.fleet.result import FleetResult
 from gapscope.render.console import Console, console_for
 from gapscope.render.layout import Column
@@ -36,7 +38,8 @@ class _Printer:
 
 def render(fleet: FleetResult, file: TextIO, *, limit: int = 20, width: int | None = None, wide: bool = False,
            **_: Any) -> None:
-    """Write the human report of a fleet: header and warnings, range names across ranks, the
+    """Write the human report of a fleet: header and warnings, range names across ranks, who
+    waited for whom inside collectives (and the ``limit`` collectives with the longest waits), the
     stragglers, the ``limit`` steps with the largest excess, a gap-% matrix and the ranks (first
     ``limit``), and the failed traces; tables fit ``width`` (default: the terminal's)."""
     console, fit = console_for(file, width, wide)
@@ -54,6 +57,8 @@ def render(fleet: FleetResult, file: TextIO, *, limit: int = 20, width: int | No
     labels = [r["label"] for r in fleet.devices]
     if fleet.by_name:
         _names(out, fleet, labels)
+    _waits(out, fleet, limit)
+    if fleet.by_name:
         _stragglers(out, fleet)
         _steps(out, fleet, limit)
         _matrix(out, fleet, limit)
@@ -87,6 +92,41 @@ def _names(out: _Printer, fleet: FleetResult, labels: list[str]) -> None:
                      *_spread_cells(s.get("gap_fraction"), labels, fmt_frac),
                      *_spread_cells(s.get("gap_ns"), labels, fmt_ns)])
     out.table("Range names across ranks (min, median, max over ranks; the rank with the max)", columns, rows)
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.0f}%" if whole else "-"
+
+
+def _waits(out: _Printer, fleet: FleetResult, limit: int) -> None:
+    """Per rank: its waits inside collectives and for whom; then the collectives that cost the
+    most waiting, with the late rank's gap time before each."""
+    if not fleet.waits:
+        return
+    columns = (Column("rank", False), Column("collectives", priority=3, short="coll"),
+               Column("comm", priority=2), Column("waited"), Column("wait %", priority=1),
+               Column("waited for", False, priority=1, short="for"),
+               Column("late ranks' gaps", priority=2, short="their gaps"),
+               Column("late", priority=3), Column("kept waiting", priority=2, short="caused"),
+               Column("its own gaps", priority=3, short="own gaps"), READING)
+    rows = [[Name(str(w["label"])), str(w["collectives"]), fmt_ns(w["comm_ns"]), fmt_ns(w["wait_ns"]),
+             _share(w["wait_ns"], w["comm_ns"]), Name(str(w["waited_for_label"])) if w["waited_for_label"] else "-",
+             _share(w["wait_from_gaps_ns"], w["wait_ns"]), str(w["late_count"]), fmt_ns(w["caused_wait_ns"]),
+             _share(w["caused_from_gaps_ns"], w["caused_wait_ns"]), wait_reading(w)] for w in fleet.waits]
+    out.table("Communication across ranks: time waited inside collectives for the last rank to arrive, "
+              "and how much of it the late ranks' own gaps before the collectives explain", columns, rows)
+    if limit <= 0:
+        return
+    worst = sorted(fleet.collectives, key=lambda c: (-c["wait_ns"], c["sequence"], c["occurrence"]))[:limit]
+    more = f", {len(worst)} of {len(fleet.collectives)}" if len(fleet.collectives) > len(worst) else ""
+    columns = (Column("collective", False), Column("ranks", priority=3), Column("late rank", False, short="late"),
+               Column("lateness"), Column("waited", priority=1), Column("transfer", priority=2),
+               Column("late rank's gaps before", priority=1, short="its gaps"),
+               Column("explained by its gaps", short="by gaps"))
+    rows = [[Name(f"{c['name']} {c['sequence']}#{c['occurrence']}"), str(c["ranks"]), Name(str(c["late_label"])),
+             fmt_ns(c["lateness_ns"]), fmt_ns(c["wait_ns"]), fmt_ns(c["transfer_ns"]), fmt_ns(c["late_gap_ns"]),
+             _share(c["wait_from_gaps_ns"], c["wait_ns"])] for c in worst]
+    out.table(f"Collectives with the longest waits (kernel sequence#occurrence{more})", columns, rows)
 
 
 def _stragglers(out: _Printer, fleet: FleetResult) -> None:

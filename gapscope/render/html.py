@@ -64,7 +64,7 @@ def _cell(cell: Cell, number: bool) -> str:
     return f'<td class="{" ".join(c for c in cls if c)}">{text}</td>' if cls else f"<td>{text}</td>"
 
 
-def _section(file: TextIO, section: Section | None, h: int) -> None:
+def write_section(file: TextIO, section: Section | None, h: int) -> None:
     """One report section as a heading and a table."""
     if section is None:
         return
@@ -92,7 +92,10 @@ def _figure(file: TextIO, figures: Mapping[str, str], key: str) -> None:
         file.write(f'<figure>{inline_svg(figures[key])}<figcaption>{_e(FIGURE_CAPTIONS[key])}</figcaption></figure>\n')
 
 
-def _header(file: TextIO, result: AnalysisResult, h: int, read_seconds: float | None = None, limit: int = 20) -> None:
+def write_header(file: TextIO, result: AnalysisResult, h: int, read_seconds: float | None = None,
+                 limit: int = 20) -> None:
+    """The report's facts, its warnings and its readings (the verdict of each range name shown,
+    or of each device), the heading at level ``h``."""
     facts = " · ".join(f"{_e(what)}: {_e(value)}" for what, value in sections.facts(result, read_seconds))
     warnings = "".join(f'<p class="warning">{_e(w)}</p>\n' for w in result.warnings)
     file.write(f'<p class="facts">{facts}</p>\n{warnings}')
@@ -120,8 +123,8 @@ def _sweep(file: TextIO, part: Part, h: int) -> None:
 
 def _part(file: TextIO, part: Part, h: int, limit: int) -> None:
     """One trace's report, its headings at level ``h``."""
-    write_part(part, limit, header=lambda r: _header(file, r, h, part.read_seconds, limit),
-               figure=lambda k: _figure(file, part.figures, k), sweep=lambda rows: _sweep(file, part, h), section=lambda s: _section(file, s, h),
+    write_part(part, limit, header=lambda r: write_header(file, r, h, part.read_seconds, limit),
+               figure=lambda k: _figure(file, part.figures, k), sweep=lambda rows: _sweep(file, part, h), section=lambda s: write_section(file, s, h),
                folded=lambda found: _folded(file, found, h + 1))
 
 
@@ -129,7 +132,7 @@ def _folded(file: TextIO, found: list[Section], h: int) -> None:
     """The whole-trace tables, folded in a <details> block."""
     file.write(f"<details><summary>{_e(sections.FOLDED_TITLE)}</summary>\n")
     for section in found:
-        _section(file, section, h)
+        write_section(file, section, h)
     file.write("</details>\n")
 
 

@@ -1,7 +1,9 @@
-"""JUnit XML for a Comparison: one test case per range/device/stream and metric.
+"""JUnit XML for a Comparison: one test case per range/device/stream/launch API and metric, and
+one per entry found on one side only.
 
-A regression is a ``<failure>``; an entry found on one side only is ``<skipped>``; ok, improved and
-within-noise verdicts pass (within-noise ones say so in ``<system-out>``).
+A regression is a ``<failure>`` whose message says what changed in words, and so is a missing
+entry under ``--missing fail``; other entries found on one side only are ``<skipped>``; ok,
+improved and within-noise verdicts pass (within-noise ones say so in ``<system-out>``).
 """
 
 from __future__ import annotations
@@ -26,29 +28,44 @@ def _runs(n: int) -> str:
 
 
 def _details(v: Verdict) -> str:
+    if v.metric is None:
+        return "\n".join([f"scope: {v.scope}", f"entry: {v.key}", f"what changed: {v.words}",
+                          f"runs with it: baseline {v.baseline_runs}, current {v.current_runs}"])
     m = METRICS[v.metric]
     lines = [
         f"scope: {v.scope}",
         f"entry: {v.key}",
+        f"what changed: {v.words}",
         f"metric: {v.metric} ({m.meaning})",
         f"baseline: {m.format(v.baseline)} ({_runs(v.baseline_runs)})",
         f"current: {m.format(v.current)} ({_runs(v.current_runs)})",
         f"delta: {m.format_delta(v.delta)}"
         + ("" if v.relative_delta is None else f" ({v.relative_delta * 100:+.1f}%)"),
-        f"threshold: {v.threshold} (allowed rise {m.format_delta(v.limit)})",
+        f"threshold: {v.threshold} (allowed {'rise' if m.worse > 0 else 'fall'} {_allowed(v)})",
         f"noise (largest max-min spread of either side): {m.format_delta(v.noise).lstrip('+')}",
     ]
     return "\n".join(lines)
 
 
+def _allowed(v: Verdict) -> str:
+    m = METRICS[v.metric]  # type: ignore[index]
+    if m.unit == "verdict":
+        return "none: the verdict may not get worse"
+    return m.format_delta(v.limit).lstrip("+")
+
+
+def _name(v: Verdict) -> str:
+    return f"{v.key}: {METRICS[v.metric].short if v.metric else 'presence'}"
+
+
 def render(comparison: Comparison, file: TextIO, **_: Any) -> None:
     """Write JUnit XML: a ``<testsuite name="gapscope compare">`` with one ``<testcase>`` per
     verdict (classname ``gapscope.compare.<scope>``, name ``<entry>: <metric>``, the metric
-    as users type it: ``gap_fraction``, ``gpu_span``)."""
-    counts = comparison.counts()
+    as users type it: ``gap_fraction``, ``gpu_span``; ``<entry>: presence`` for an entry found on
+    one side only)."""
     tests = len(comparison.verdicts)
-    failures = counts["regression"]
-    skipped = counts["new"] + counts["missing"]
+    failures = len(comparison.regressions)
+    skipped = sum(v.metric is None and not v.failed for v in comparison.verdicts)
     root = ET.Element(
         "testsuites",
         name="gapscope compare", tests=str(tests), failures=str(failures), errors="0",
@@ -68,14 +85,14 @@ def render(comparison: Comparison, file: TextIO, **_: Any) -> None:
     for v in comparison.ordered():
         case = ET.SubElement(
             suite, "testcase",
-            classname=f"gapscope.compare.{v.scope}", name=_x(f"{v.key}: {METRICS[v.metric].short}"), time="0",
+            classname=f"gapscope.compare.{v.scope}", name=_x(_name(v)), time="0",
         )
-        if v.status == "regression":
-            failure = ET.SubElement(case, "failure", message=_x(v.summary()), type="regression")
+        if v.failed:
+            failure = ET.SubElement(case, "failure", message=_x(v.summary()), type=v.status)
             failure.text = _x(_details(v))
         elif v.status in ("new", "missing"):
             side = "current" if v.status == "new" else "baseline"
-            ET.SubElement(case, "skipped", message=_x(f"{v.scope} {v.key} only in {side} ({v.status})"))
+            ET.SubElement(case, "skipped", message=_x(f"{v.scope} {v.key} only in {side} ({v.status}): {v.words}"))
         elif v.status == "within-noise":
             out = ET.SubElement(case, "system-out")
             out.text = _x(v.summary() + "\n" + _details(v))

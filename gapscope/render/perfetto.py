@@ -18,7 +18,7 @@ are in the names), so no two tracks share one. No two slices of a track overlap
 (gapscope.render.tracks): overlapping kernels of one stream go to extra lanes, NVTX ranges that
 cross each other to lanes of their own.
 
-Why a renderer of an :class:`~gapscope.analysis.pipeline.Analysis` (kind ``timeline`` in the
+Why a renderer of an :class:`~gapscope.analysis.pipeline.AnalysisArrays` (kind ``timeline`` in the
 registry) and not of the result: the file needs every kernel, call and gap with its category,
 which only the analysis holds; the saved result has the summaries. It also needs every kernel's
 name, so the trace must still be open: render inside
@@ -44,7 +44,7 @@ from gapscope.render.tracks import crossing, disjoint_lanes
 from gapscope.trace.frames import ActivityKind
 
 if TYPE_CHECKING:
-    from gapscope.analysis.pipeline import Analysis
+    from gapscope.analysis.pipeline import AnalysisArrays
 
 #: chrome://tracing's reserved colour per gap category (Perfetto colours by name instead); a gap
 #: slice is named by its largest category.
@@ -136,29 +136,14 @@ def _head(cat: str, pid: int, tid: int, name: str) -> str:
     return f'{{"ph":"X","cat":"{cat}","pid":{pid},"tid":{tid},"name":{name}'
 
 
-def _names_of_activities(analysis: Analysis) -> tuple[list[str], list[str], np.ndarray]:
+def _names_of_activities(analysis: AnalysisArrays) -> tuple[list[str], list[str], np.ndarray]:
     """(JSON name literals, slice category per name, code per activity) of every activity."""
-    a = analysis.frames.activities
-    kind = a["kind"].to_numpy()
-    if "name_id" in a:
-        name_id = a["name_id"].to_numpy()
-    else:  # not read with all_calls: ask the trace for the name ids of these rows
-        name_id = np.full(kind.size, -1, dtype=np.int64)
-        rows = a["row"].to_numpy()
-        for k in (ActivityKind.KERNEL, ActivityKind.GRAPH):
-            sel = np.flatnonzero(kind == k)
-            if sel.size:
-                name_id[sel] = analysis.frames.names.activity_name_ids(k, rows[sel])
-    # One code per (kind, name id); names looked up once per distinct kernel.
-    codes, uniq = pd.factorize(kind.astype(np.int64) * (1 << 40) + (name_id + 1))
-    u_kind, u_id = (uniq >> 40).tolist(), ((uniq & ((1 << 40) - 1)) - 1).tolist()
-    names = analysis.frames.names.lookup(i for k, i in zip(u_kind, u_id) if k == ActivityKind.KERNEL)
-    table = [jq(names.get(i, "?")) if k == ActivityKind.KERNEL else jq(f"graph {i}") if k == ActivityKind.GRAPH
-             else jq(KIND_CATEGORIES[ActivityKind(k)]) for k, i in zip(u_kind, u_id)]
-    return table, [KIND_CATEGORIES[ActivityKind(k)] for k in u_kind], codes.astype(np.int64)
+    codes, labels, kinds = analysis.frames.activity_labels()
+    return [jq(n) for n in labels], [KIND_CATEGORIES[k] for k in kinds], codes
 
 
-def _gpu_lines(analysis: Analysis, tracks: Tracks, call_names: list[str], code_of_call: np.ndarray) -> list[pa.Array]:
+def _gpu_lines(analysis: AnalysisArrays, tracks: Tracks, call_names: list[str],
+               code_of_call: np.ndarray) -> list[pa.Array]:
     """Per GPU a track of its device-level gaps, then one per stream (and lane) of its work."""
     from gapscope.analysis.attribution import CATEGORY_LABELS
 
@@ -212,7 +197,7 @@ def _split_text(gaps: Any) -> pa.Array:
     return pc.binary_join_element_wise(*parts, "")
 
 
-def _cpu_lines(analysis: Analysis, tracks: Tracks, call_names: list[str], code_of_call: np.ndarray,
+def _cpu_lines(analysis: AnalysisArrays, tracks: Tracks, call_names: list[str], code_of_call: np.ndarray,
                call_table: np.ndarray) -> list[pa.Array]:
     """Per CPU thread its NVTX ranges, then the calls that launched GPU work or waited for it."""
     from gapscope.trace.cuda_api import SYNC_CALLS
@@ -255,7 +240,7 @@ def _cpu_lines(analysis: Analysis, tracks: Tracks, call_names: list[str], code_o
     return out
 
 
-def timeline_lines(analysis: Analysis) -> tuple[list[pa.Array], list[str]]:
+def timeline_lines(analysis: AnalysisArrays) -> tuple[list[pa.Array], list[str]]:
     """The file's slices (string arrays of lines, each ending ``,\n``) and its metadata events."""
     from gapscope.analysis.attribution import api_names
 
@@ -285,7 +270,7 @@ def _write_arrays(file: TextIO, arrays: list[pa.Array]) -> None:
             file.write(bytes(data).decode("ascii"))
 
 
-def render(analysis: Analysis, file: TextIO, **_: Any) -> None:
+def render(analysis: AnalysisArrays, file: TextIO, **_: Any) -> None:
     """Write the analysis's timeline as Trace Event Format JSON (ui.perfetto.dev opens it): GPU
     streams and their device gaps by category, NVTX ranges and CUDA calls per thread."""
     arrays, meta = timeline_lines(analysis)

@@ -21,7 +21,8 @@ from gapscope.text import name as display_name
 
 #: The order of a report document (Markdown, HTML): ("figure", key), ("section", builder key),
 #: ("sweep",) for a `gapscope run` sweep, ("folded", builder keys) for the whole-trace tables.
-DOCUMENT = (("figure", "timeline"), ("section", "by_name"), ("section", "domains"), ("section", "idle"), ("section", "payoff"),
+DOCUMENT = (("figure", "timeline"), ("section", "by_name"), ("section", "domains"), ("section", "idle"),
+            ("section", "communication"), ("section", "payoff"),
             ("figure", "histogram"), ("sweep",), ("section", "top_gaps"), ("section", "launch"),
             ("folded", ("devices", "streams", "ranges")))
 FOLDED_TITLE = "Devices, streams and range instances"
@@ -226,6 +227,33 @@ def idle(result: AnalysisResult, limit: int = 20) -> Section | None:
     )
 
 
+def communication(result: AnalysisResult, limit: int = 20) -> Section | None:
+    """Communication against compute, per device and for the ``limit`` range names with the most
+    communication time: time in collective libraries' kernels, in everything else, and the
+    communication nothing else overlapped (exposed), as a share of the span."""
+    devices = [r for r in result.devices if "comm_ns" in r]
+    if not devices:
+        return None
+    names = [r for r in result.by_name if r.get("comm_kernels") and not _folded(result, r)]
+    keep = sorted(range(len(names)), key=lambda i: (-names[i]["comm_ns"], i))[:max(limit, 0)]
+    labelled: list[tuple[Cell, dict[str, Any]]] = [(f"device {r['device']}", r) for r in devices]
+    labelled += [(Name(f"{label(names[i])} (x{names[i]['count']})"), names[i]) for i in sorted(keep)]
+    rows: list[list[Cell]] = [
+        [timeline, fmt_count(r["comm_kernels"]), fmt_ns(r["comm_ns"]), fmt_ns(r["compute_ns"]),
+         fmt_ns(r["comm_ns"] - r["exposed_comm_ns"]), fmt_ns(r["exposed_comm_ns"]),
+         fmt_share(r["exposed_comm_ns"], r["gpu_span_ns"])] for timeline, r in labelled]
+    more = f" {len(names) - len(keep):,} more range names in --format json." if len(names) > len(keep) else ""
+    ranks = f"; {len(devices)} devices: --ranks pairs their collectives" if len(devices) > 1 else ""
+    return Section(
+        "communication", f"Communication and compute (collective libraries' kernels{ranks})",
+        (Column("timeline", False), Column("comm kernels", priority=2, short="kern"), Column("comm"),
+         Column("compute", priority=1), Column("overlapped", priority=2, short="hidden"), Column("exposed"),
+         Column("exposed % of span", short="exp %")),
+        rows, note="Exposed: communication that nothing else on the device overlapped; docs/metrics.md, "
+                   f"\"Communication and compute\".{more}",
+    )
+
+
 def launch(result: AnalysisResult) -> Section | None:
     """Launch overhead per launch API."""
     if not result.launch:
@@ -332,10 +360,10 @@ def fact_text(what: str, value: str) -> str:
 #: Every section builder by key; those taking ``limit`` say so in their signature.
 BUILDERS: dict[str, Callable[..., Section | None]] = {
     "by_name": by_name, "domains": domains, "ranges": ranges, "devices": devices, "streams": streams,
-    "idle": idle, "launch": launch, "payoff": payoff, "top_gaps": top_gaps,
+    "idle": idle, "communication": communication, "launch": launch, "payoff": payoff, "top_gaps": top_gaps,
 }
 #: The builders that take the ``limit`` of rows shown.
-LIMITED = frozenset({"by_name", "ranges", "idle"})
+LIMITED = frozenset({"by_name", "ranges", "idle", "communication"})
 
 
 def build(key: str, result: AnalysisResult, limit: int) -> Section | None:

@@ -8,6 +8,7 @@ paths) is printed as text, never as markup.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, TextIO
 
 from rich import box
@@ -23,7 +24,8 @@ from gapscope.render.sections import Name, Section, Share
 from gapscope.text import printable
 
 #: The order of the sections on the terminal.
-ORDER = ("by_name", "domains", "ranges", "devices", "streams", "idle", "launch", "payoff", "top_gaps")
+ORDER = ("by_name", "domains", "ranges", "devices", "streams", "idle", "communication", "launch", "payoff",
+         "top_gaps")
 
 
 def share_text(f: float | None) -> Text:
@@ -76,16 +78,18 @@ def header_text(result: AnalysisResult, read_seconds: float | None = None) -> Te
 
 
 def render(result: AnalysisResult, file: TextIO, *, limit: int = 20, width: int | None = None,
-           wide: bool = False, read_seconds: float | None = None, **_: Any) -> None:
+           wide: bool = False, read_seconds: float | None = None, keys: Sequence[str] = ORDER,
+           **_: Any) -> None:
     """Write the human report: header, warnings, then every section in ORDER (``limit``: range
     instances shown), each table fitted to ``width`` (default: the terminal's; every column
     with ``wide`` or when ``file`` is not a terminal); ``read_seconds``: how long reading the
-    trace took, for the header."""
+    trace took, for the header; ``keys``: only these sections (``repr`` of gapscope.Analysis
+    shows the by-name table)."""
     console, fit = console_for(file, width, wide)
     console.print(header_text(result, read_seconds))
     for w in result.warnings:
         console.print(Text.assemble(("warning:", "yellow"), f" {printable(w)}"))
-    for key in ORDER:
+    for key in keys:
         section = sections.build(key, result, limit)
         if section is not None:
             console.print()

@@ -1,6 +1,6 @@
 """The figures that answer each seed case's question, read from an analyzed trace.
 
-Input: an `Analysis` (gapscope.analysis.run_analysis) of a trace that `gapscope run --paths
+Input: an `AnalysisArrays` (gapscope.analysis.run_analysis) of a trace that `gapscope run --paths
 <case>` recorded, whose ranges are `<case>/<variant>` (docs/cases.md), and for the cases whose
 question the trace cannot fully answer (graph updates, instantiation) the host timers the run
 took without the profiler. Output: one dict per case with `rows` (one per variant, device or
@@ -26,7 +26,7 @@ import pandas as pd
 from gapscope.analysis.attribution import IdleCategory, api_names
 from gapscope.analysis.keys import TimeKeys
 from gapscope.analysis.overlap import StreamOverlap, stream_overlap
-from gapscope.analysis.pipeline import Analysis, run_analysis
+from gapscope.analysis.pipeline import AnalysisArrays, run_analysis
 from gapscope.errors import GapscopeError
 from gapscope.run.workload import CASES, range_name
 from gapscope.trace.cuda_api import KERNEL_LAUNCH_CALLS
@@ -54,7 +54,7 @@ class CaseTrace:
     """Indexes over one analyzed trace that every case's figures use, built lazily. ``trace``
     is the open trace the analysis read (for the kernel launch shapes)."""
 
-    def __init__(self, an: Analysis, trace: Trace) -> None:
+    def __init__(self, an: AnalysisArrays, trace: Trace) -> None:
         self.an = an
         self.trace = trace
         self.frames = an.frames
@@ -488,13 +488,13 @@ FIGURES: dict[str, Callable[[CaseTrace, str, dict | None], dict[str, Any]]] = {
 assert tuple(FIGURES) == CASES
 
 
-def cases_in(an: Analysis) -> list[str]:
+def cases_in(an: AnalysisArrays) -> list[str]:
     """The cases whose ranges the trace holds, in CASES order."""
     names = set(an.ranges.frame["name"].tolist())
     return [c for c in CASES if any(n.startswith(c + "/") for n in names)]
 
 
-def case_figures(an: Analysis, trace: Trace, cases: Sequence[str] | None = None,
+def case_figures(an: AnalysisArrays, trace: Trace, cases: Sequence[str] | None = None,
                  kernel_us: Sequence[float | None] = (None,),
                  host: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
     """Figures of every case at every kernel time, keyed `<case>` or `<case>/k=<us>us` (the

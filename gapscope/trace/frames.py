@@ -82,8 +82,8 @@ class TraceFrames:
 
     ``activities``: one row per kernel, memcpy, memset or graph-level execution with columns
     row (its row number in its source table), start, end, device, stream, proc, corr, kind
-    (ActivityKind), and name_id when loaded with ``all_calls`` (else names come from
-    ``activity_names``).
+    (ActivityKind) and name_id (a kernel's name id, a graph execution's graph id, -1 or the
+    format's own id for copies; its text through ``names.lookup``).
     ``api``: CUDA runtime and driver calls: start, end, tid (globalTid), corr, name_id, proc.
     ``nvtx``: NVTX push/pop and start/end ranges and domain creations: start, end, tid,
     event_type, domain_id, name.
@@ -104,31 +104,41 @@ class TraceFrames:
     names: Names
     warnings: list[str] = field(default_factory=list)
 
-    def activity_names(self, idx: np.ndarray) -> list[str]:
-        """A readable name per activity index: the kernel's short name, ``graph <id>``,
-        ``memcpy`` or ``memset``. Name ids are read for just these rows when not loaded."""
+    def activity_labels(self, idx: np.ndarray | None = None) -> tuple[np.ndarray, list[str], list[ActivityKind]]:
+        """(code per activity, label per code, kind per code) of the activities ``idx`` (every
+        activity when None). A label is the kernel's short name, ``graph <id>``, ``memcpy`` or
+        ``memset``; each distinct (kind, name id) is one code, looked up once, so labelling a
+        million activities is a factorize and a lookup of their distinct names. Name ids are read
+        for just these rows when not loaded."""
         a = self.activities
-        idx = np.asarray(idx, dtype=np.int64)
-        kind = a["kind"].to_numpy()[idx]
+        kind = a["kind"].to_numpy()
+        rows = np.arange(kind.size) if idx is None else np.asarray(idx, dtype=np.int64)
+        kind = kind[rows]
         if "name_id" in a:
-            name_id = a["name_id"].to_numpy()[idx]
+            name_id = a["name_id"].to_numpy()[rows]
         else:
-            name_id = np.full(idx.size, -1, dtype=np.int64)
-            rows = a["row"].to_numpy()[idx]
+            name_id = np.full(rows.size, -1, dtype=np.int64)
+            source_rows = a["row"].to_numpy()[rows]
             for k in (ActivityKind.KERNEL, ActivityKind.GRAPH):
                 sel = np.flatnonzero(kind == k)
                 if sel.size:
-                    name_id[sel] = self.names.activity_name_ids(k, rows[sel])
-        kernel_names = self.names.lookup(int(i) for i in name_id[kind == ActivityKind.KERNEL])
-        labels = {ActivityKind.MEMCPY: "memcpy", ActivityKind.MEMSET: "memset"}
-        return [kernel_names.get(n, "?") if k == ActivityKind.KERNEL else f"graph {n}"
-                if k == ActivityKind.GRAPH else labels[ActivityKind(k)]
-                for k, n in zip(kind.tolist(), name_id.tolist())]
+                    name_id[sel] = self.names.activity_name_ids(k, source_rows[sel])
+        codes, uniq = pd.factorize(kind.astype(np.int64) * (1 << 40) + (name_id + 1))
+        u_kind, u_id = (uniq >> 40).tolist(), ((uniq & ((1 << 40) - 1)) - 1).tolist()
+        kernel_names = self.names.lookup(i for k, i in zip(u_kind, u_id) if k == ActivityKind.KERNEL)
+        labels = [kernel_names.get(i, "?") if k == ActivityKind.KERNEL else f"graph {i}"
+                  if k == ActivityKind.GRAPH else ActivityKind(k).name.lower() for k, i in zip(u_kind, u_id)]
+        return codes.astype(np.int64), labels, [ActivityKind(k) for k in u_kind]
+
+    def activity_names(self, idx: np.ndarray) -> list[str]:
+        """A readable name per activity index (:meth:`activity_labels`' label)."""
+        codes, labels, _ = self.activity_labels(idx)
+        return np.asarray(labels, dtype=object)[codes].tolist() if codes.size else []
 
 
 #: The columns of each frame that build_frames requires, by frame.
 FRAME_COLUMNS = {
-    "activities": (*ACTIVITY_COLUMNS, "kind"),
+    "activities": (*ACTIVITY_COLUMNS, "kind", "name_id"),
     "api": (*API_COLUMNS, "proc"),
     "nvtx": NVTX_COLUMNS,
     "syncs": SYNC_COLUMNS,

@@ -84,7 +84,7 @@ class Trace:
 
     def frames(self, *, syncs: bool = True, all_calls: bool = False) -> TraceFrames:
         """Read the frames an analysis needs (``syncs``: the stream-wait records gap attribution
-        uses; ``all_calls``: every CUDA API call and each activity's name id)."""
+        uses; ``all_calls``: every CUDA API call, not only those that launch or synchronize)."""
         return self._reader.load(syncs=syncs, all_calls=all_calls)
 
     def kernel_shapes(self, frames: TraceFrames) -> pd.DataFrame:

@@ -282,8 +282,8 @@ class Kineto:
     # -- frames -----------------------------------------------------------------------------
     def load(self, *, syncs: bool = False, all_calls: bool = False) -> TraceFrames:
         """The frames an analysis needs (``syncs``: also the stream-wait records; ``all_calls``:
-        every CUDA call, not only those that can launch or synchronize, and every activity's
-        name id)."""
+        every CUDA call, not only those that can launch or synchronize); every activity's name
+        id either way."""
         ev = self._live()
         g, c, r = ev.gpu, ev.calls, ev.ranges
         if not (g["kind"] == ActivityKind.KERNEL).any():
@@ -306,8 +306,7 @@ class Kineto:
             "row": row, "start": g["start"][order], "end": g["end"][order], "device": g["device"][order],
             "stream": g["stream"][order], "proc": np.full(kind.size, host, dtype=np.int64),
             "corr": g["corr"][order], "kind": kind.astype(np.int8)})[[*ACTIVITY_COLUMNS, "kind"]]
-        if all_calls:
-            activities["name_id"] = self._short_ids(ev)[g["name_id"][order]]
+        activities["name_id"] = self._short_ids(ev)[g["name_id"][order]]
         keep = np.ones(c["start"].size, dtype=bool)
         if not all_calls:
             quiet = [i for i, s in enumerate(ev.strings) if base_name(s) in QUIET_CALLS]

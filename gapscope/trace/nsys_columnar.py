@@ -150,18 +150,18 @@ class NsysColumnar:
     # -- frames -----------------------------------------------------------------------------
     def load(self, *, syncs: bool = False, all_calls: bool = False) -> TraceFrames:
         """The frames an analysis needs (``syncs``: also the stream-wait synchronization records;
-        ``all_calls``: every CUDA API call and every activity's name id), as the SQLite reader
-        reads them from the same report."""
+        ``all_calls``: every CUDA API call; every activity's name id either way), as the SQLite
+        reader reads them from the same report."""
         self._live()
         got: dict[str, pd.DataFrame] = {}
         for table, kind in ACTIVITY_TABLES.items():
             if table in self._tables:
                 source = dict(ACTIVITY_SOURCE)
-                if all_calls:  # a table without a name column gives -1 (no such column)
-                    source["name_id"] = name_column(self._columns(table), kind) or ""
+                # Every row's name id (a table without a name column gives -1: no such column).
+                source["name_id"] = name_column(self._columns(table), kind) or ""
                 df = self._frame(table, source, ACTIVITY_REQUIRED)
                 df.insert(0, "row", np.arange(len(df), dtype=np.int64))
-                got[table] = df[[*ACTIVITY_COLUMNS, *(["name_id"] if all_calls else [])]]
+                got[table] = df[[*ACTIVITY_COLUMNS, "name_id"]]
         if RUNTIME_TABLE in self._tables:
             got["api"] = self._api(all_calls)
         if NVTX_TABLE in self._tables:

@@ -84,7 +84,7 @@ def assemble_frames(meta: TraceMeta, got: Mapping[str, pd.DataFrame], names: Nam
             parts.append(df)
             part_cells.append(cells.get(table, {}))
     if not parts:
-        parts = [empty_frame((*ACTIVITY_COLUMNS, "kind"))]
+        parts = [empty_frame((*ACTIVITY_COLUMNS, "kind", "name_id"))]
     activities = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
     activities["proc"] = process_of(activities["proc"].to_numpy())
     api = got.get("api", empty_frame(API_COLUMNS))

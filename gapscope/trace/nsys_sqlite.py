@@ -117,8 +117,8 @@ class NsysSqlite:
     def load(self, *, syncs: bool = False, all_calls: bool = False) -> TraceFrames:
         """The frames an analysis needs (``syncs``: also the stream-wait synchronization records,
         for gap attribution; ``all_calls``: every CUDA API call, not only those that can launch
-        or synchronize, and every activity's name id), damaged rows left out with a warning
-        (gapscope.trace.validation)."""
+        or synchronize), damaged rows left out with a warning (gapscope.trace.validation). Every
+        activity's name id is read either way."""
         conn = self._live()
         reader = _Reader(self._source, conn)
         try:
@@ -672,15 +672,15 @@ def _name_column(cols: set[str], kind: ActivityKind) -> str:
     return "-1"
 
 
-def _activity_read(conn: sqlite3.Connection, table: str, kind: ActivityKind, names: bool) -> Read:
+def _activity_read(conn: sqlite3.Connection, table: str, kind: ActivityKind) -> Read:
+    """The bulk read of one activity table, with every row's name id (kernels: the short name's
+    StringIds id; graph executions: the graph id; -1 for copies): one int column more than the
+    frames need for the metrics, read in bulk because gapscope.analysis.communication asks
+    every kernel's name."""
     cols = _require(conn, table, REQUIRED_COLUMNS["activity"])
     exprs = ["rowid", "start", "end", "deviceId", "streamId", _col(cols, "globalPid"),
-             _col(cols, "correlationId")]
-    columns = ACTIVITY_COLUMNS
-    if names:
-        exprs.append(_name_column(cols, kind))
-        columns = (*ACTIVITY_COLUMNS, "name_id")
-    return Read(table, tuple(zip(columns, exprs)))
+             _col(cols, "correlationId"), _name_column(cols, kind)]
+    return Read(table, tuple(zip((*ACTIVITY_COLUMNS, "name_id"), exprs)))
 
 
 def _quiet_call_ids(conn: sqlite3.Connection) -> list[int]:
@@ -699,7 +699,7 @@ def _load_frames(conn: sqlite3.Connection, reader: _Reader, meta: TraceMeta, wit
     reads: dict[str, Read] = {}
     for table, kind in ACTIVITY_TABLES.items():
         if table in tables:
-            reads[table] = _activity_read(conn, table, kind, names=all_calls)
+            reads[table] = _activity_read(conn, table, kind)
     if RUNTIME_TABLE in tables:
         cols = _require(conn, RUNTIME_TABLE, REQUIRED_COLUMNS[RUNTIME_TABLE])
         conds = [f"eventClass IS NOT {EVENT_CLASS_BACKTRACE}"] if "eventClass" in cols else []
