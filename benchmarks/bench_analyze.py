@@ -7,7 +7,10 @@ the step's own:
 * ``select``: a single-threaded ADBC SELECT of the kernel, runtime and NVTX columns gapscope
   reads (every runtime row), into Arrow;
 * ``analyze``: gapscope.analysis.analyze (load, link, ranges, metrics, result);
-* ``analyze+attribution``: the same with gap attribution, launch statistics and payoff.
+* ``analyze+attribution``: the same with gap attribution, launch statistics and payoff;
+* ``read``: reading the frames alone (``Trace.frames()``, damage checks included), and beside it
+  ``validate``: the damage checks alone (gapscope.trace.validation.validate) on those frames, in
+  the same process, with their share of the read.
 
     python benchmarks/bench_analyze.py [--source traces/cupy_paths_node.sqlite] [--kernels 1000000]
 
@@ -37,6 +40,16 @@ if step == "select":
         cur = conn.cursor(); cur.execute(q); rows += cur.fetch_arrow_table().num_rows; cur.close()
     conn.close()
     out = {"rows": rows}
+elif step == "read":
+    from gapscope.trace import open_trace
+    from gapscope.trace.validation import validate
+    t_call = time.perf_counter()
+    with open_trace(path) as trace:
+        frames = trace.frames()
+        out = {"call": time.perf_counter() - t_call, "rows": len(frames.activities) + len(frames.api)}
+        t_check = time.perf_counter()
+        validate(frames)
+        out["validate"] = time.perf_counter() - t_check
 else:
     from gapscope.analysis import analyze
     t_call = time.perf_counter()
@@ -58,11 +71,15 @@ def main() -> None:
     args, big = big_trace(__doc__)
     print("call: the library call alone; +imports: also importing gapscope (numpy, pandas, pyarrow)")
     print(f"{'step':<22}{'rows':>12}{'call s':>9}{'+imports s':>12}{'peak MB':>10}")
-    for step in ("select", "analyze", "analyze+attribution"):
+    for step in ("select", "read", "analyze", "analyze+attribution"):
         runs = [run_step(big, step) for _ in range(args.repeat)]
         best = min(runs, key=lambda r: r["seconds"])
         print(f"{step:<22}{best['rows']:>12,}{min(r['call'] for r in runs):>9.2f}{best['seconds']:>12.2f}"
               f"{max(r['peak_mb'] for r in runs):>10.0f}")
+        if step == "read":
+            check = min(r["validate"] for r in runs)
+            print(f"{'  validate (in read)':<22}{best['rows']:>12,}{check:>9.3f}{'':>12}{'':>10}"
+                  f"   {100 * check / min(r['call'] for r in runs):.1f}% of the read")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,9 @@ kind            what it is
 
 :func:`expand` turns the command line's paths (files, folders of exports, quoted globs) into the
 list of files a many-trace command reads. Every refusal is a GapscopeError whose message starts
-with the path.
+with the path. Only regular files are ever opened (:func:`regular_file`: a pipe or a device is
+refused before anything could block on it), and JSON is read strictly (:func:`read_json`: no
+NaN or Infinity, at most MAX_JSON_DEPTH levels deep).
 """
 
 from __future__ import annotations
@@ -112,13 +114,23 @@ class Input:
         return folder / name
 
 
+#: Nesting deeper than this is not a gapscope result (ours is at most 4 levels deep).
+MAX_JSON_DEPTH = 64
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(name)
+
+
 def read_json(path: Path, given: str | None = None) -> dict[str, Any]:
     """A JSON object from ``path``, or one clear error line (naming ``given``, the path as the
-    user typed it, when there is one)."""
+    user typed it, when there is one). Strict JSON only: ``NaN`` and ``Infinity`` are refused,
+    and so is nesting deeper than :data:`MAX_JSON_DEPTH`."""
     name = given or str(path)
+    regular_file(path, name)
     try:
         with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
+            data = json.load(fh, parse_constant=_no_constant)
     except FileNotFoundError:
         raise GapscopeError(f"{name}: no such file") from None
     except UnicodeDecodeError:
@@ -126,29 +138,59 @@ def read_json(path: Path, given: str | None = None) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise GapscopeError(f"{name}: not valid JSON (line {exc.lineno}, column {exc.colno}: "
                             f"{exc.msg}); expected a gapscope result JSON") from None
+    except ValueError as exc:  # NaN, Infinity (or a number too long to convert)
+        raise GapscopeError(f"{name}: not strict JSON ({exc} is not a JSON number)") from None
     except RecursionError:
         raise GapscopeError(f"{name}: JSON nested too deeply to be a gapscope result") from None
     except OSError as exc:
         raise GapscopeError(f"{name}: cannot read ({exc.strerror or exc})") from None
     if not isinstance(data, dict):
         raise GapscopeError(f"{name}: not a gapscope result (a JSON object was expected)")
+    if json_depth(data) > MAX_JSON_DEPTH:
+        raise GapscopeError(f"{name}: JSON nested more than {MAX_JSON_DEPTH} levels deep; "
+                            "not a gapscope result")
     return data
+
+
+def json_depth(data: Any) -> int:
+    """How deep lists and objects nest in ``data`` (a scalar is 0), without recursion."""
+    deepest = 0
+    todo = [(data, 1)]
+    while todo:
+        value, depth = todo.pop()
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        if depth <= MAX_JSON_DEPTH:  # deeper is refused anyway: stop walking
+            todo.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+    return deepest
+
+
+def regular_file(path: str | os.PathLike[str], given: str | None = None) -> os.stat_result:
+    """The stat of ``path`` when it is a regular file (checked before anything opens it, so a
+    pipe or a device can never block a read); GapscopeError otherwise."""
+    name = given or os.fspath(path)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise GapscopeError(f"{name}: no such file") from None
+    except (OSError, ValueError) as exc:
+        raise GapscopeError(f"{name}: cannot read ({getattr(exc, 'strerror', None) or exc})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise GapscopeError(f"{name}: is a directory, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise GapscopeError(f"{name}: not a regular file (a pipe, socket or device); give a file")
+    return st
 
 
 def resolve(path: str | os.PathLike[str]) -> Input:
     """What ``path`` holds; GapscopeError (exit 2) when gapscope cannot read it."""
     given = os.fspath(path)
     p = Path(given)
-    try:
-        st = p.stat()
-    except FileNotFoundError:
-        raise GapscopeError(f"{given}: no such file") from None
-    except OSError as exc:
-        raise GapscopeError(f"{given}: cannot read ({exc.strerror or exc})") from None
-    if stat.S_ISDIR(st.st_mode):
+    if p.is_dir():
         return _folder(given, p)
-    if not stat.S_ISREG(st.st_mode):
-        raise GapscopeError(f"{given}: not a regular file (a pipe, socket or device); give a file")
+    regular_file(p, given)
     try:
         with open(p, "rb") as fh:
             head = fh.read(65536)

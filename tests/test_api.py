@@ -279,9 +279,9 @@ def test_nothing_is_written_over_the_trace(tmp_path):
     trace.write_bytes((TRACES / "torch_decode_small.sqlite").read_bytes())
     before = trace.read_bytes()
     a = gapscope.analyze(trace)
-    with pytest.raises(gapscope.GapscopeError, match="refusing to write"):
+    with pytest.raises(gapscope.GapscopeError, match="refusing to overwrite input"):
         a.save(trace)
-    with pytest.raises(gapscope.GapscopeError, match="refusing to write"):
+    with pytest.raises(gapscope.GapscopeError, match="is the same file|refusing to overwrite input"):
         a.write_tables(trace)
     assert trace.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["t.sqlite"]
 
@@ -457,10 +457,10 @@ def test_analyze_gaps_csv_writes_every_gap(decode, tmp_path):
     (["traces/torch_decode.sqlite", "-f", "parquet"], "name it with -o DIR"),
     (["traces/torch_decode.sqlite", "traces/cupy_paths_node.sqlite", "--gaps-csv", "x.csv"], "of one trace"),
     (["traces/torch_decode_small_parquet", "-f", "parquet", "-o", "traces/torch_decode_small_parquet"],
-     "refusing to write"),
+     "is the input folder"),
     (["traces/torch_decode_small_parquet", "-f", "parquet", "-o", "traces/torch_decode_small_parquet/tables"],
-     "refusing to write"),
-    (["traces/torch_decode.sqlite", "--gaps-csv", "traces/torch_decode.sqlite"], "refusing to write"),
+     "inside the input folder"),
+    (["traces/torch_decode.sqlite", "--gaps-csv", "traces/torch_decode.sqlite"], "refusing to overwrite input"),
     (["traces/torch_decode.sqlite", "--gaps-csv", "-"], "already goes to stdout"),
     (["traces/torch_decode.sqlite", "-f", "parquet", "-o", "README.md"], "is not a folder"),
 ])

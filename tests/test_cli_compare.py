@@ -284,9 +284,9 @@ def test_unmatched_ranges_listed(run: Run, tmp_path: Path) -> None:
         (("compare", "{base}", "{cur}", "--fail", "launch.cudaGraphLaunch.host_median:+20%"), "{base} has no launch statistics (analyzed with --no-attribution); cannot check launch.cudaGraphLaunch.host_median_ns:+20%"),
         (("compare", "{base}", "{cur}", "--config", "{tmp}/none.toml"), "config file not found: {tmp}/none.toml"),
         (("compare", "{base}", "{cur}", "-o", "{tmp}/no/dir/out.txt"), "{tmp}/no/dir: no such folder for the output file"),
-        (("compare", "{base}", "{cur}", "-o", "{cur}"), "refusing to overwrite input {cur} with a report"),
+        (("compare", "{base}", "{cur}", "-o", "{cur}"), "refusing to overwrite input {cur} with a report; give another output file"),
         (("compare", "{base}", "{cur}", "--markdown", "-"), "only one report can go to stdout, not the main report and --markdown"),
-        (("compare", "{base}", "{cur}", "-o", "r.txt", "--junit", "./r.txt"), "two reports cannot go to the same file"),
+        (("compare", "{base}", "{cur}", "-o", "r.txt", "--junit", "./r.txt"), "two reports cannot go to the same file (r.txt and ./r.txt)"),
     ],
 )
 def test_bad_input_exit_2_one_line(run: Run, files: dict[str, str], tmp_path: Path, args: tuple[str, ...], message: str) -> None:

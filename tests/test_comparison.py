@@ -593,7 +593,8 @@ def test_defaults_a_result_cannot_answer_are_skipped_with_a_warning() -> None:
         compare([base], [cur], ThresholdSet.parse(["launch.*.calls:+0"]))
     assert info.value.message == ("baseline[0] has no launch statistics (analyzed with --no-attribution); "
                                   "cannot check launch.*.calls:+0")
-    pooled = {**base, "schema": "gapscope.fleet/2"}
+    pooled = {**base, "schema": "gapscope.fleet/2", "files": [], "rank_names": [], "spread": [], "steps": [],
+              "stragglers": []}  # the sections every many-trace result has (gapscope.schema)
     pooled.pop("ranges")
     c = compare([pooled], [pooled])
     assert c.warnings == [
@@ -664,15 +665,16 @@ def test_option_mismatch_warns() -> None:
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
-        (lambda r: r.pop("schema"), "baseline[0] is not a gapscope result (no 'schema' field; expected gapscope.analysis/N)"),
-        (lambda r: r.update(schema="other/1"), "baseline[0] is not a gapscope result (schema 'other/1'; expected gapscope.analysis/N)"),
+        (lambda r: r.pop("schema"), "baseline[0] is not a gapscope result (no 'schema' field; expected gapscope.analysis/2)"),
+        (lambda r: r.update(schema="other/1"), "baseline[0] is not a gapscope result (schema 'other/1'; expected gapscope.analysis/2)"),
         (lambda r: r.pop("streams"), "baseline[0]: result has no 'streams' list"),
         (lambda r: r["by_name"][0].pop("gap_fraction"),
          "baseline[0] has no 'gap_fraction' field in its by_name rows; cannot check gap_fraction:+0.02"),
-        (lambda r: r["by_name"][0].update(gap_fraction="x"), "baseline[0]: range d has a bad gap_fraction 'x'"),
+        (lambda r: r["by_name"][0].update(gap_fraction="x"),
+         "baseline[0]: by_name[0].gap_fraction is 'x', not a fraction in [0, 1]; not a result gapscope wrote"),
         (lambda r: r["by_name"][0].pop("name"), "baseline[0]: by_name[0] has no 'name' field"),
         (lambda r: r["devices"].append({"gap_fraction": 0.1}), "baseline[0]: devices[1] has no 'device' field"),
-        (lambda r: r["by_name"][0].update(count=-1), "baseline[0]: by_name[0] has a bad count -1"),
+        (lambda r: r["by_name"][0].update(count=-1), "baseline[0]: by_name[0].count is -1, not a number >= 0; not a result gapscope wrote"),
     ],
 )
 def test_malformed_results_raise_one_clear_error(mutate: Any, message: str) -> None:

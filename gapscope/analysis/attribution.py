@@ -290,6 +290,10 @@ class Attributor:
         row_of = np.full(self.acts.start.size, -1, dtype=np.int64)  # the first level's gap ended by each activity
         row_of[first.next_act] = np.arange(first.next_act.size)
         for g in levels[1:]:
+            if first.length.size == 0:  # no gap at the first level (one kernel spans it): on their own
+                split = self.classify(g)
+                out.append(replace(g, split=split, category=split.category))
+                continue
             j = row_of[g.next_act]
             j0 = np.maximum(j, 0)
             same = (j >= 0) & (first.start[j0] == g.start) & (first.length[j0] == g.length)

@@ -20,23 +20,7 @@ import numpy as np
 import pandas as pd
 
 from gapscope.analysis.intervals import group_timelines, grouped_quantiles
-
-#: Columns every timeline row carries, in report order.
-STATS_FIELDS = (
-    "kernels",
-    "memops",
-    "memop_ns",
-    "gpu_span_ns",
-    "busy_ns",
-    "gap_ns",
-    "gap_fraction",
-    "gap_count",
-    "gap_p50_ns",
-    "gap_p90_ns",
-    "gap_p99_ns",
-    "gap_max_ns",
-    "kernel_median_ns",
-)
+from gapscope.schema import STATS_FIELDS  # noqa: F401  (the columns every timeline row carries)
 
 QUANTILES = (0.5, 0.9, 0.99, 1.0)
 

@@ -142,7 +142,7 @@ def _graph_trace_mode(frames: TraceFrames, launch: np.ndarray) -> str:
 
 def _warnings(frames: TraceFrames, launch: np.ndarray, ranges: RangeTable, mode: str,
               elsewhere: list[str]) -> list[str]:
-    out = list(frames.warnings)  # what the reader says about the trace comes first
+    out = list(frames.warnings)  # what the reader says (damaged rows left out, fields its format lacks) comes first
     major = (frames.meta.export_schema or "").split(".")[0]
     nsys = frames.meta.format.startswith("nsys")  # other formats check their own schema
     if nsys and major.isdigit() and int(major) not in KNOWN_SCHEMA_MAJORS:

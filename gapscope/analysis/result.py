@@ -16,11 +16,11 @@ from typing import Any
 
 from gapscope import __version__
 from gapscope.errors import GapscopeError
+from gapscope.schema import ANALYSIS_SCHEMA as SCHEMA
+from gapscope.schema import READABLE, check_result, require_fields
 
-SCHEMA = "gapscope.analysis/2"
-SCHEMA_PREFIX = "gapscope.analysis/"
 #: Every schema ``from_dict`` reads.
-READABLE_SCHEMAS = ("gapscope.analysis/1", SCHEMA)
+READABLE_SCHEMAS = READABLE["analysis"]
 
 #: Optional sections, in the order the JSON writes them (docs/schema.md).
 SECTIONS = ("launch", "payoff", "top_gaps")
@@ -116,14 +116,13 @@ class AnalysisResult:
         return {**out, **self.extras}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "AnalysisResult":
-        """Rebuild a result from its JSON object; GapscopeError if it is not one."""
-        schema = data.get("schema") if isinstance(data, dict) else None
-        if not isinstance(schema, str) or not schema.startswith(SCHEMA_PREFIX):
-            raise GapscopeError("not a gapscope analysis result (no 'schema: gapscope.analysis/N')")
-        if schema not in READABLE_SCHEMAS:
-            raise GapscopeError(f"result schema {schema!r} is not supported (this gapscope reads "
-                                f"{', '.join(READABLE_SCHEMAS)})")
+    def from_dict(cls, data: dict[str, Any], source: str = "result") -> "AnalysisResult":
+        """Rebuild a result from its JSON object (``source`` names it in errors); GapscopeError
+        if it is not one this gapscope wrote, checked by gapscope.schema before anything is read."""
+        if check_result(data, source) != "analysis":
+            raise GapscopeError(f"{source}: a many-trace result, not a single analysis")
+        require_fields(data, source)
+        schema = data["schema"]
         known = {*_CORE, *SECTIONS}
         return cls(
             trace=data.get("trace", {}),
@@ -144,4 +143,4 @@ def load_result(path: str | Path) -> AnalysisResult:
     """Read a result JSON written by `gapscope analyze --format json` or `gapscope run`."""
     from gapscope.inputs import read_json
 
-    return AnalysisResult.from_dict(read_json(Path(path)))
+    return AnalysisResult.from_dict(read_json(Path(path)), str(path))

@@ -4,7 +4,8 @@ Each command parses its options, calls one library function and hands the result
 renderer. Every GapscopeError becomes one line on stderr and its exit code; nothing a user
 can cause ends in a traceback. A reader that closes the pipe early (``gapscope analyze T | head``)
 ends the command quietly with exit status 141 (128 + SIGPIPE), as a Unix tool killed by SIGPIPE
-reports it: distinct from 1 (a regression) and 2 (bad input).
+reports it: distinct from 1 (a regression) and 2 (bad input). Anything else that escapes is a
+bug: one line saying so, and exit code 3 (gapscope.errors).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import sys
 import click
 
 from gapscope import __version__
-from gapscope.errors import GapscopeError
+from gapscope.errors import EXIT_INTERNAL, GapscopeError, internal_error_line
+from gapscope.text import printable
 
 
 class ClosedPipe(Exception):
@@ -91,12 +93,15 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except click.UsageError as exc:
         where = f"gapscope {exc.ctx.info_name}" if exc.ctx and exc.ctx.parent else "gapscope"
-        click.echo(f"gapscope: error: {exc.format_message()} (see: {where} --help)", err=True)
+        click.echo(f"gapscope: error: {printable(exc.format_message())} (see: {where} --help)", err=True)
         sys.exit(2)
     except click.ClickException as exc:
-        click.echo(f"gapscope: error: {exc.format_message()}", err=True)
+        click.echo(f"gapscope: error: {printable(exc.format_message())}", err=True)
         sys.exit(2 if exc.exit_code == 1 else exc.exit_code)
     except (BrokenPipeError, ClosedPipe):
         _quiet_stdout()
         sys.exit(EXIT_BROKEN_PIPE)
+    except Exception as exc:  # a bug: one line that says so, never a traceback
+        click.echo(internal_error_line(exc, __version__), err=True)
+        sys.exit(EXIT_INTERNAL)
     sys.exit(rv if isinstance(rv, int) else 0)

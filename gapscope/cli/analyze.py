@@ -13,6 +13,7 @@ from click.core import ParameterSource
 from gapscope.cli import cli
 from gapscope.cli.output import output_file, output_format, refuse_overwriting
 from gapscope.errors import GapscopeError
+from gapscope.text import printable
 from gapscope.inputs import KIND_WORDS, Input, expand, resolve
 
 
@@ -50,10 +51,10 @@ def load_input(found: Input, given: frozenset[str] = frozenset(), **options: Any
         if given:
             raise GapscopeError(f"{_flag(sorted(given)[0], attribution)} changes the analysis; a saved "
                                 "many-trace result cannot be analyzed again: give the traces")
-        return FleetResult.from_dict(found.json()), None
+        return FleetResult.from_dict(found.json(), found.given), None
     from gapscope.analysis.result import AnalysisResult
 
-    saved = AnalysisResult.from_dict(found.json())
+    saved = AnalysisResult.from_dict(found.json(), found.given)
     return _honoured(saved, given, count_memops=options.get("count_memops", False), attribution=attribution,
                      top=options.get("top", 10)), None
 
@@ -82,9 +83,9 @@ def load_tables(found: Input, **options: Any) -> tuple[Any, Any, Any]:
         return analysis.result, analysis, tables_of(analysis)
 
 
-def _table_outputs(fmt: str, output: str | None, gaps_csv: str | None, inputs: list[str]) -> None:
-    """Refuse, before any work, a tables output that cannot be written: parquet without a folder,
-    or onto a file; either written over an input or into an input folder."""
+def _table_outputs(fmt: str, output: str | None, gaps_csv: str | None) -> list[Path]:
+    """Refuse, before any work, a tables output that cannot be written (parquet without a folder,
+    or onto a file); the files the tables will be written to, for refuse_overwriting."""
     from gapscope.render.parquet import FILES
 
     targets = []
@@ -99,7 +100,7 @@ def _table_outputs(fmt: str, output: str | None, gaps_csv: str | None, inputs: l
             raise GapscopeError("--gaps-csv -: the report already goes to stdout; name a file for one of them")
         if gaps_csv != "-":
             targets.append(Path(gaps_csv))
-    refuse_overwriting(inputs, targets)
+    return targets
 
 
 def _flag(name: str, attribution: bool = True) -> str:
@@ -207,11 +208,13 @@ def analyze_command(traces: tuple[str, ...], ranges: tuple[str, ...], domains: t
             raise GapscopeError(f"--stall-threshold: {stall_threshold!r} is negative")
     paths = expand(traces)
     tables = fmt == "parquet" or gaps_csv is not None
+    targets: list[Any] = [output] if fmt != "parquet" else []
     if tables:
         if len(paths) > 1 or ranks_view:
             raise GapscopeError("--format parquet and --gaps-csv write the tables of one trace, not a report "
                                 "across ranks; run them on each trace")
-        _table_outputs(fmt, output, gaps_csv, paths)
+        targets += _table_outputs(fmt, output, gaps_csv)
+    refuse_overwriting(paths, [*targets, *(_figures(plot_dir) if plot_dir else [])])
     if len(paths) > 1 or ranks_view:
         what = "several traces" if len(paths) > 1 else "a report across ranks (--ranks)"
         if plot_dir:
@@ -253,6 +256,12 @@ def analyze_command(traces: tuple[str, ...], ranges: tuple[str, ...], domains: t
         _plot(found, analysis, ranges, plot_dir)
 
 
+def _figures(plot_dir: str) -> list[Any]:
+    from gapscope.plots import figure_paths
+
+    return figure_paths(plot_dir, ("png",))
+
+
 def _write(path: str | None, result: Any, fmt: str, **options: Any) -> None:
     """Render ``result`` in ``fmt`` to the file ``path`` (stdout for None or '-')."""
     from gapscope.render import render
@@ -281,7 +290,7 @@ def _plot(found: Input, analysis: Any, ranges: tuple[str, ...], plot_dir: str) -
     else:
         written = draw_source(source_from_analysis(analysis, found.label, ranges), plot_dir, ("png",))
     for p in written:
-        click.echo(f"wrote {p}", err=True)
+        click.echo(f"wrote {printable(p)}", err=True)
 
 
 def _analyze_many(paths: list[str], ranges: tuple[str, ...], count_memops: bool, top: int,

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import TextIO
 
 import click
 
 from gapscope.cli import cli
-from gapscope.cli.output import output_file, output_format
+from gapscope.cli.output import output_file, output_format, refuse_overwriting
 from gapscope.compare.comparison import Comparison, compare_paths
 from gapscope.errors import GapscopeError
+from gapscope.text import printable
 from gapscope.render import render
 from gapscope.compare.thresholds import DEFAULT_THRESHOLDS, MISSING_POLICIES, resolve_settings
 
@@ -148,13 +148,10 @@ def compare_command(
             "(or --baseline A ... --current X ...)",
             2,
         )
-    outputs = [p for p in (output, markdown, junit) if p not in (None, "-")]
-    inputs = {str(Path(p).resolve()) for p in (*baselines, *currents)}
-    for p in outputs:
-        if str(Path(p).resolve()) in inputs:
-            raise GapscopeError(f"refusing to overwrite input {p} with a report", 2)
-    if len({str(Path(p).resolve()) for p in outputs}) < len(outputs):
-        raise GapscopeError("two reports cannot go to the same file", 2)
+    inputs = [*baselines, *currents, *([config] if config else [])]
+    refuse_overwriting(inputs, [output, markdown, junit])
+    summary = os.environ.get("GITHUB_STEP_SUMMARY") or None
+    refuse_overwriting(inputs, [summary])  # it may be --markdown's file too: that is appended
     to_stdout = [name for name, p in (("the main report", output or "-"), ("--markdown", markdown),
                                       ("--junit", junit)) if p == "-"]
     if len(to_stdout) > 1:
@@ -167,10 +164,9 @@ def compare_command(
 
     _write(output, lambda fh: _render_main(comparison, fh, fmt, show_all, wide))
     if not to_stdout:  # every report went to a file: still say the outcome
-        click.echo(comparison.headline())
+        click.echo(printable(comparison.headline()))
     if markdown is not None:
         _write(markdown, lambda fh: _render_markdown(comparison, fh))
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
         try:
             _write(summary, lambda fh: _render_markdown(comparison, fh), append=True)

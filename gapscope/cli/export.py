@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from gapscope.cli import cli
-from gapscope.cli.output import output_file
-from gapscope.errors import GapscopeError
+from gapscope.cli.output import output_file, refuse_overwriting
+from gapscope.text import printable
 
 
 @cli.command("export")
@@ -32,10 +30,9 @@ def export_command(trace: str, out: str, ranges: tuple[str, ...], count_memops: 
 
     found = resolve(trace).require("trace", "run", command="export")
     path = found.run_file("gapscope_run.sqlite") if found.kind == "run" else found.path
-    if out != "-" and Path(out).resolve() == Path(path).resolve():
-        raise GapscopeError(f"refusing to overwrite input {out} with the timeline")
+    refuse_overwriting([trace, path], [out])
     with opened_analysis(path, ranges=ranges, count_memops=count_memops, all_calls=True) as analysis:
         with output_file(out) as fh:
             render(analysis, "perfetto", fh)
     if out != "-":
-        click.echo(out)
+        click.echo(printable(out))

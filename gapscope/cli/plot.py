@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from gapscope.cli import cli
+from gapscope.text import printable
 
 
 @cli.command("plot")
@@ -33,12 +34,14 @@ def plot_command(sources: tuple[str, ...], out_dir: str, ranges: tuple[str, ...]
     """
     from pathlib import Path
 
+    from gapscope.cli.output import refuse_overwriting
     from gapscope.cli.report import part_names
     from gapscope.inputs import expand
-    from gapscope.plots import write_plots
+    from gapscope.plots import figure_paths, write_plots
 
     paths = expand(sources)
     folders = [Path(out_dir)] if len(paths) == 1 else [Path(out_dir) / n for n in part_names(paths)]
+    refuse_overwriting(paths, [f for folder in folders for f in figure_paths(folder, fmt.split(","))])
     for source, folder in zip(paths, folders):
         for path in write_plots(source, folder, fmt.split(","), range_name=ranges, window=window):
-            click.echo(str(path))
+            click.echo(printable(path))

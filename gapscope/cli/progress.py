@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from gapscope.fleet.executors import Outcome
+from gapscope.text import name, printable
 
 
 class FileProgress:
@@ -20,7 +21,7 @@ class FileProgress:
     """
 
     def __init__(self, total: int, file: TextIO, *, what: str = "", bar: bool | None = None) -> None:
-        self.console = Console(file=file, highlight=False)
+        self.console = Console(file=file, highlight=False, markup=False)
         show = self.console.is_terminal if bar is None else bar
         self._progress = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("files"),
@@ -42,5 +43,5 @@ class FileProgress:
         """Advance the bar by one file; print the file's error if it failed."""
         if outcome.error:
             self.failures += 1
-            self.console.print(f"gapscope: error: {outcome.error}", markup=False, soft_wrap=True)
-        self._progress.update(self._task, advance=1, last=outcome.path)
+            self.console.print(f"gapscope: error: {printable(outcome.error)}", soft_wrap=True)
+        self._progress.update(self._task, advance=1, last=name(outcome.path))

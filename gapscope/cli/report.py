@@ -11,8 +11,9 @@ from typing import Any
 import click
 
 from gapscope.cli import cli
-from gapscope.cli.output import output_file, output_format
+from gapscope.cli.output import output_file, output_format, refuse_overwriting
 from gapscope.errors import GapscopeError
+from gapscope.text import printable
 
 
 def part_names(labels: list[str]) -> list[str]:
@@ -61,6 +62,7 @@ def report_command(sources: tuple[str, ...], output: str | None, html_out: str |
     (or a folder of exports, or a quoted glob) give one report with a section per trace.
     """
     from gapscope.inputs import expand
+    from gapscope.plots import figure_paths
     from gapscope.plots.source import load_source
     from gapscope.plots.style import require_matplotlib
     from gapscope.plots.window import parse_window
@@ -80,10 +82,10 @@ def report_command(sources: tuple[str, ...], output: str | None, html_out: str |
     if figures:
         require_matplotlib()
     paths = expand(sources)
-    given = {Path(p).resolve() for p in paths}
-    for out in targets.values():
-        if out.resolve() in given:
-            raise GapscopeError(f"refusing to overwrite input {out} with a report")
+    names = part_names(paths) if len(paths) > 1 else [""]
+    drawn = [f for fmt_, out in targets.items() if figures and fmt_ != "html"
+             for name in names for f in figure_paths(_figure_dir(out, name), ("png",))]
+    refuse_overwriting(paths, [*targets.values(), *drawn])
     srcs = [load_source(p, ranges) for p in paths]
     names = part_names([s.label for s in srcs]) if len(srcs) > 1 else [""]
     for fmt_, out in targets.items():
@@ -93,7 +95,7 @@ def report_command(sources: tuple[str, ...], output: str | None, html_out: str |
                              for s, f in zip(srcs, links)))
         with output_file(out) as fh:
             render(doc, fmt_, fh, limit=limit)
-        click.echo(str(out))
+        click.echo(printable(out))
 
 
 def _figures(src: Any, out: Path, name: str, fmt: str, spec: tuple[int | None, int | None]) -> dict[str, str]:
@@ -106,5 +108,10 @@ def _figures(src: Any, out: Path, name: str, fmt: str, spec: tuple[int | None, i
     if fmt == "html":
         with tempfile.TemporaryDirectory(prefix="gapscope-report-") as tmp:
             return {p.stem: p.read_text(encoding="utf-8") for p in draw_source(src, tmp, ("svg",), spec)}
-    fig_dir = out.parent / f"{out.stem}_files" / name if name else out.parent / f"{out.stem}_files"
+    fig_dir = _figure_dir(out, name)
     return {p.stem: Path(os.path.relpath(p, out.parent)).as_posix() for p in draw_source(src, fig_dir, ("png",), spec)}
+
+
+def _figure_dir(out: Path, name: str) -> Path:
+    """Where a Markdown report at ``out`` keeps the figures of its part ``name``."""
+    return out.parent / f"{out.stem}_files" / name if name else out.parent / f"{out.stem}_files"

@@ -47,6 +47,8 @@ from gapscope import __version__
 from gapscope.errors import GapscopeError
 from gapscope.compare.metrics import CATEGORIES_NEW_IN_2, METRICS, NEW_SYNC, Metric, verdict_change
 from gapscope.compare.thresholds import DEFAULT_MISSING, MISSING_POLICIES, Threshold, ThresholdSet
+from gapscope.schema import check_result
+from gapscope.text import name as display_name
 
 if TYPE_CHECKING:  # pandas is imported on first use: refusing a bad path must stay quick
     import pandas as pd
@@ -200,7 +202,7 @@ class Comparison:
             checked = sum(c[s] for s in ("ok", "within-noise", "improved"))
             return f"PASS: no regression in {checked} checks" + (f" ({', '.join(parts)})" if parts else "")
         regs = self.regressions
-        names = ", ".join(f"{v.scope} {v.key} " + (METRICS[v.metric].short if v.metric else "missing")
+        names = ", ".join(f"{v.scope} {display_name(v.key)} " + (METRICS[v.metric].short if v.metric else "missing")
                           for v in regs[:3])
         more = f", and {len(regs) - 3} more" if len(regs) > 3 else ""
         n_reg = sum(v.status == "regression" for v in regs)
@@ -266,23 +268,9 @@ def _run_analysis(found: Any) -> dict[str, Any]:
 
 
 def _check_result(data: Any, source: str | Path) -> None:
-    if not isinstance(data, dict):
-        raise GapscopeError(f"{source} is not a gapscope result (a JSON object was expected)", 2)
-    schema = data.get("schema")
-    if isinstance(schema, str) and schema.startswith(("gapscope-run/", "gapscope.run/")):
-        raise GapscopeError(
-            f"{source} is a `gapscope run` record; compare the analysis.json beside it "
-            "(or pass the run's folder)",
-            2,
-        )
-    if not isinstance(schema, str) or not schema.startswith((RESULT_SCHEMA_PREFIX, FLEET_SCHEMA_PREFIX)):
-        found = "no 'schema' field" if schema is None else f"schema {schema!r}"
-        raise GapscopeError(
-            f"{source} is not a gapscope result ({found}; expected {RESULT_SCHEMA_PREFIX}N)", 2
-        )
-    for section in _SECTIONS.values():
-        if not isinstance(data.get(section), list):
-            raise GapscopeError(f"{source}: result has no '{section}' list", 2)
+    """The one check analyze's loader makes too (gapscope.schema): schema, shape, types and the
+    domain of every figure, so a value outside its domain is bad input, never a regression."""
+    check_result(data, str(source))
 
 
 def compare_paths(

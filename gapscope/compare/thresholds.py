@@ -352,9 +352,15 @@ def _read_toml(path: Path) -> dict:
         raise GapscopeError(
             f"cannot read {path}: reading TOML needs Python 3.11+ or `pip install tomli`", 2
         )
+    from gapscope.inputs import regular_file
+
+    if Path(path).exists() and not Path(path).is_dir():
+        regular_file(path, f"config {path}")  # a pipe or device would block the read
     try:
         with open(path, "rb") as fh:
             return _toml.load(fh)
+    except RecursionError:
+        raise GapscopeError(f"config {path} nests too deeply to be a pyproject.toml", 2) from None
     except FileNotFoundError:
         raise GapscopeError(f"config file not found: {path}", 2) from None
     except IsADirectoryError:

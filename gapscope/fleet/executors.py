@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gapscope.errors import GapscopeError
+from gapscope.text import one_line as printable_line
 
 Task = Callable[[str], dict[str, Any]]
 #: A Dask scheduler address: [protocol://]host:port, the host possibly a bracketed IPv6 address.
@@ -40,7 +41,7 @@ class Outcome:
 
 def one_line(path: str, message: str) -> str:
     """``message`` on one line, led by the file's path unless it already names it."""
-    text = " ".join(str(message).splitlines()).strip() or "failed"
+    text = printable_line(message) or "failed"
     name = str(Path(path))
     return text if text.startswith((name, str(path))) else f"{name}: {text}"
 

@@ -88,6 +88,8 @@ def merge(outcomes: Sequence[Outcome], *, options: dict[str, Any], stragglers: i
         tr = r["trace"]
         entry.update({k: tr.get(k) for k in ("format", "nsys_version", "export_schema", "graph_trace", "gpus")})
         entry["warnings"] = list(r["warnings"])
+        if r.get("damaged"):
+            entry["damaged"] = list(r["damaged"])
         rank_of: dict[int, int] = {}
         for d in r["devices"]:
             rank_of[d["device"]] = len(ranks)
@@ -219,6 +221,7 @@ def _fleet_warnings(result: FleetResult) -> list[str]:
     failed = result.failed
     if failed:
         out.append(f"{len(failed)} of {len(result.files)} traces failed and are left out")
+    out += [f"{f['name']}: {w}" for f in result.files for w in f.get("damaged", [])]
     modes = sorted({f["graph_trace"] for f in result.files if f.get("graph_trace")})
     if len(modes) > 1 and {"graph", "mixed"} & set(modes):
         out.append(f"the traces differ in graph tracing mode ({', '.join(modes)}): "

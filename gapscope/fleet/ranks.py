@@ -36,6 +36,7 @@ def analyze_rank_file(path: str, *, ranges: Sequence[str] = (), count_memops: bo
         "trace": r.trace,
         "options": r.options,
         "warnings": list(r.warnings),
+        "damaged": list(analysis.frames.warnings),  # what the reader left out (a subset of warnings)
         "devices": clean_rows(r.devices),
         "streams": clean_rows(r.streams),
         "names": names,

@@ -10,10 +10,11 @@ from typing import Any
 
 from gapscope import __version__
 from gapscope.errors import GapscopeError
+from gapscope.schema import FLEET_SCHEMA as SCHEMA
+from gapscope.schema import READABLE, check_result
 
-SCHEMA = "gapscope.fleet/2"
 #: Every schema ``from_dict`` reads.
-READABLE_SCHEMAS = ("gapscope.fleet/1", SCHEMA)
+READABLE_SCHEMAS = READABLE["fleet"]
 
 
 @dataclass
@@ -66,12 +67,12 @@ class FleetResult:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "FleetResult":
-        """Rebuild a fleet result from its JSON object; GapscopeError if it is not one."""
-        schema = data.get("schema") if isinstance(data, dict) else None
-        if schema not in READABLE_SCHEMAS:
-            raise GapscopeError(f"not a gapscope fleet result (schema {schema!r}; this gapscope reads "
-                                f"{', '.join(READABLE_SCHEMAS)})")
+    def from_dict(cls, data: dict[str, Any], source: str = "result") -> "FleetResult":
+        """Rebuild a fleet result from its JSON object (``source`` names it in errors);
+        GapscopeError if it is not one this gapscope wrote (gapscope.schema checks it)."""
+        if check_result(data, source) != "fleet":
+            raise GapscopeError(f"{source}: a single analysis, not a many-trace result")
+        schema = data["schema"]
         return cls(
             options=data.get("options", {}),
             warnings=list(data.get("warnings", [])),
@@ -85,4 +86,4 @@ def load_fleet(path: str | Path) -> FleetResult:
     """Read a fleet JSON written by `gapscope analyze A B ... --format json`."""
     from gapscope.inputs import read_json
 
-    return FleetResult.from_dict(read_json(Path(path)))
+    return FleetResult.from_dict(read_json(Path(path)), str(path))

@@ -21,9 +21,16 @@ from gapscope.errors import GapscopeError
 if TYPE_CHECKING:
     from gapscope.plots.source import PlotSource
 
-__all__ = ["write_plots", "draw_source", "FORMATS"]
+__all__ = ["write_plots", "draw_source", "figure_paths", "FIGURES", "FORMATS"]
 
 FORMATS = ("png", "svg")
+#: The figures, by the name of the file each is written to (``timeline.png``, ...).
+FIGURES = ("timeline", "histogram", "crossover")
+
+
+def figure_paths(out_dir: str | Path, formats: Sequence[str]) -> list[Path]:
+    """Every file a drawing into ``out_dir`` may write (for the check that none is an input)."""
+    return [Path(out_dir) / f"{figure}.{fmt}" for figure in FIGURES for fmt in formats]
 
 
 def write_plots(source: str | Path, out_dir: str | Path, formats: Sequence[str] = ("png",), *,

@@ -135,6 +135,6 @@ def load_source(path: str | Path, ranges: Patterns = None, *, count_memops: bool
     if found.kind == "analysis":
         if _patterns(ranges):
             raise GapscopeError("--range applies to traces, not to a saved result JSON")
-        result = AnalysisResult.from_dict(found.json())
+        result = AnalysisResult.from_dict(found.json(), found.given)
         return PlotSource(label=found.label, result=result, sweep=sweep_from_ranges(result.ranges))
     return analyze_trace(found.path, ranges, count_memops=count_memops)

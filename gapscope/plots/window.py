@@ -9,14 +9,18 @@ ranges' work (``:500us``, ``2ms:``).
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
 import numpy as np
 
 from gapscope.errors import GapscopeError
+from gapscope.trace.validation import TIME_LIMIT_NS
 
 UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+#: The largest offset a window accepts: the latest time a trace may hold (docs/robustness.md).
+MAX_WINDOW_NS = TIME_LIMIT_NS
 _TIME = re.compile(r"^\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(ns|us|µs|ms|s)?\s*$")
 
 
@@ -25,7 +29,10 @@ def parse_time(text: str, option: str = "--window") -> int:
     m = _TIME.match(text)
     if not m:
         raise GapscopeError(f"{option}: {text.strip()!r} is not a time (a number with ns, us, ms or s)")
-    return int(round(float(m.group(1)) * UNITS[m.group(2) or "ns"]))
+    ns = float(m.group(1)) * UNITS[m.group(2) or "ns"]
+    if not math.isfinite(ns) or abs(ns) > MAX_WINDOW_NS:
+        raise GapscopeError(f"{option}: {text.strip()!r} is out of range (at most {MAX_WINDOW_NS:.2e} ns either way)")
+    return int(round(ns))
 
 
 def parse_window(text: str | None) -> tuple[int | None, int | None]:

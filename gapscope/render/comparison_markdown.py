@@ -7,6 +7,7 @@ from typing import Any, TextIO
 
 from gapscope.compare.comparison import Comparison, Verdict
 from gapscope.compare.thresholds import METRICS
+from gapscope.render.markdown_text import code, prose
 
 ICON = {
     "regression": "❌",
@@ -18,18 +19,7 @@ ICON = {
 }
 
 
-def _cell(text: str) -> str:
-    """Text safe inside a table cell: pipes escaped, no line breaks, HTML brackets escaped."""
-    return (
-        text.replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
-        .replace("\r", " ").replace("\n", " ")
-    )
-
-
-def _code(text: str) -> str:
-    """An inline code span that survives backticks and pipes in range names."""
-    text = _cell(text).replace("`", "'")
-    return f"`{text}`"
+_code = code
 
 
 _HEADER = (
@@ -64,7 +54,7 @@ def render(comparison: Comparison, file: TextIO, **_: Any) -> None:
     warnings."""
     ordered = [v for v in comparison.ordered() if v.metric is not None]
     icon = "✅" if comparison.passed else "❌"
-    file.write(f"### {icon} gapscope compare — {_cell(comparison.headline())}\n\n")
+    file.write(f"### {icon} gapscope compare — {prose(comparison.headline())}\n\n")
     file.write(
         f"Baseline: {', '.join(_code(s) for s in comparison.baseline_sources)} · "
         f"current: {', '.join(_code(s) for s in comparison.current_sources)} · "
@@ -73,7 +63,7 @@ def render(comparison: Comparison, file: TextIO, **_: Any) -> None:
     )
     failures = comparison.failures()
     if failures:
-        file.write("".join(f"- ❌ {_cell(line)}\n" for line in failures) + "\n")
+        file.write("".join(f"- ❌ {prose(line)}\n" for line in failures) + "\n")
     attention = [v for v in ordered if v.status in ("regression", "within-noise", "improved")]
     ok = [v for v in ordered if v.status == "ok"]
     if attention:
@@ -101,4 +91,4 @@ def render(comparison: Comparison, file: TextIO, **_: Any) -> None:
             "both its limit and the spread (max − min) of the runs on either side.\n\n"
         )
     for w in comparison.warnings:
-        file.write(f"> ⚠️ {_cell(w)}\n\n")
+        file.write(f"> ⚠️ {prose(w)}\n\n")

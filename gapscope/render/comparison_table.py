@@ -1,5 +1,6 @@
 """A terminal report of a Comparison (rich): headline, each failure in words, then a table with
-failures first, fitted to the terminal like every report table (gapscope.render.layout)."""
+failures first, fitted to the terminal like every report table (gapscope.render.layout). Range
+names and sources come from files: printed as text, made printable and cut by gapscope.text."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from gapscope.render.layout import Column
 from gapscope.render.sections import Name
 from gapscope.render.console import console_for
 from gapscope.render.table import fitted_table
+from gapscope.text import name, printable
 
 #: With more verdicts than this, ``ok`` rows are summarized in one line unless ``show_all``.
 MAX_ROWS_BEFORE_FOLDING_OK = 24
@@ -68,7 +70,7 @@ def render(comparison: Comparison, file: TextIO, *, show_all: bool = False, widt
     big reports unless ``show_all``. The table fits ``width`` (default: the terminal's; every
     column with ``wide`` or in a file)."""
     console, fit = console_for(file, width, wide)
-    headline = comparison.headline()
+    headline = printable(comparison.headline())
     console.print(Text(headline, style="bold red" if not comparison.passed else "bold green"))
     nb, nc = len(comparison.baseline_sources), len(comparison.current_sources)
     console.print(
@@ -97,7 +99,7 @@ def render(comparison: Comparison, file: TextIO, *, show_all: bool = False, widt
 
     unmatched = [v for v in comparison.ordered() if v.metric is None and not v.failed]
     for status, label in (("new", "only in current"), ("missing", "only in baseline")):
-        keys = [f"{v.scope} {v.key}" for v in unmatched if v.status == status]
+        keys = [f"{v.scope} {name(v.key)}" for v in unmatched if v.status == status]
         if keys:
             console.print(Text(f"{label} ({status}, not failed): ", style=STATUS_STYLE[status]), end="")
             console.print(Text(", ".join(keys)))
@@ -113,10 +115,10 @@ def render(comparison: Comparison, file: TextIO, *, show_all: bool = False, widt
         console.print(Text("range values are per instance: the median over each range's instances "
                            "with GPU work", style="dim"))
     for w in comparison.warnings:
-        console.print(Text(f"warning: {w}", style="yellow"))
+        console.print(Text(f"warning: {printable(w)}", style="yellow"))
 
 
 def _sources(sources: list[str]) -> str:
     if len(sources) <= 2:
-        return ", ".join(sources)
-    return f"{sources[0]} … ({len(sources)} runs)"
+        return ", ".join(name(s) for s in sources)
+    return f"{name(sources[0])} … ({len(sources)} runs)"

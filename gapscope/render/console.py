@@ -1,9 +1,10 @@
 """The one rich Console every terminal renderer writes through.
 
-It differs from rich's own in two ways: its width is the terminal's (or the one asked for), or
-unbounded for a file, a pipe or ``wide`` output, where tables show every column; and a closed
+It differs from rich's own in three ways: its width is the terminal's (or the one asked for), or
+unbounded for a file, a pipe or ``wide`` output, where tables show every column; a closed
 pipe is raised as BrokenPipeError, as from any other write, instead of rich's own exit with
-status 1 (the CLI ends such a run with 141, see gapscope.cli).
+status 1 (the CLI ends such a run with 141, see gapscope.cli); and it parses no markup, so a
+name from a file (``decode[/]``, ``[bold red]x``) prints as typed: styles come as rich Text.
 """
 
 from __future__ import annotations
@@ -28,6 +29,6 @@ def console_for(file: TextIO, width: int | None = None, wide: bool = False) -> t
     (every column) for ``wide`` and for output that is not a terminal."""
     tty = hasattr(file, "isatty") and file.isatty()
     if wide or (width is None and not tty):
-        return Console(file=file, width=UNBOUNDED, highlight=False, soft_wrap=False), None
-    console = Console(file=file, width=width, highlight=False, soft_wrap=False)
+        return Console(file=file, width=UNBOUNDED, highlight=False, soft_wrap=False, markup=False), None
+    console = Console(file=file, width=width, highlight=False, soft_wrap=False, markup=False)
     return console, console.width

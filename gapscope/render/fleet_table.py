@@ -19,6 +19,7 @@ from gapscope.render.sections import READING, Name
 from gapscope.render.table import fitted_table
 from gapscope.render.table import share_text as fmt_frac
 from gapscope.render.units import fmt_ns
+from gapscope.text import printable
 
 #: Range names shown as columns of the per-rank matrix (those with the most gap time).
 MATRIX_NAMES = 6
@@ -46,12 +47,13 @@ def render(fleet: FleetResult, file: TextIO, *, limit: int = 20, width: int | No
     ok = [f for f in fleet.files if not f.get("error")]
     versions = ", ".join(sorted({str(f.get("nsys_version")) for f in ok})) or "?"
     modes = ", ".join(sorted({str(f.get("graph_trace")) for f in ok})) or "?"
-    console.print(
-        f"[bold]gapscope[/bold] {len(fleet.files)} traces ({len(fleet.failed)} failed), "
-        f"{len(fleet.devices)} ranks  nsys {versions}  graphs traced: {modes}"
-    )
+    console.print(Text.assemble(
+        ("gapscope", "bold"),
+        printable(f" {len(fleet.files)} traces ({len(fleet.failed)} failed), "
+                  f"{len(fleet.devices)} ranks  nsys {versions}  graphs traced: {modes}"),
+    ))
     for w in fleet.warnings:
-        console.print(f"[yellow]warning:[/yellow] {w}", markup=True)
+        console.print(Text.assemble(("warning:", "yellow"), f" {printable(w)}"))
     labels = [r["label"] for r in fleet.devices]
     if fleet.by_name:
         _names(out, fleet, labels)

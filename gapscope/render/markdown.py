@@ -16,6 +16,7 @@ from urllib.parse import quote
 from gapscope.analysis.result import AnalysisResult
 from gapscope.render import sections
 from gapscope.render.document import Document, Part, document_of, write_part
+from gapscope.render.markdown_text import cell, code, prose
 from gapscope.render.sections import Cell, Name, Section
 
 FIGURE_CAPTIONS = {
@@ -28,15 +29,7 @@ FIGURE_CAPTIONS = {
 }
 
 
-def _cell(value: Any) -> str:
-    """Text safe inside a table cell: pipes and HTML brackets escaped, one line."""
-    text = str(value)
-    return (text.replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
-            .replace("\r", " ").replace("\n", " "))
-
-
-def _code(value: Any) -> str:
-    return f"`{_cell(value).replace('`', chr(39))}`"
+_cell, _code = cell, code
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Sequence[bool]) -> str:
@@ -88,11 +81,11 @@ def render(
     document of several traces has one section per trace."""
     doc = document_of(result, title=title, sweep=sweep, calibration=calibration, figures=figures,
                       read_seconds=read_seconds)
-    file.write(f"# gapscope report: {_cell(doc.title)}\n\n")
+    file.write(f"# gapscope report: {prose(doc.title)}\n\n")
     many = len(doc.parts) > 1
     for part in doc.parts:
         if many:
-            file.write(f"## {_cell(part.label)}\n\n")
+            file.write(f"## {prose(part.label)}\n\n")
         _part(file, part, "###" if many else "##", limit)
 
 
@@ -112,10 +105,10 @@ def _folded(file: TextIO, found: list[Section], h: str) -> None:
 
 
 def _header(file: TextIO, result: AnalysisResult, h: str, read_seconds: float | None = None, limit: int = 20) -> None:
-    file.write(" · ".join(_cell(sections.fact_text(what, value))
+    file.write(" · ".join(prose(sections.fact_text(what, value))
                           for what, value in sections.facts(result, read_seconds)) + "\n\n")
     for w in result.warnings:
-        file.write(f"> ⚠️ {_cell(w)}\n\n")
+        file.write(f"> ⚠️ {prose(w)}\n\n")
     found = sections.readings(result, limit)
     if found:
         lines = "".join(f"- {_md(r.label)}{r.after_label()}: **{r.share}**{r.after_share()}: {r.reading}\n"

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 def render(result: RunResult, file: TextIO, *, width: int | None = None, **_: Any) -> None:
     """The sweep table as a rich table (when launch paths ran), the cases' tables, then floors,
     files and warnings."""
-    console = Console(file=file, width=width or 120, highlight=False)
+    console = Console(file=file, width=width or 120, highlight=False, markup=False)  # text, never markup
     if result.rows:
         table = Table(title="gapscope run: launch gaps per path and kernel time",
                       title_justify="left")

@@ -17,6 +17,7 @@ from gapscope.analysis.result import AnalysisResult
 from gapscope.analysis.verdicts import reading
 from gapscope.render.layout import Column
 from gapscope.render.units import fmt_count, fmt_ns, fmt_pct, fmt_share, fmt_speedup
+from gapscope.text import name as display_name
 
 #: The order of a report document (Markdown, HTML): ("figure", key), ("section", builder key),
 #: ("sweep",) for a `gapscope run` sweep, ("folded", builder keys) for the whole-trace tables.
@@ -44,7 +45,8 @@ class Name:
     text: str
 
     def __str__(self) -> str:
-        return self.text
+        """The name as shown: printable, cut at gapscope.text.NAME_MAX characters."""
+        return display_name(self.text)
 
 
 Cell = Union[str, Share, Name]

@@ -21,6 +21,7 @@ from gapscope.render import sections
 from gapscope.render.console import console_for
 from gapscope.render.layout import Column, fit_columns, middle_ellipsis
 from gapscope.render.sections import Name, Section, Share
+from gapscope.text import printable
 
 #: The order of the sections on the terminal.
 ORDER = ("by_name", "domains", "ranges", "devices", "streams", "idle", "communication", "launch", "payoff",
@@ -39,8 +40,8 @@ def _cell(cell: Any, width: int) -> Text:
     if isinstance(cell, Share):
         return share_text(cell.value)
     if isinstance(cell, Name):
-        return Text(middle_ellipsis(cell.text, width))
-    return Text(str(cell))
+        return Text(middle_ellipsis(str(cell), width))
+    return Text(printable(cell))
 
 
 def fitted_table(title: str, columns: tuple[Column, ...], rows: list[list[Any]], width: int | None) -> Table:
@@ -73,7 +74,7 @@ def header_text(result: AnalysisResult, read_seconds: float | None = None) -> Te
     GPUs."""
     facts = "  ".join(sections.fact_text(what, value)
                       for what, value in sections.facts(result, read_seconds) if what != "gapscope")
-    return Text.assemble(("gapscope", "bold"), f" {result.trace.get('name')}  {facts}")
+    return Text.assemble(("gapscope", "bold"), printable(f" {result.trace.get('name')}  {facts}"))
 
 
 def render(result: AnalysisResult, file: TextIO, *, limit: int = 20, width: int | None = None,
@@ -87,7 +88,7 @@ def render(result: AnalysisResult, file: TextIO, *, limit: int = 20, width: int 
     console, fit = console_for(file, width, wide)
     console.print(header_text(result, read_seconds))
     for w in result.warnings:
-        console.print(Text.assemble(("warning:", "yellow"), f" {w}"))
+        console.print(Text.assemble(("warning:", "yellow"), f" {printable(w)}"))
     for key in keys:
         section = sections.build(key, result, limit)
         if section is not None:

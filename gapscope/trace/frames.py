@@ -1,14 +1,16 @@
 """The typed frames every trace format becomes, and what the analysis asks of a trace's names.
 
-All times are integer nanoseconds on one clock; integer columns use -1 for "none". A reader
-(one module per format in this package) fills these frames with exactly the columns below, so
-every metric, category and renderer works the same whatever file the trace came from.
+All times are integer nanoseconds on one clock, counted from the session's start; integer
+columns use -1 for "none". A reader (one module per format in this package) fills these frames
+with exactly the columns below and hands them to gapscope.trace.validation, which leaves out
+damaged rows, so every metric, category and renderer works the same whatever file the trace
+came from.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -37,6 +39,9 @@ class TraceMeta:
     export_schema: str | None
     tables: frozenset[str] = frozenset()
     gpu_names: dict[int, str] = field(default_factory=dict)
+    #: The session's end as the trace records it (ns), if it does: bounds valid timestamps
+    #: (gapscope.trace.validation).
+    session_end_ns: int | None = None
 
 
 class Names(Protocol):
@@ -87,7 +92,8 @@ class TraceFrames:
     ``proc`` is the process part of nsys's globalPid/globalTid (``>> 24``): the key that makes
     correlation ids unique across processes.
     ``warnings``: what the reader has to say about the trace (a field its format lacks, a
-    mapping that differs from nsys's); every analysis of these frames repeats them.
+    mapping that differs from nsys's), then what gapscope.trace.validation found damaged and
+    left out; every analysis of these frames repeats them.
     """
 
     meta: TraceMeta
@@ -140,10 +146,15 @@ FRAME_COLUMNS = {
 
 
 def build_frames(meta: TraceMeta, *, activities: pd.DataFrame, api: pd.DataFrame, nvtx: pd.DataFrame,
-                 syncs: pd.DataFrame, names: Names, warnings: Iterable[str] = ()) -> TraceFrames:
+                 syncs: pd.DataFrame, names: Names, warnings: Iterable[str] = (),
+                 cells: Mapping[str, Mapping[str, np.ndarray]] | None = None) -> TraceFrames:
     """The one place every reader's frames are made: each frame is checked to hold its columns
-    (integers as int64), and a trace without a single kernel execution is refused (GapscopeError,
-    exit 2) whatever its format. Format-neutral checks of the values belong here too."""
+    (integers as int64), every value passes the damage rules of gapscope.trace.validation
+    (``cells``: the reader's Cell codes of cells that held no integer, by frame and column;
+    damaged rows left out with a warning, or the trace refused), and a trace without a single
+    kernel execution is refused (GapscopeError, exit 2) whatever its format."""
+    from gapscope.trace.validation import validate
+
     given = {"activities": activities, "api": api, "nvtx": nvtx, "syncs": syncs}
     for key, frame in given.items():
         missing = [c for c in FRAME_COLUMNS[key] if c not in frame.columns]
@@ -152,8 +163,9 @@ def build_frames(meta: TraceMeta, *, activities: pd.DataFrame, api: pd.DataFrame
         for c in frame.columns:
             if c != "name" and frame[c].dtype != np.int64 and not (key == "activities" and c == "kind"):
                 frame[c] = frame[c].to_numpy().astype(np.int64)
-    kind = activities["kind"].to_numpy()
+    frames = validate(TraceFrames(meta=meta, activities=activities, api=api, nvtx=nvtx, syncs=syncs,
+                                  names=names, warnings=list(warnings)), cells)
+    kind = frames.activities["kind"].to_numpy()
     if not ((kind == ActivityKind.KERNEL) | (kind == ActivityKind.GRAPH)).any():
         raise GapscopeError(f"{meta.path}: the trace holds no kernel executions: nothing to analyze")
-    return TraceFrames(meta=meta, activities=activities, api=api, nvtx=nvtx, syncs=syncs, names=names,
-                       warnings=list(warnings))
+    return frames

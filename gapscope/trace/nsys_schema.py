@@ -68,16 +68,21 @@ def process_of(global_id: np.ndarray) -> np.ndarray:
 
 
 def assemble_frames(meta: TraceMeta, got: Mapping[str, pd.DataFrame], names: Names,
-                    warnings: Iterable[str] = ()) -> TraceFrames:
+                    warnings: Iterable[str] = (), cells: Mapping[str, Mapping[str, np.ndarray]] | None = None,
+                    ) -> TraceFrames:
     """The frames from what a reader read: ``got`` maps each activity table it read to its rows
     (frames.ACTIVITY_COLUMNS, plus name_id when names were read), and ``api``, ``nvtx``,
-    ``syncs`` to theirs, ``proc`` still the whole globalPid; absent keys give empty frames."""
-    parts = []
+    ``syncs`` to theirs, ``proc`` still the whole globalPid; absent keys give empty frames.
+    ``cells``, by the same keys: the gapscope.trace.validation Cell codes of columns in which
+    the reader found cells that held no integer (NULL, text, ...)."""
+    cells = cells or {}
+    parts, part_cells = [], []
     for table, kind in ACTIVITY_TABLES.items():
         if table in got:
             df = got[table]
             df["kind"] = np.full(len(df), int(kind), dtype=np.int8)
             parts.append(df)
+            part_cells.append(cells.get(table, {}))
     if not parts:
         parts = [empty_frame((*ACTIVITY_COLUMNS, "kind", "name_id"))]
     activities = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
@@ -86,5 +91,10 @@ def assemble_frames(meta: TraceMeta, got: Mapping[str, pd.DataFrame], names: Nam
     api["proc"] = process_of(api["tid"].to_numpy())
     syncs = got.get("syncs", empty_frame(SYNC_COLUMNS))
     syncs["proc"] = process_of(syncs["proc"].to_numpy())
+    columns = {c for codes in part_cells for c in codes}
+    frame_cells = {key: cells.get(key, {}) for key in ("api", "nvtx", "syncs")}
+    frame_cells["activities"] = {  # stacked as the rows are, zeros where a part had no codes
+        c: np.concatenate([codes.get(c, np.zeros(len(p), np.uint8)) for codes, p in zip(part_cells, parts)])
+        for c in columns}
     return build_frames(meta, activities=activities, api=api, nvtx=got.get("nvtx", empty_frame(NVTX_COLUMNS)),
-                        syncs=syncs, names=names, warnings=warnings)
+                        syncs=syncs, names=names, warnings=warnings, cells=frame_cells)

@@ -1,10 +1,18 @@
 """Reading an Nsight Systems SQLite export into typed frames (gapscope.trace.frames).
 
-The file is opened read-only (SQLite URI ``mode=ro``), checked to be an nsys export, and only
-the columns the analysis needs are selected. Bulk tables go through ADBC's SQLite driver into
-Arrow (several times faster than ``pandas.read_sql``); the standard ``sqlite3`` module is the
-fallback when ADBC is not installed. Optional tables that are absent (nsys exports lazily: an
-empty table is usually missing) give empty frames.
+The file is opened truly read-only: SQLite's ``immutable=1`` URI, which takes no lock and
+creates no ``-wal``, ``-shm`` or ``-journal`` file beside the export, so it reads from a
+read-only folder and beside other readers. An export left with a write in flight (a
+non-empty ``-wal`` file, or a hot ``-journal``) is read from a private snapshot: the file and
+its journal are copied to a folder of our own, where SQLite applies or rolls back the write;
+the user's files are never changed.
+
+Only the columns the analysis needs are selected. Bulk tables go through ADBC's SQLite driver
+into Arrow (several times faster than ``pandas.read_sql``), in chunks of rowid ranges that
+cover every rowid whatever its value; the standard ``sqlite3`` module is the fallback when ADBC
+is not installed. When a column holds anything but integers (text, blobs, reals: a damaged
+export) that table is read again with each value's SQLite type beside it, and
+gapscope.trace.validation decides, per documented rule, which rows are left out.
 
 :class:`NsysSqlite` owns the export's connection: its name lookups (kernel names, API names)
 answer until it is closed, then raise ClosedTraceError.
@@ -13,7 +21,10 @@ answer until it is closed, then raise ClosedTraceError.
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
+import stat
+import tempfile
 import threading
 import urllib.parse
 from collections.abc import Iterable
@@ -25,18 +36,32 @@ import numpy as np
 import pandas as pd
 
 from gapscope.errors import GapscopeError
+from gapscope.text import printable
 from gapscope.trace.cuda_api import QUIET_CALLS
 from gapscope.trace.frames import (
     ACTIVITY_COLUMNS, API_COLUMNS, NVTX_COLUMNS, NVTX_DOMAIN_CREATE, NVTX_PUSH_POP, NVTX_START_END,
     SYNC_COLUMNS, ActivityKind, ClosedTraceError, TraceFrames, TraceMeta,
 )
 from gapscope.trace.nsys_schema import (
-    EVENT_CLASS_BACKTRACE, GRAPH_TABLE, KERNEL_TABLE, MEMCPY_TABLE, MEMSET_TABLE, NVTX_TABLE,
+    ACTIVITY_REQUIRED, ACTIVITY_TABLES, EVENT_CLASS_BACKTRACE, GRAPH_TABLE, KERNEL_TABLE, NVTX_TABLE,
     RUNTIME_TABLE, SYNC_TABLE, SYNC_TYPE_STREAM_WAIT_EVENT, assemble_frames,
 )
+from gapscope.trace.validation import Cell
 
 FORMAT = "nsys-sqlite"
 SQLITE_MAGIC = b"SQLite format 3\x00"
+#: The first bytes of a rollback journal with a transaction in it (SQLite's file format).
+JOURNAL_MAGIC = bytes.fromhex("d9d505f920a163d7")
+
+SESSION_TABLE = "ANALYSIS_DETAILS"
+
+#: Columns without which a table cannot be read (an older or damaged schema is refused by name).
+REQUIRED_COLUMNS = {
+    "activity": ACTIVITY_REQUIRED,
+    RUNTIME_TABLE: ("start", "end", "globalTid"),
+    NVTX_TABLE: ("start", "eventType", "globalTid"),
+    SYNC_TABLE: ("start", "deviceId", "streamId"),
+}
 
 #: Kernel launch configuration columns (kernel_shapes) and their export columns.
 SHAPE_COLUMNS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "shared_bytes")
@@ -53,9 +78,11 @@ class NsysSqlite:
     def __init__(self, path: str | Path) -> None:
         p = check_file(path)
         self.path = p
-        self._conn: sqlite3.Connection | None = _open(p)
+        self._source = _Source(p)
+        self._conn: sqlite3.Connection | None = None
         self._cache: dict[int, str] = {}
         try:
+            self._conn = self._source.connect()
             tables = _tables(self._conn)
             if not tables:
                 raise GapscopeError(f"{p}: an empty SQLite database, not an nsys export")
@@ -65,10 +92,10 @@ class NsysSqlite:
                     f"{p}: no CUDA kernels in this export (no {KERNEL_TABLE} table); record with "
                     "`nsys profile -t cuda,nvtx` and make sure the program launches GPU work"
                 )
+            self._present = "StringIds" in tables and {"id", "value"} <= _columns(self._conn, "StringIds")
         except BaseException:
             self.close()
             raise
-        self._present = "StringIds" in tables
 
     # -- the connection ---------------------------------------------------------------------
     @property
@@ -84,23 +111,25 @@ class NsysSqlite:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+        self._source.close()
 
     # -- frames -----------------------------------------------------------------------------
     def load(self, *, syncs: bool = False, all_calls: bool = False) -> TraceFrames:
         """The frames an analysis needs (``syncs``: also the stream-wait synchronization records,
         for gap attribution; ``all_calls``: every CUDA API call, not only those that can launch
-        or synchronize). Every activity's name id is read either way."""
+        or synchronize), damaged rows left out with a warning (gapscope.trace.validation). Every
+        activity's name id is read either way."""
         conn = self._live()
-        reader = _Reader(self.path, conn)
+        reader = _Reader(self._source, conn)
         try:
-            frames = _load_frames(conn, reader, self.meta, syncs, all_calls, self)
+            return _load_frames(conn, reader, self.meta, syncs, all_calls, self)
         finally:
             reader.close()
-        return frames
 
     # -- names (gapscope.trace.frames.Names) --------------------------------------------------
     def lookup(self, ids: Iterable[int]) -> dict[int, str]:
-        """Map each StringIds id to its string ('[unknown]' where the export has none)."""
+        """Map each StringIds id to its string ('[unknown]' where the export has none; bytes
+        that are not UTF-8 read as U+FFFD)."""
         conn = self._live()
         ids = [int(i) for i in ids]
         wanted = set(ids) - self._cache.keys()
@@ -109,15 +138,16 @@ class NsysSqlite:
             for chunk in range(0, len(todo), 900):
                 part = todo[chunk : chunk + 900]
                 marks = ",".join("?" * len(part))
-                rows = _sql(conn, f"SELECT id, value FROM StringIds WHERE id IN ({marks})", part)
-                self._cache.update({int(i): str(v) for i, v in rows})
+                rows = _sql(conn, "SELECT id, CAST(value AS TEXT) FROM StringIds "
+                                  f"WHERE typeof(id) = 'integer' AND id IN ({marks})", part)
+                self._cache.update({int(i): "" if v is None else str(v) for i, v in rows})
         for i in wanted:
             self._cache.setdefault(i, "[unknown]")
         return {i: self._cache[i] for i in ids}
 
     def activity_name_ids(self, kind: ActivityKind, rows: np.ndarray) -> np.ndarray:
         """The name id (kernels: shortName, else demangledName) or graph id of activities by
-        their rowids in their table; -1 where the export has none."""
+        their rowids in their table; -1 where the export has none (or holds no integer)."""
         conn = self._live()
         table = {ActivityKind.KERNEL: KERNEL_TABLE, ActivityKind.GRAPH: GRAPH_TABLE}.get(kind)
         rows = np.asarray(rows, dtype=np.int64)
@@ -125,41 +155,42 @@ class NsysSqlite:
         if table is None or table not in self.meta.tables:
             return out
         column = _name_column(_columns(conn, table), kind)
-        if column == "NULL":
+        if column == "-1":
             return out
         found: dict[int, int] = {}
         todo = sorted({int(r) for r in rows})
         for chunk in range(0, len(todo), 900):
             part = todo[chunk : chunk + 900]
             marks = ",".join("?" * len(part))
-            for r, v in _sql(conn, f"SELECT rowid, {column} FROM {table} WHERE rowid IN ({marks})", part):
+            for r, v in _sql(conn, f"SELECT rowid, {_integer(column)} FROM {table} WHERE rowid IN ({marks})", part):
                 found[int(r)] = -1 if v is None else int(v)
         return np.array([found.get(int(r), -1) for r in rows.tolist()], dtype=np.int64)
 
     # -- extra columns ----------------------------------------------------------------------
     def kernel_shapes(self, activities: pd.DataFrame) -> pd.DataFrame:
         """Launch configuration per activity row (SHAPE_COLUMNS: grid, block, dynamic shared
-        memory); -1 for rows that are not kernels or columns the export lacks.
+        memory); -1 for rows that are not kernels, columns the export lacks, or values that
+        are not integers.
 
         The frames carry no launch configuration; the case figures need it. Kernels come first
         in the activity frame, in the table's rowid order, which is checked on (start, end,
-        device, stream); if that ever fails, rows are matched on those four columns instead."""
+        device, stream); if that fails (rows left out as damaged), rows are matched on those
+        four columns instead."""
         conn = self._live()
         n = len(activities)
         out = pd.DataFrame({c: np.full(n, -1, dtype=np.int64) for c in SHAPE_COLUMNS})
         if KERNEL_TABLE not in self.meta.tables:
             return out
         cols = _columns(conn, KERNEL_TABLE)
-        exprs = [c if c in cols else "-1" for c in _SHAPE_SOURCE]
-        rows = _sql(conn, f"SELECT start, end, deviceId, streamId, {', '.join(exprs)} "
-                          f"FROM {KERNEL_TABLE} ORDER BY rowid")
+        exprs = [_integer(c) if c in cols else "-1" for c in ("start", "end", "deviceId", "streamId", *_SHAPE_SOURCE)]
+        rows = _sql(conn, f"SELECT {', '.join(exprs)} FROM {KERNEL_TABLE} ORDER BY rowid")
         shapes = pd.DataFrame(rows, columns=[*_SHAPE_KEYS, *SHAPE_COLUMNS]).fillna(-1).astype(np.int64)
         kern = np.flatnonzero(activities["kind"].to_numpy() == ActivityKind.KERNEL)
         mine = activities.iloc[kern]
         if len(shapes) == kern.size and all(
                 np.array_equal(shapes[k].to_numpy(), mine[k].to_numpy()) for k in _SHAPE_KEYS):
             picked = shapes[list(SHAPE_COLUMNS)].to_numpy()
-        else:  # pragma: no cover - a reader that reorders rows
+        else:
             keyed = mine[list(_SHAPE_KEYS)].reset_index(drop=True).merge(
                 shapes.drop_duplicates(list(_SHAPE_KEYS)), on=list(_SHAPE_KEYS), how="left")
             picked = keyed[list(SHAPE_COLUMNS)].fillna(-1).astype(np.int64).to_numpy()
@@ -167,34 +198,57 @@ class NsysSqlite:
         return out
 
 
-def _uri(path: Path) -> str:
-    return "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro"
+# ------------------------------------------------------------------------------------------
+# opening
+
+
+#: What a read of a damaged file can raise (an undecodable SQLite message is a UnicodeDecodeError).
+_DB_ERRORS = (sqlite3.Error, UnicodeDecodeError, OverflowError)
+
+
+class _Connection(sqlite3.Connection):
+    """A connection that knows which file it reads, for error messages."""
+
+    path: str = ""
 
 
 def _sql(conn: sqlite3.Connection, query: str, params: Iterable = ()) -> list[tuple]:
     try:
         return conn.execute(query, tuple(params)).fetchall()
-    except sqlite3.DatabaseError as exc:
-        raise GapscopeError(f"cannot read the export ({exc}): the file is truncated or corrupt") from None
+    except _DB_ERRORS as exc:
+        raise _read_error(getattr(conn, "path", ""), exc) from None
+
+
+def _read_error(path: str, exc: BaseException) -> GapscopeError:
+    """One line for a read that failed: a missing table or column is an unknown schema,
+    anything else a damaged file."""
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    text = printable(text.removeprefix("[SQLite] "), 200)
+    where = f"{path}: " if path else ""
+    if text.startswith(("no such column", "no such table")):
+        return GapscopeError(f"{where}unknown export schema ({text}); gapscope reads nsys exports "
+                             "of schema 2.x and 3.x")
+    return GapscopeError(f"{where}cannot read the export (SQLite: {text}); the file is truncated "
+                         "or damaged")
 
 
 def check_file(path: str | Path) -> Path:
-    """Fail with one clear line unless ``path`` is an existing SQLite file."""
+    """Fail with one clear line unless ``path`` is a regular file holding a SQLite database
+    (checked before it is opened: a pipe or a device is refused, not read)."""
+    from gapscope.inputs import NSYS_REPORT_SUFFIXES, regular_file
+
     p = Path(path)
-    if not p.exists():
-        raise GapscopeError(f"{p}: no such file")
-    if p.is_dir():
-        raise GapscopeError(f"{p}: is a directory, not an nsys SQLite export")
+    st = regular_file(p)
+    if p.suffix in NSYS_REPORT_SUFFIXES:
+        raise GapscopeError(
+            f"{p}: is an Nsight Systems report, not its SQLite export; "
+            f"run `nsys export --type sqlite {p}` first"
+        )
     try:
         with p.open("rb") as fh:
             head = fh.read(100)
     except OSError as exc:
         raise GapscopeError(f"{p}: cannot read ({exc.strerror})") from None
-    if p.suffix == ".nsys-rep" or p.suffix == ".qdrep":
-        raise GapscopeError(
-            f"{p}: is an Nsight Systems report, not its SQLite export; "
-            f"run `nsys export --type sqlite {p}` first"
-        )
     if not head.startswith(SQLITE_MAGIC):
         raise GapscopeError(f"{p}: not a SQLite file (expected an nsys SQLite export)")
     if len(head) < 100:
@@ -202,22 +256,84 @@ def check_file(path: str | Path) -> Path:
     page_size = int.from_bytes(head[16:18], "big")
     page_size = 65536 if page_size == 1 else page_size
     pages = int.from_bytes(head[28:32], "big")
-    size = p.stat().st_size
-    if pages and page_size and size < pages * page_size:
+    if pages and page_size and st.st_size < pages * page_size:
         raise GapscopeError(
-            f"{p}: truncated export: {size} bytes on disk, the SQLite header promises "
+            f"{p}: truncated export: {st.st_size} bytes on disk, the SQLite header promises "
             f"{pages * page_size}"
         )
     return p
 
 
-def _open(path: Path) -> sqlite3.Connection:
-    try:
-        conn = sqlite3.connect(_uri(path), uri=True, check_same_thread=False)
-        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    except sqlite3.DatabaseError as exc:
-        raise GapscopeError(f"{path}: cannot open as SQLite ({exc})") from None
-    return conn
+def _pending(path: Path) -> tuple[str, Path] | None:
+    """('wal' | 'journal', file) when the export has a write in flight beside it: a non-empty
+    ``-wal`` file, or a rollback journal that starts with a transaction header (hot)."""
+    for kind, suffix in (("wal", "-wal"), ("journal", "-journal")):
+        side = path.with_name(path.name + suffix)
+        try:
+            st = os.stat(side)
+        except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
+            continue  # SQLite ignores anything but a regular file there too
+        if kind == "journal":
+            try:
+                with open(side, "rb") as fh:
+                    if fh.read(len(JOURNAL_MAGIC)) != JOURNAL_MAGIC:
+                        continue
+            except OSError:
+                continue
+        return kind, side
+    return None
+
+
+class _Source:
+    """Where the export is read from: the file itself, immutable, or a private snapshot (copied
+    with its pending ``-wal`` or ``-journal``) in a temporary folder that :meth:`close` removes."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.warnings: list[str] = []
+        self._snapshot: Path | None = None
+        pending = _pending(path)
+        if pending is None:
+            self.uri = "file:" + urllib.parse.quote(os.fsencode(path.resolve())) + "?mode=ro&immutable=1"
+            return
+        kind, side = pending
+        self._snapshot = Path(tempfile.mkdtemp(prefix="gapscope-snapshot-"))
+        copy = self._snapshot / "export.sqlite"
+        try:
+            shutil.copyfile(path, copy)
+            shutil.copyfile(side, copy.with_name(copy.name + side.name[len(path.name):]))
+        except OSError as exc:
+            self.close()
+            raise GapscopeError(f"{path}: cannot copy the export to read it with its {side.name} "
+                                f"({exc.strerror or exc})") from None
+        self.uri = "file:" + urllib.parse.quote(os.fsencode(copy))
+        if kind == "journal":
+            self.warnings.append(
+                f"the export was left with an unfinished write ({side.name} beside it): read from a "
+                "private copy with that write rolled back, as SQLite would; the files were not changed")
+
+    def connect(self) -> sqlite3.Connection:
+        """The reader's own connection (stdlib sqlite3); undecodable text reads as U+FFFD."""
+        try:
+            conn = sqlite3.connect(self.uri, uri=True, check_same_thread=False, factory=_Connection)
+        except _DB_ERRORS as exc:
+            raise _read_error(str(self.path), exc) from None
+        conn.path = str(self.path)
+        conn.text_factory = lambda b: b.decode("utf-8", "replace")
+        try:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except _DB_ERRORS as exc:
+            conn.close()
+            raise GapscopeError(f"{self.path}: cannot open as SQLite "
+                                f"({printable(str(exc).splitlines()[0] if str(exc) else exc, 200)})") from None
+        return conn
+
+    def close(self) -> None:
+        if self._snapshot is not None:
+            shutil.rmtree(self._snapshot, ignore_errors=True)
+            self._snapshot = None
 
 
 def _tables(conn: sqlite3.Connection) -> frozenset[str]:
@@ -228,17 +344,36 @@ def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
     return {r[1] for r in _sql(conn, f"PRAGMA table_info({table})")}
 
 
+def _integer(expr: str) -> str:
+    """``expr`` where it holds an integer, else NULL."""
+    return f"CASE typeof({expr}) WHEN 'integer' THEN {expr} END"
+
+
+def _session_end(conn: sqlite3.Connection, tables: frozenset[str]) -> int | None:
+    """The session's end as ANALYSIS_DETAILS records it (the larger of stopTime and duration),
+    or None when the export does not record it as integers."""
+    if SESSION_TABLE not in tables:
+        return None
+    cols = _columns(conn, SESSION_TABLE) & {"stopTime", "duration"}
+    if not cols:
+        return None
+    exprs = ", ".join(f"max({_integer(c)})" for c in sorted(cols))
+    found = [v for v in _sql(conn, f"SELECT {exprs} FROM {SESSION_TABLE}")[0] if v is not None and v > 0]
+    return max(found) if found else None
+
+
 def _read_meta(conn: sqlite3.Connection, path: Path, tables: frozenset[str]) -> TraceMeta:
     meta_table = next((t for t in ("META_DATA_EXPORT", "EXPORT_META_DATA") if t in tables), None)
-    if meta_table is None:
+    if meta_table is None or not {"name", "value"} <= _columns(conn, meta_table):
         raise GapscopeError(
             f"{path}: a SQLite file but not an nsys export (no META_DATA_EXPORT table); "
             "make one with `nsys export --type sqlite REPORT.nsys-rep`"
         )
-    meta = dict(_sql(conn, f"SELECT name, value FROM {meta_table}"))
+    meta = dict(_sql(conn, f"SELECT CAST(name AS TEXT), CAST(value AS TEXT) FROM {meta_table}"))
     gpu_names: dict[int, str] = {}
     if "TARGET_INFO_GPU" in tables and {"id", "name"} <= _columns(conn, "TARGET_INFO_GPU"):
-        gpu_names = {int(i): str(n) for i, n in _sql(conn, "SELECT id, name FROM TARGET_INFO_GPU")}
+        gpu_names = {int(i): str(n) for i, n in _sql(
+            conn, "SELECT id, CAST(name AS TEXT) FROM TARGET_INFO_GPU WHERE typeof(id) = 'integer'")}
     return TraceMeta(
         path=str(path),
         format=FORMAT,
@@ -246,36 +381,72 @@ def _read_meta(conn: sqlite3.Connection, path: Path, tables: frozenset[str]) -> 
         export_schema=meta.get("EXPORT_SCHEMA_VERSION"),
         tables=tables,
         gpu_names=gpu_names,
+        session_end_ns=_session_end(conn, tables),
     )
 
 
-@dataclass(frozen=True)
-class Read:
-    """One bulk SELECT: ``SELECT {select} FROM {source} [WHERE {where}]`` into columns ``names``.
-
-    ``rowid`` names the rowid of the table being split (``n.rowid`` when it has an alias).
-    """
-
-    table: str
-    select: str
-    names: tuple[str, ...]
-    source: str = ""
-    where: str = ""
-    rowid: str = "rowid"
-
-    def sql(self, lo: int | None = None, hi: int | None = None) -> str:
-        conds = [c for c in (self.where,) if c]
-        if lo is not None:
-            conds.append(f"{self.rowid} > {lo} AND {self.rowid} <= {hi}")
-        where = f" WHERE {' AND '.join(f'({c})' for c in conds)}" if conds else ""
-        return f"SELECT {self.select} FROM {self.source or self.table}{where}"
+# ------------------------------------------------------------------------------------------
+# bulk reads
 
 
 #: Columns of the frames that hold text; every other column is an integer.
 TEXT_COLUMNS = frozenset({"name"})
 
-#: Rows per parallel chunk of a bulk read.
+
+@dataclass(frozen=True)
+class Read:
+    """One bulk SELECT of ``columns`` (frame column name, SQL expression) ``FROM {source}
+    [WHERE {where}]``.
+
+    ``rowid`` names the rowid of the table being split (``n.rowid`` when it has an alias).
+    ``typed`` SQL adds, after each integer column, its :class:`Cell` code, and reads text as
+    bytes, for a table whose values are not all of their column's type.
+    """
+
+    table: str
+    columns: tuple[tuple[str, str], ...]
+    source: str = ""
+    where: str = ""
+    rowid: str = "rowid"
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.columns)
+
+    def sql(self, lo: int | None = None, hi: int | None = None, *, typed: bool = False) -> str:
+        """The SELECT of rowids in ``[lo, hi)`` (an open side when None)."""
+        conds = [self.where] if self.where else []
+        if lo is not None:
+            conds.append(f"{self.rowid} >= {lo}")
+        if hi is not None:
+            conds.append(f"{self.rowid} < {hi}")
+        where = f" WHERE {' AND '.join(f'({c})' for c in conds)}" if conds else ""
+        return f"SELECT {self._select(typed)} FROM {self.source or self.table}{where}"
+
+    def _select(self, typed: bool) -> str:
+        out = []
+        for name, expr in self.columns:
+            if not typed:
+                out.append(f"{expr} AS {name}")
+            elif name in TEXT_COLUMNS:
+                out.append(f"CAST({expr} AS BLOB) AS {name}")
+            else:
+                out.append(f"{_integer(expr)} AS {name}, CASE typeof({expr}) WHEN 'integer' THEN "
+                           f"{int(Cell.OK)} WHEN 'null' THEN {int(Cell.NULL)} ELSE {int(Cell.NOT_INTEGER)} "
+                           f"END AS {name}__cell")
+        return ", ".join(out)
+
+
+#: Rows per parallel chunk of a bulk read, and the most chunks one table is split into.
 CHUNK_ROWS = 400_000
+MAX_CHUNKS = 16
+
+#: A frame's columns: values, and the Cell code per row (None where every cell was read).
+Columns = dict[str, tuple[np.ndarray, np.ndarray | None]]
+
+
+class _Typed(Exception):
+    """A chunk held values of another type than its column's: read the table typed."""
 
 
 class _Reader:
@@ -283,8 +454,8 @@ class _Reader:
     into rowid chunks read on a small thread pool (SQLite decoding is the bottleneck and ADBC
     releases the GIL); through the stdlib sqlite3 module otherwise."""
 
-    def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
-        self._path = path
+    def __init__(self, source: _Source, conn: sqlite3.Connection) -> None:
+        self._source = source
         self._conn = conn
         try:
             import adbc_driver_sqlite.dbapi  # noqa: F401
@@ -296,49 +467,48 @@ class _Reader:
         self._opened: list = []
         self._lock = threading.Lock()
 
-    def frames(self, reads: dict[str, Read]) -> dict[str, pd.DataFrame]:
-        """Run every read; integer columns come back as int64 with NULL as -1, text as object."""
-        try:
-            if not self._adbc:
-                return {key: self._frame_sqlite(r) for key, r in reads.items()}
-            tasks = []
-            for key, r in reads.items():
-                top = _sql(self._conn, f"SELECT max(rowid) FROM {r.table}")[0][0] or 0
-                if top <= CHUNK_ROWS:
-                    tasks.append((key, r.sql()))
-                else:
-                    for lo in range(0, top, CHUNK_ROWS):
-                        tasks.append((key, r.sql(lo, min(lo + CHUNK_ROWS, top))))
-            workers = max(1, min(4, os.cpu_count() or 1, len(tasks)))
-            with ThreadPoolExecutor(workers) as pool:
-                tables = list(pool.map(lambda t: self._fetch(t[1]), tasks))
-            import pyarrow as pa
+    def frames(self, reads: dict[str, Read]) -> dict[str, tuple[pd.DataFrame, dict[str, np.ndarray]]]:
+        """Run every read: (frame, Cell codes of the columns that have damaged cells) per key.
+        Integer columns come back as int64 (-1 where the cell held no integer), text as object."""
+        if not self._adbc:
+            return {key: _frame(self._sqlite_columns(r), r) for key, r in reads.items()}
+        tasks = [(key, lo, hi) for key, r in reads.items() for lo, hi in _bounds(self._conn, r)]
+        workers = max(1, min(4, os.cpu_count() or 1, len(tasks)))
+        with ThreadPoolExecutor(workers) as pool:
+            parts = list(pool.map(lambda t: self._chunk(reads[t[0]], t[1], t[2], typed=False), tasks))
+        out = {}
+        for key, r in reads.items():
+            mine = [p for (k, _, _), p in zip(tasks, parts) if k == key]
+            if any(p is None for p in mine):  # values of the wrong type somewhere: read it typed
+                mine = [self._chunk(r, lo, hi, typed=True) for k, lo, hi in tasks if k == key]
+            out[key] = _frame(_concat(mine, r), r)
+        return out
 
-            out = {}
-            for key, r in reads.items():
-                parts = [tb for (k, _), tb in zip(tasks, tables) if k == key]
-                out[key] = _to_frame(pa.concat_tables(parts, promote_options="permissive"), r.names)
-            return out
+    def _chunk(self, r: Read, lo: int | None, hi: int | None, *, typed: bool) -> Columns | None:
+        """One chunk's columns; None when a fast read met a value of another type than its
+        column's (or failed at all: the typed read then says why, or reads it)."""
+        try:
+            table = self._fetch(r.sql(lo, hi, typed=typed))
+            return _typed_columns(table, r) if typed else _fast_columns(table, r)
         except GapscopeError:
             raise
         except Exception as exc:
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise GapscopeError(
-                f"cannot read the export ({first}): the file is truncated, corrupt, or of an unknown schema"
-            ) from None
+            if not typed:
+                return None
+            raise _read_error(str(self._source.path), exc) from None
 
     def _fetch(self, query: str):
         conn = getattr(self._local, "conn", None)
         if conn is None:
             import adbc_driver_sqlite.dbapi as adbc
 
-            conn = self._local.conn = adbc.connect(_uri(self._path))
+            conn = self._local.conn = adbc.connect(self._source.uri)
+            with self._lock:
+                self._opened.append(conn)
             cur = conn.cursor()
             cur.execute("PRAGMA mmap_size = 4294967296")  # read pages in place, no copies
             cur.fetchall()
             cur.close()
-            with self._lock:
-                self._opened.append(conn)
         cur = conn.cursor()
         try:
             cur.execute(query)
@@ -346,13 +516,22 @@ class _Reader:
         finally:
             cur.close()
 
-    def _frame_sqlite(self, r: Read) -> pd.DataFrame:
-        rows = _sql(self._conn, r.sql())
-        df = pd.DataFrame.from_records(rows, columns=list(r.names))
+    def _sqlite_columns(self, r: Read) -> Columns:
+        """All of a read through the stdlib sqlite3 module, typed (the fallback without ADBC)."""
+        rows = _sql(self._conn, r.sql(typed=True))
+        out: Columns = {}
+        i = 0
         for name in r.names:
-            if name not in TEXT_COLUMNS:
-                df[name] = df[name].fillna(-1).astype(np.int64)
-        return df
+            col = [row[i] for row in rows]
+            if name in TEXT_COLUMNS:
+                out[name] = _decoded(col)
+                i += 1
+            else:
+                values = pd.Series(col, dtype=object).fillna(-1).to_numpy(dtype=np.int64)
+                cells = np.array([row[i + 1] for row in rows], dtype=np.uint8)
+                out[name] = (values, cells if cells.any() else None)
+                i += 2
+        return out
 
     def close(self) -> None:
         for conn in self._opened:
@@ -360,23 +539,128 @@ class _Reader:
         self._opened.clear()
 
 
-def _to_frame(table, names: tuple[str, ...]) -> pd.DataFrame:
+def _bounds(conn: sqlite3.Connection, r: Read) -> list[tuple[int | None, int | None]]:
+    """Rowid ranges ``[lo, hi)`` that together cover every row of the read's table, whatever
+    its rowids (negative, huge, sparse): at most MAX_CHUNKS of them, an open range at each end."""
+    lo, hi = _sql(conn, f"SELECT (SELECT min(rowid) FROM {r.table}), (SELECT max(rowid) FROM {r.table})")[0]
+    if lo is None or hi is None:
+        return [(None, None)]
+    width = hi - lo + 1  # a Python int: no overflow for any pair of int64 rowids
+    n = min(MAX_CHUNKS, -(-width // CHUNK_ROWS))
+    if n <= 1:
+        return [(None, None)]
+    cuts = [lo + i * (width // n) for i in range(1, n)]
+    return [(None, cuts[0]), *zip(cuts[:-1], cuts[1:]), (cuts[-1], None)]
+
+
+def _fast_columns(table, r: Read) -> Columns | None:
+    """Columns of a chunk read as is; None when a column came back as another type than
+    integers (or valid UTF-8 text), which only a damaged table gives."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    out = {}
-    for name, col in zip(names, table.columns):
-        if pa.types.is_null(col.type):
-            out[name] = np.full(len(col), -1, dtype=np.int64)
-        elif pa.types.is_integer(col.type) or pa.types.is_floating(col.type):
-            out[name] = pc.fill_null(col, -1).to_numpy().astype(np.int64, copy=False)
+    out: Columns = {}
+    for name, col in zip(r.names, table.columns):
+        t = col.type
+        if pa.types.is_null(t):
+            out[name] = (np.full(len(col), None if name in TEXT_COLUMNS else -1,
+                                 dtype=object if name in TEXT_COLUMNS else np.int64),
+                         np.full(len(col), Cell.NULL, dtype=np.uint8))
+        elif name in TEXT_COLUMNS:
+            if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
+                return None
+            try:
+                col.validate(full=True)
+            except pa.ArrowInvalid:
+                return None
+            out[name] = (col.to_pandas().to_numpy(dtype=object), None)
+        elif pa.types.is_integer(t):
+            values = pc.fill_null(col, -1).to_numpy().astype(np.int64, copy=False)
+            cells = None
+            if col.null_count:
+                cells = pc.is_null(col).to_numpy(zero_copy_only=False).astype(np.uint8) * np.uint8(Cell.NULL)
+            out[name] = (values, cells)
         else:
-            out[name] = col.to_pandas().to_numpy(dtype=object)
-    return pd.DataFrame(out, copy=False)
+            return None
+    return out
 
 
-def _col(cols: set[str], name: str, fallback: str = "NULL") -> str:
+def _typed_columns(table, r: Read) -> Columns:
+    """Columns of a chunk read with ``Read.sql(typed=True)``: each integer column followed by
+    its Cell codes, text as bytes."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    out: Columns = {}
+    cols = iter(table.columns)
+    for name in r.names:
+        col = next(cols)
+        if name in TEXT_COLUMNS:
+            try:
+                text = pc.cast(col, pa.string()) if not pa.types.is_null(col.type) else col
+                out[name] = (text.to_pandas().to_numpy(dtype=object), None)
+            except (pa.ArrowInvalid, UnicodeDecodeError):  # bytes that are not UTF-8
+                out[name] = _decoded(col.to_pylist())
+            continue
+        code = next(cols)
+        values = np.full(len(col), -1, dtype=np.int64) if pa.types.is_null(col.type) \
+            else pc.fill_null(col, -1).to_numpy().astype(np.int64, copy=False)
+        cells = np.zeros(0, np.uint8) if len(code) == 0 else code.to_numpy().astype(np.uint8)
+        out[name] = (values, cells if cells.any() else None)
+    return out
+
+
+def _decoded(raw: list) -> tuple[np.ndarray, np.ndarray | None]:
+    """Text values (str or bytes) as str, bytes that are not UTF-8 replaced by U+FFFD, with
+    NOT_TEXT codes where that happened (a damaged file only: this is a loop per value)."""
+    values = np.empty(len(raw), dtype=object)
+    cells = np.zeros(len(raw), dtype=np.uint8)
+    for i, v in enumerate(raw):
+        if isinstance(v, bytes):
+            try:
+                v = v.decode("utf-8")
+            except UnicodeDecodeError:
+                v = v.decode("utf-8", "replace")
+                cells[i] = Cell.NOT_TEXT
+        values[i] = v
+    return values, cells if cells.any() else None
+
+
+def _concat(parts: list[Columns], r: Read) -> Columns:
+    out: Columns = {}
+    for name in r.names:
+        values = [p[name][0] for p in parts]
+        codes = [p[name][1] for p in parts]
+        cells = None
+        if any(c is not None for c in codes):
+            cells = np.concatenate([np.zeros(v.size, np.uint8) if c is None else c for v, c in zip(values, codes)])
+        out[name] = (values[0] if len(values) == 1 else np.concatenate(values), cells)
+    return out
+
+
+def _frame(columns: Columns, r: Read) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
+    frame = pd.DataFrame({name: v for name, (v, _) in columns.items()}, copy=False)
+    return frame, {name: c for name, (_, c) in columns.items() if c is not None}
+
+
+# ------------------------------------------------------------------------------------------
+# the frames
+
+
+def _col(cols: set[str], name: str, fallback: str = "-1") -> str:
     return name if name in cols else fallback
+
+
+def _require(conn: sqlite3.Connection, table: str, needed: tuple[str, ...]) -> set[str]:
+    """The table's columns; GapscopeError naming those it lacks of ``needed``."""
+    cols = _columns(conn, table)
+    missing = [c for c in needed if c not in cols]
+    if missing:
+        raise GapscopeError(
+            f"{getattr(conn, 'path', '')}: unknown export schema: {table} lacks column(s) "
+            f"{', '.join(missing)}"
+        )
+    return cols
 
 
 def _name_column(cols: set[str], kind: ActivityKind) -> str:
@@ -385,7 +669,7 @@ def _name_column(cols: set[str], kind: ActivityKind) -> str:
         return _col(cols, "shortName", _col(cols, "demangledName"))
     if kind is ActivityKind.GRAPH:
         return _col(cols, "graphId")
-    return "NULL"
+    return "-1"
 
 
 def _activity_read(conn: sqlite3.Connection, table: str, kind: ActivityKind) -> Read:
@@ -393,68 +677,59 @@ def _activity_read(conn: sqlite3.Connection, table: str, kind: ActivityKind) -> 
     StringIds id; graph executions: the graph id; -1 for copies): one int column more than the
     frames need for the metrics, read in bulk because gapscope.analysis.communication asks
     every kernel's name."""
-    cols = _columns(conn, table)
-    missing = {"start", "end", "deviceId", "streamId"} - cols
-    if missing:
-        raise GapscopeError(
-            f"unknown export schema: {table} lacks column(s) {', '.join(sorted(missing))}"
-        )
+    cols = _require(conn, table, REQUIRED_COLUMNS["activity"])
     exprs = ["rowid", "start", "end", "deviceId", "streamId", _col(cols, "globalPid"),
              _col(cols, "correlationId"), _name_column(cols, kind)]
-    columns = (*ACTIVITY_COLUMNS, "name_id")
-    return Read(table, _aliased(exprs, columns), columns)
-
-
-def _aliased(exprs: list[str], names: tuple[str, ...]) -> str:
-    return ", ".join(f"{e} AS {n}" for e, n in zip(exprs, names))
+    return Read(table, tuple(zip((*ACTIVITY_COLUMNS, "name_id"), exprs)))
 
 
 def _quiet_call_ids(conn: sqlite3.Connection) -> list[int]:
     """StringIds of the API calls in QUIET_CALLS, under any _vNNNN suffix."""
     marks = " OR ".join(["value = ? OR value LIKE ? ESCAPE '!'"] * len(QUIET_CALLS))
     params = [x for name in sorted(QUIET_CALLS) for x in (name, name + "!_v%")]
-    return [int(r[0]) for r in _sql(conn, f"SELECT id FROM StringIds WHERE {marks}", params)]
+    return [int(r[0]) for r in _sql(conn, f"SELECT id FROM StringIds WHERE typeof(id) = 'integer' "
+                                          f"AND ({marks})", params)]
 
 
 def _load_frames(conn: sqlite3.Connection, reader: _Reader, meta: TraceMeta, with_syncs: bool,
                  all_calls: bool, names: NsysSqlite) -> TraceFrames:
+    """The frames (gapscope.trace.nsys_schema.assemble_frames), checked with the Cell codes of
+    the cells that held no integer (gapscope.trace.validation)."""
     tables = meta.tables
     reads: dict[str, Read] = {}
-    kinds = {KERNEL_TABLE: ActivityKind.KERNEL, GRAPH_TABLE: ActivityKind.GRAPH,
-             MEMCPY_TABLE: ActivityKind.MEMCPY, MEMSET_TABLE: ActivityKind.MEMSET}
-    for table, kind in kinds.items():
+    for table, kind in ACTIVITY_TABLES.items():
         if table in tables:
             reads[table] = _activity_read(conn, table, kind)
     if RUNTIME_TABLE in tables:
-        cols = _columns(conn, RUNTIME_TABLE)
-        conds = [f"eventClass != {EVENT_CLASS_BACKTRACE}"] if "eventClass" in cols else []
-        quiet = [] if all_calls or "StringIds" not in tables else _quiet_call_ids(conn)
-        if quiet:
-            conds.append(f"nameId NOT IN ({', '.join(map(str, quiet))})")
-        reads["api"] = Read(
-            RUNTIME_TABLE, "start, end, globalTid, correlationId, nameId", API_COLUMNS,
-            where=" AND ".join(conds),
-        )
+        cols = _require(conn, RUNTIME_TABLE, REQUIRED_COLUMNS[RUNTIME_TABLE])
+        conds = [f"eventClass IS NOT {EVENT_CLASS_BACKTRACE}"] if "eventClass" in cols else []
+        quiet = [] if all_calls or not names._present or "nameId" not in cols else _quiet_call_ids(conn)
+        if quiet:  # a NULL nameId is kept (and warned about as damaged), not filtered away
+            conds.append(f"nameId IS NULL OR nameId NOT IN ({', '.join(map(str, quiet))})")
+        exprs = ("start", "end", "globalTid", _col(cols, "correlationId"), _col(cols, "nameId"))
+        reads["api"] = Read(RUNTIME_TABLE, tuple(zip(API_COLUMNS, exprs)), where=" AND ".join(conds))
     if NVTX_TABLE in tables:
-        cols = _columns(conn, NVTX_TABLE)
+        cols = _require(conn, NVTX_TABLE, REQUIRED_COLUMNS[NVTX_TABLE])
         text = "n.text" if "text" in cols else "NULL"
         join = ""
-        if "textId" in cols and "StringIds" in tables:
+        if "textId" in cols and names._present:
             text = f"COALESCE({text}, s.value)"
             join = " LEFT JOIN StringIds s ON s.id = n.textId"
-        domain = "n.domainId" if "domainId" in cols else "0"
+        exprs = ("n.start", "n.end" if "end" in cols else "NULL", "n.globalTid", "n.eventType",
+                 "n.domainId" if "domainId" in cols else "0", text)
         reads["nvtx"] = Read(
-            NVTX_TABLE,
-            f"n.start, COALESCE(n.end, -1), n.globalTid, n.eventType, {domain}, {text}",
-            NVTX_COLUMNS,
+            NVTX_TABLE, tuple(zip(NVTX_COLUMNS, exprs)),
             source=f"{NVTX_TABLE} n{join}",
             where=f"n.eventType IN ({NVTX_PUSH_POP}, {NVTX_START_END}, {NVTX_DOMAIN_CREATE})",
             rowid="n.rowid",
         )
     if with_syncs and SYNC_TABLE in tables:
-        cols = _columns(conn, SYNC_TABLE)
-        exprs = ["start", "deviceId", "streamId", _col(cols, "globalPid")]
+        cols = _require(conn, SYNC_TABLE, REQUIRED_COLUMNS[SYNC_TABLE])
+        exprs = ("start", "deviceId", "streamId", _col(cols, "globalPid"))
         # Only stream-wait-event records are used (gap attribution's dependency rule).
-        reads["syncs"] = Read(SYNC_TABLE, _aliased(exprs, SYNC_COLUMNS), SYNC_COLUMNS,
+        reads["syncs"] = Read(SYNC_TABLE, tuple(zip(SYNC_COLUMNS, exprs)),
                               where=f"syncType = {SYNC_TYPE_STREAM_WAIT_EVENT}" if "syncType" in cols else "")
-    return assemble_frames(meta, reader.frames(reads), names)
+    got = reader.frames(reads)
+    frames = {key: df for key, (df, _) in got.items()}
+    cells = {key: c for key, (_, c) in got.items() if c}
+    return assemble_frames(meta, frames, names, names._source.warnings, cells)

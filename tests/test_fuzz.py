@@ -1,0 +1,63 @@
+"""A seeded mutation loop over a small cut of a shipped trace and over its result JSON
+(tests/mutations.py): every case must end refused with one line, or with figures equal to
+tests/reference.py's recomputation (warned whenever something was damaged); never a traceback,
+a hang, a changed input or a new file beside it. tools/fuzz_campaign.py runs the same cases by
+the thousand."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from clirun import gapscope
+from damage import small_trace
+from mutations import Outcome, json_case, tally, trace_case
+
+TRACE_CASES = 240
+JSON_CASES = 60
+BOUND_S = 20  # per case; the whole loop takes about 10 s on a 2-core machine
+
+
+class _Hang(Exception):
+    pass
+
+
+def _bounded(run, *args) -> Outcome:
+    """``run(*args)``, or a ``hang`` outcome after BOUND_S seconds."""
+    def alarm(signum, frame):  # noqa: ARG001
+        raise _Hang()
+
+    old = signal.signal(signal.SIGALRM, alarm)
+    signal.alarm(BOUND_S)
+    try:
+        return run(*args)
+    except _Hang:
+        return Outcome("hang", f"over {BOUND_S} s")
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@pytest.fixture(scope="module")
+def seed_trace(tmp_path_factory) -> Path:
+    return small_trace(tmp_path_factory.mktemp("seed"))
+
+
+def test_mutated_traces(seed_trace, tmp_path):
+    outcomes = [_bounded(trace_case, seed_trace, tmp_path, seed) for seed in range(TRACE_CASES)]
+    failures = [(seed, o.kind, o.detail, o.mutations) for seed, o in enumerate(outcomes) if o.failed]
+    assert failures == []
+    counts = tally(outcomes)
+    # The loop must exercise every outcome, or it proves little.
+    assert counts.get("refused", 0) and counts.get("warned", 0) and counts.get("correct", 0), counts
+
+
+def test_mutated_result_jsons(seed_trace, tmp_path):
+    base = gapscope("analyze", str(seed_trace), "-f", "json").stdout
+    outcomes = [_bounded(json_case, base, tmp_path, seed) for seed in range(JSON_CASES)]
+    failures = [(seed, o.kind, o.detail, o.mutations) for seed, o in enumerate(outcomes) if o.failed]
+    assert failures == []
+    counts = tally(outcomes)
+    assert counts.get("refused", 0) and counts.get("correct", 0), counts
