@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -34,11 +35,15 @@ PARQUET = TRACES / "torch_decode_small_parquet"
 ARROW = TRACES / "torch_decode_small_arrow"
 KINETO = TRACES / "torch_decode_small.pt.trace.json.gz"
 STEPS = TRACES / "torch_decode_steps.pt.trace.json.gz"
+# Recorded by `gapscope profile` itself (tests/gpu/test_profile_gpu.py): a Hugging Face generate()
+# under torch.profiler from an NVTX capture range, and nsys's arrowdir export of a capture range.
+PROFILED_HF = TRACES / "profile_hf_generate.pt.trace.json.gz"
+PROFILED_ARROW = TRACES / "profile_torch_decode_graph_arrow"
 
 
 @pytest.fixture(scope="module")
 def results():
-    return {p: analyze(p) for p in (SQLITE, PARQUET, ARROW, KINETO, STEPS)}
+    return {p: analyze(p) for p in (SQLITE, PARQUET, ARROW, KINETO, STEPS, PROFILED_HF, PROFILED_ARROW)}
 
 
 def without_source(result) -> dict:
@@ -100,7 +105,9 @@ def assert_matches_reference(got, ks: list[dict], refs: list[dict]) -> None:
     (ARROW, reference.columnar_kernels, reference.columnar_ranges, 1488),
     (KINETO, reference.kineto_kernels, reference.kineto_ranges, 1250),
     (STEPS, reference.kineto_kernels, reference.kineto_ranges, 234),
-], ids=["parquet", "arrow", "kineto", "kineto-steps"])
+    (PROFILED_HF, reference.kineto_kernels, reference.kineto_ranges, 1134),
+    (PROFILED_ARROW, reference.columnar_kernels, reference.columnar_ranges, 624),
+], ids=["parquet", "arrow", "kineto", "kineto-steps", "profiled-hf-generate", "profiled-capture-range"])
 def test_ranges_devices_streams_match_the_reference(results, path, kernels, ranges, n_kernels):
     ks = kernels(path)
     assert len(ks) == n_kernels
@@ -272,6 +279,20 @@ def test_kineto_stream_waits_are_read_when_recorded(tmp_path):
     r = analyze(path)
     assert r.devices[0]["gap_by_category_ns"]["dependency"] == 7_000
     assert not any("no cuda_sync events" in w for w in r.warnings)
+
+
+def test_real_cuda_sync_events_without_waits_read_as_no_waits(results):
+    """A real trace with Kineto's cuda_sync events on (gapscope profile's torch launcher turns them
+    on): 14 "Stream Sync" and 2 "Context Sync" records and no "Stream Wait Event" (one stream), so
+    no stream-wait rows and no warning that waits could be missing; the PyTorch profiler trace
+    recorded without them says they may be."""
+    with gzip.open(PROFILED_HF, "rt") as fh:
+        syncs = [e for e in json.load(fh)["traceEvents"] if e.get("cat") == "cuda_sync"]
+    assert sorted(Counter(e["name"] for e in syncs).items()) == [("Context Sync", 2), ("Stream Sync", 14)]
+    with open_trace(PROFILED_HF) as trace:
+        assert len(trace.frames(syncs=True).syncs) == 0
+    assert not any("no cuda_sync events" in w for w in results[PROFILED_HF].warnings)
+    assert any("no cuda_sync events" in w for w in results[KINETO].warnings)
 
 
 def test_kineto_is_streamed_not_loaded_whole(monkeypatch):
