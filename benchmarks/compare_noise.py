@@ -28,9 +28,9 @@ LAUNCH = ("cudaLaunchKernel", "cuLaunchKernelEx", "cudaGraphLaunch")
 
 def main() -> None:
     from gapscope.analysis import analyze
-    from gapscope.compare.entries import entries
-    from gapscope.compare.metrics import METRICS
-    from gapscope.compare.thresholds import ThresholdSet
+    from gapscope.regression.entries import entries
+    from gapscope.regression.metrics import METRICS
+    from gapscope.regression.thresholds import ThresholdSet
 
     results = [analyze(ROOT / "traces" / f"{r}.sqlite").to_dict() for r in RUNS]
     defaults = ThresholdSet.defaults()

@@ -14,8 +14,6 @@ pandas, numpy nor pyarrow.
 
 from __future__ import annotations
 
-import sys
-import types
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -43,19 +41,3 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
-
-
-class _Package(types.ModuleType):
-    """This package's module type. The public ``gapscope.compare`` is the API's function, and
-    the package also holds a subpackage of that name (gapscope/compare/, the comparison's
-    internals): importing a submodule binds it onto its parent, which would hide the function.
-    That one binding is skipped; the subpackage stays importable (``from gapscope.compare
-    import comparison``, sys.modules), only the attribute is the function's."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in _API and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

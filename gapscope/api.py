@@ -10,7 +10,7 @@
 A thin layer over the library: :func:`analyze` runs the pipeline inside
 ``gapscope.analysis.pipeline.opened_analysis`` and makes the per-gap and per-activity tables
 (gapscope.analysis.tables) before the trace is closed; :func:`load` reads a saved result;
-:func:`compare` hands result dicts to ``gapscope.compare.comparison.compare``. The DataFrames of
+:func:`compare` hands result dicts to ``gapscope.regression.comparison.compare``. The DataFrames of
 the result's sections hold the JSON's numbers (docs/schema.md), with ``gap_by_category_ns``
 spread into one column per category (``gap_launch_ns``, ``gap_host_ns``, ...).
 
@@ -484,7 +484,7 @@ def load(path: PathLike) -> Analysis | Fleet:
 
 def _result_dicts(side: Side, what: str) -> tuple[list[dict[str, Any]], list[str]]:
     """(result dicts, their labels) of one side of a comparison."""
-    from gapscope.compare.comparison import load_input
+    from gapscope.regression.comparison import load_input
 
     items = list(side) if isinstance(side, (list, tuple)) else [side]
     if not items:
@@ -526,9 +526,9 @@ def compare(baseline: Side, current: Side, thresholds: str | Sequence[str] | Non
 
     import pandas as pd
 
-    from gapscope.compare.comparison import Verdict
-    from gapscope.compare.comparison import compare as compare_results
-    from gapscope.compare.thresholds import resolve_settings
+    from gapscope.regression.comparison import Verdict
+    from gapscope.regression.comparison import compare as compare_results
+    from gapscope.regression.thresholds import resolve_settings
 
     base, base_labels = _result_dicts(baseline, "baseline")
     cur, cur_labels = _result_dicts(current, "current")

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from clirun import gapscope
-from gapscope.compare.comparison import Comparison, compare
-from gapscope.compare.thresholds import ThresholdSet
+from gapscope.regression.comparison import Comparison, compare
+from gapscope.regression.thresholds import ThresholdSet
 from paths import TRACES
 
 BASES = ("cmp_base_1", "cmp_base_2", "cmp_base_3")

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from gapscope.compare.comparison import Comparison, compare, load_input
+from gapscope.regression.comparison import Comparison, compare, load_input
 from gapscope.errors import GapscopeError
 from gapscope.inputs import READS
-from gapscope.compare.thresholds import ThresholdSet
+from gapscope.regression.thresholds import ThresholdSet
 
 ALL_SCOPES = ("range", "device", "stream")
 

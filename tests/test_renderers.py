@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gapscope.analysis.sweep import sweep_rows
-from gapscope.compare.comparison import compare
+from gapscope.regression.comparison import compare
 from gapscope.fleet.executors import InProcess
 from gapscope.fleet.merge import analyze_fleet
 from gapscope.render import RENDERERS, formats, kind_of, render

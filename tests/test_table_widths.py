@@ -114,7 +114,7 @@ def test_several_traces_fit_80_columns():
 
 
 def test_a_comparison_fits_80_columns(analyzed):
-    from gapscope.compare.comparison import compare
+    from gapscope.regression.comparison import compare
 
     comparison = compare([analyzed("torch_decode").to_dict()], [analyzed("torch_decode_sync").to_dict()])
     lines = _lines(comparison, 80)

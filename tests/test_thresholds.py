@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from gapscope.errors import GapscopeError
-from gapscope.compare.metrics import CATEGORIES, VERDICT_RANK, verdict_change
-from gapscope.compare.thresholds import (
+from gapscope.regression.metrics import CATEGORIES, VERDICT_RANK, verdict_change
+from gapscope.regression.thresholds import (
     DEFAULT_THRESHOLDS,
     METRICS,
     Threshold,

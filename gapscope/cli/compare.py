@@ -10,11 +10,11 @@ import click
 
 from gapscope.cli import cli
 from gapscope.cli.output import output_file, output_format, refuse_overwriting
-from gapscope.compare.comparison import Comparison, compare_paths
+from gapscope.regression.comparison import Comparison, compare_paths
 from gapscope.errors import GapscopeError
 from gapscope.text import printable
 from gapscope.render import render
-from gapscope.compare.thresholds import DEFAULT_THRESHOLDS, MISSING_POLICIES, resolve_settings
+from gapscope.regression.thresholds import DEFAULT_THRESHOLDS, MISSING_POLICIES, resolve_settings
 
 _SIDE_OPTIONS = {"-b", "--baseline", "-c", "--current"}
 

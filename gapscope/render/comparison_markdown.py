@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any, TextIO
 
-from gapscope.compare.comparison import Comparison, Verdict
-from gapscope.compare.thresholds import METRICS
+from gapscope.regression.comparison import Comparison, Verdict
+from gapscope.regression.thresholds import METRICS
 from gapscope.render.markdown_text import code, prose
 
 ICON = {

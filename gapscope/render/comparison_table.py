@@ -8,8 +8,8 @@ from typing import Any, TextIO
 
 from rich.text import Text
 
-from gapscope.compare.comparison import Comparison, Verdict
-from gapscope.compare.thresholds import METRICS
+from gapscope.regression.comparison import Comparison, Verdict
+from gapscope.regression.thresholds import METRICS
 from gapscope.render.layout import Column
 from gapscope.render.sections import Name
 from gapscope.render.console import console_for

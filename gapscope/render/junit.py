@@ -12,8 +12,8 @@ import re
 import xml.etree.ElementTree as ET
 from typing import Any, TextIO
 
-from gapscope.compare.comparison import Comparison, Verdict
-from gapscope.compare.thresholds import METRICS
+from gapscope.regression.comparison import Comparison, Verdict
+from gapscope.regression.thresholds import METRICS
 
 # Characters XML 1.0 forbids; NVTX names are arbitrary text.
 _INVALID_XML = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gapscope.errors import GapscopeError
-from gapscope.compare.metrics import METRICS, Metric, launch_metric, metric_for
+from gapscope.regression.metrics import METRICS, Metric, launch_metric, metric_for
 
 try:  # Python 3.11+
     import tomllib as _toml
@@ -388,7 +388,7 @@ def _config_table(path: Path) -> dict | None:
 @dataclass(frozen=True)
 class CompareSettings:
     """Everything that decides a compare besides its inputs: the thresholds in force, the scopes
-    asked for (None: chosen from the results, see gapscope.compare.comparison) and what a missing
+    asked for (None: chosen from the results, see gapscope.regression.comparison) and what a missing
     entry does (``fail``, ``warn`` or ``ignore``)."""
 
     thresholds: ThresholdSet

@@ -3,7 +3,7 @@
 An entry is what compare matches between baseline and current: a range name (a ``by_name`` row,
 keyed by its domain and group name, the normalized name the analysis grouped it by), a device, a
 stream (device and stream: the pid changes from run to run) or a launch API. Its values are one
-float per row and category metric of :data:`gapscope.compare.metrics.METRICS`, and the verdict.
+float per row and category metric of :data:`gapscope.regression.metrics.METRICS`, and the verdict.
 
 A range name's values are **per instance**: the median over its instances with GPU work (the
 ``ranges`` rows, grouped the way ``by_name`` groups them), so one slow decode step does not
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gapscope.compare.metrics import METRICS
+from gapscope.regression.metrics import METRICS
 from gapscope.errors import GapscopeError
 
 __all__ = ["SECTIONS", "Entries", "entries", "label"]

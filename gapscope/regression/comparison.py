@@ -1,7 +1,7 @@
 """The regression verdict of `gapscope compare`, computed apart from any rendering.
 
 :func:`compare` takes the result dicts (docs/schema.md) of one or more runs per side and matches
-their entries (gapscope.compare.entries): range names by (domain, group name), devices by device,
+their entries (gapscope.regression.entries): range names by (domain, group name), devices by device,
 streams by (device, stream), launch APIs by name. Range values are per instance: the median over
 the instances with GPU work, so one slow step does not decide.
 
@@ -45,15 +45,15 @@ from typing import TYPE_CHECKING, Any
 
 from gapscope import __version__
 from gapscope.errors import GapscopeError
-from gapscope.compare.metrics import CATEGORIES_NEW_IN_2, METRICS, NEW_SYNC, Metric, verdict_change
-from gapscope.compare.thresholds import DEFAULT_MISSING, MISSING_POLICIES, Threshold, ThresholdSet
+from gapscope.regression.metrics import CATEGORIES_NEW_IN_2, METRICS, NEW_SYNC, Metric, verdict_change
+from gapscope.regression.thresholds import DEFAULT_MISSING, MISSING_POLICIES, Threshold, ThresholdSet
 from gapscope.schema import check_result
 from gapscope.text import name as display_name
 
 if TYPE_CHECKING:  # pandas is imported on first use: refusing a bad path must stay quick
     import pandas as pd
 
-    from gapscope.compare.entries import Entries
+    from gapscope.regression.entries import Entries
 
 __all__ = [
     "COMPARISON_SCHEMA",
@@ -519,7 +519,7 @@ def compare(
     for data, src in zip([*baseline, *current], [*bsrc, *csrc]):
         _check_result(data, src)
 
-    from gapscope.compare.entries import entries
+    from gapscope.regression.entries import entries
 
     def read(scope_name: str) -> tuple[list[Entries], list[Entries]]:
         return ([entries(r, scope_name, s) for r, s in zip(baseline, bsrc)],
