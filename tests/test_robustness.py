@@ -141,6 +141,17 @@ def test_text_blobs_and_reals_in_integer_columns_are_damage_not_a_traceback(smal
     agrees_with_reference(path, r)
 
 
+def test_a_huge_kernel_name_id_is_unknown_not_a_bad_kind(small):
+    """Found by the campaign after issue 19 (every kernel's name id read; seeds 52519, 54345,
+    54635): a shortName of 9e18 overflowed the 40 bits it is packed in beside the activity kind
+    (ValueError: not a valid ActivityKind, exit 3). Now read as unknown, with a warning."""
+    path = damage(small, f"UPDATE {KERNEL} SET shortName = 9000000000000000000 WHERE rowid = 39")
+    r = analyzed_json(path)
+    assert r["warnings"][0] == ("1 of 359 GPU activity rows had a damaged name_id (out of range: 1): kept, "
+                                "named [unknown]")
+    agrees_with_reference(path, r)
+
+
 @pytest.mark.parametrize("value, reason", [(-(2**63), "start out of range"), ("1e30", "start not an integer")])
 def test_extreme_timestamps_are_damage_not_an_overflow(small, value, reason):
     """Was: OverflowError from a timestamp of -2^63 or a REAL 1e30."""

@@ -77,10 +77,13 @@ _THREAD = Rule("tid", 0, _I63, DROP, DROP)
 _PROCESS = Rule("proc", 0, 2**40 - 1, UNKNOWN, UNKNOWN)  # the process part of a global id
 _CORRELATION = Rule("corr", 0, 2**40 - 1, UNKNOWN, UNKNOWN)  # gapscope.analysis.keys.call_key's field
 _NAME_ID = Rule("name_id", 0, _I63, UNKNOWN, UNKNOWN)
+#: An activity's name id (a StringIds id, a graph id) is packed in 40 bits beside its kind
+#: (TraceFrames.activity_labels); real ids are small.
+_ACTIVITY_NAME_ID = Rule("name_id", 0, 2**40 - 2, UNKNOWN, UNKNOWN)
 
 #: The rule of every column, per frame (docs/robustness.md, "Values: one rule per column").
 RULES: dict[str, tuple[Rule, ...]] = {
-    "activities": (_START, _END, _DEVICE, _STREAM, _PROCESS, _CORRELATION, _NAME_ID),
+    "activities": (_START, _END, _DEVICE, _STREAM, _PROCESS, _CORRELATION, _ACTIVITY_NAME_ID),
     "api": (_START, _END, _THREAD, _CORRELATION, _NAME_ID),
     "nvtx": (_START, Rule("end", 0, _TIME, NONE, DROP), _THREAD, Rule("event_type", 0, 2**31 - 1, DROP, DROP),
              Rule("domain_id", 0, _I63, NONE, UNKNOWN), Rule("name", 0, 0, NONE, KEEP)),
