@@ -44,6 +44,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from harness import CHILD_ENV  # noqa: E402  (every child: this checkout, the column cache off)
+
 RANGES_SOURCE = ROOT / "traces" / "torch_emit_nvtx.sqlite"
 SOURCE_RANGES, SOURCE_KERNELS = 3_675, 650
 
@@ -86,7 +88,7 @@ print(json.dumps(out))
 def child_output(argv: list[str]) -> str:
     """The stdout of one process run to its end (SystemExit when it fails)."""
     proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          env={**os.environ, **CHILD_ENV})
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed:\n{proc.stderr}")
     return proc.stdout
@@ -108,7 +110,7 @@ def run_one(argv: list[str], env: dict[str, str] | None) -> tuple[float, float]:
     with tempfile.TemporaryFile() as errors:
         t = time.perf_counter()
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=errors,
-                                env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}, cwd=ROOT)
+                                env={**os.environ, **CHILD_ENV, **(env or {})}, cwd=ROOT)
         _, status, usage = os.wait4(proc.pid, 0)
         seconds = time.perf_counter() - t
         proc.returncode = os.waitstatus_to_exitcode(status)
@@ -119,20 +121,23 @@ def run_one(argv: list[str], env: dict[str, str] | None) -> tuple[float, float]:
     return seconds, usage.ru_maxrss / 1024
 
 
-def recorded_queries(path: Path) -> list[str]:
-    """The bulk SELECTs gapscope's SQLite reader runs on ``path`` (default analysis)."""
-    os.environ["GAPSCOPE_NO_CACHE"] = "1"
-    from gapscope.analysis.pipeline import analyze
-    from gapscope.trace import nsys_sqlite
+QUERIES = r"""
+import json, os, sys
+from gapscope.analysis.pipeline import analyze
+from gapscope.trace import nsys_sqlite
+ran = []
+real = nsys_sqlite._Reader._query
+nsys_sqlite._Reader._query = lambda self, q: (ran.append(q), real(self, q))[1]
+analyze(sys.argv[1])
+print(json.dumps(ran))
+"""
 
-    ran: list[str] = []
-    real = nsys_sqlite._Reader._query
-    nsys_sqlite._Reader._query = lambda self, q: (ran.append(q), real(self, q))[1]
-    try:
-        analyze(path)
-    finally:
-        nsys_sqlite._Reader._query = real
-    return ran
+
+def recorded_queries(path: Path) -> list[str]:
+    """The bulk SELECTs gapscope's SQLite reader runs on ``path`` (default analysis), recorded in
+    a child process: this one stays small, since a child's peak memory as wait4 reports it is at
+    least this process's size when it was started (Linux counts the memory it forked from)."""
+    return json.loads(child_output([sys.executable, "-c", QUERIES, str(path)]).strip().splitlines()[-1])
 
 
 def load() -> str:
