@@ -11,9 +11,8 @@ import click
 from click.core import ParameterSource
 
 from gapscope.cli import cli
-from gapscope.cli.output import (
-    cache_option, cache_setting, indent_option, json_options, output_file, output_format, refuse_overwriting,
-)
+from gapscope.cli.options import cache_option, cache_setting, indent_option, json_options
+from gapscope.cli.output import output_file, output_format, refuse_overwriting
 from gapscope.errors import GapscopeError
 from gapscope.text import printable
 from gapscope.inputs import KIND_WORDS, Input, expand, resolve
@@ -198,7 +197,6 @@ def analyze_command(traces: tuple[str, ...], ranges: tuple[str, ...], domains: t
     several GPUs or processes. Exit status 1 when some traces failed (the report covers the
     others).
     """
-    
     fmt = output_format(output, fmt, FORMATS, "table")
     with cache_setting(no_cache):
         _analyze(traces, ranges, domains, threads, stall_threshold, normalize, fmt, output, wide, count_memops,

@@ -9,9 +9,8 @@ from typing import TextIO
 import click
 
 from gapscope.cli import cli
-from gapscope.cli.output import (
-    cache_option, cache_setting, indent_option, json_options, output_file, output_format, refuse_overwriting,
-)
+from gapscope.cli.options import cache_option, cache_setting, indent_option, json_options
+from gapscope.cli.output import output_file, output_format, refuse_overwriting
 from gapscope.compare.comparison import Comparison, compare_paths
 from gapscope.errors import GapscopeError
 from gapscope.text import printable
