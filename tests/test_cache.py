@@ -218,3 +218,25 @@ def test_json_is_compact_unless_indented(tmp_path):
     assert_one_line_error(gapscope("compare", trace, trace, "--indent", "2"), "--indent applies to JSON output")
     cmp = gapscope("compare", trace, trace, "--format", "json", "--indent", "4").stdout
     assert cmp == json.dumps(json.loads(cmp), indent=4) + "\n"
+
+
+def test_an_export_with_a_write_in_flight_is_not_cached(tmp_path, cache_on):
+    """Its content is the file and its -wal together, read from a private snapshot: no entry."""
+    from damage import small_trace
+
+    src = small_trace(tmp_path, "wal-source.sqlite")
+    writer = sqlite3.connect(src)
+    writer.execute("PRAGMA journal_mode = WAL")
+    writer.execute("PRAGMA wal_autocheckpoint = 0")
+    writer.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL "
+                   "WHERE rowid = (SELECT max(rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL)")
+    writer.commit()
+    folder = tmp_path / "in"
+    folder.mkdir()
+    shutil.copyfile(src, folder / "wal.sqlite")
+    shutil.copyfile(f"{src}-wal", folder / "wal.sqlite-wal")
+    writer.close()
+    expected = uncached(folder / "wal.sqlite")
+    assert analyze(folder / "wal.sqlite").to_dict() == expected
+    assert expected["devices"][0]["kernels"] == 338  # the kernel only in the -wal counts
+    assert not cache_on.exists()
