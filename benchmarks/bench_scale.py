@@ -24,7 +24,8 @@ Every row prints the load average before it. Times are the best of --repeat, wit
 
     flock /work/notes/bench.lock python benchmarks/bench_scale.py [--kernels 100000,1000000] [--quick]
 
-``--quick`` (CI): 20,000 kernels, 4,000 ranges, four 20,000-kernel files, one run each.
+``--quick`` (CI: ``.ci/run``): 20,000 kernels, 4,000 ranges, four 20,000-kernel files, one run
+each. The script fails when the JSON of a cache hit differs from the uncached one.
 """
 
 from __future__ import annotations
@@ -163,12 +164,15 @@ def scale_rows(source: Path, kernels: int, workdir: Path, repeat: int) -> None:
     row("read floor", n, floor, note=f"{big.stat().st_size / 1e6:.0f} MB export")
     gs = [sys.executable, "-m", "gapscope", "analyze", str(big), "-f", "json", "-o", str(out)]
     plain = timed([*gs, "--no-cache"], repeat)
+    uncached = out.read_bytes()
     row("analyze (no cache)", n, plain, floor["best"])
     xdg = workdir / "xdg"
     env = {"XDG_CACHE_HOME": str(xdg), "GAPSCOPE_NO_CACHE": ""}
     miss = timed(gs, repeat, env, before=lambda: shutil.rmtree(xdg, ignore_errors=True))
     row("analyze, cache miss", n, miss, floor["best"])
     hit = timed(gs, repeat, env)
+    if out.read_bytes() != uncached:
+        raise SystemExit(f"{big}: the analysis read from the column cache differs from the uncached one")
     kept = sum(p.stat().st_size for p in xdg.rglob("*") if p.is_file()) / 1e6
     row("analyze, cache hit", n, hit, floor["best"],
         note=f"{hit['best'] / plain['best']:.2f}x the uncached run; {kept:.0f} MB kept")
