@@ -61,7 +61,9 @@ print(json.dumps({"seconds": seconds, "failed": len(fleet.failed), "ranks": len(
 
 
 def run(kind: str, workers: int, paths: list[Path]) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    from harness import CHILD_ENV
+
+    env = {**os.environ, **CHILD_ENV}
     proc = subprocess.run([sys.executable, "-c", CHILD, kind, str(workers), *map(str, paths)],
                           capture_output=True, text=True, env=env)
     if proc.returncode != 0:

@@ -39,7 +39,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
 
-    from harness import best
+    from harness import CHILD_ENV, best
+
+    os.environ.update(CHILD_ENV)  # the analysis below runs in this process
     from tile_trace import cached_tiling
     from gapscope.analysis import analyze
     from gapscope.render import render

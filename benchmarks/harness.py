@@ -16,10 +16,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+#: What every benchmark's child process runs with: this checkout, and the column cache off (a
+#: benchmark times the read, never the user's cache; bench_scale.py times the cache itself).
+CHILD_ENV = {"PYTHONPATH": str(ROOT), "GAPSCOPE_NO_CACHE": "1"}
+
+
 def run_child(code: str, *args: str, what: str) -> dict:
     """Run ``code`` with ``args`` in a fresh interpreter on this checkout; the JSON object its
     last line prints. SystemExit naming ``what`` when it fails."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, **CHILD_ENV}
     proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise SystemExit(f"{what} failed:\n{proc.stderr}")

@@ -13,6 +13,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests' helper module
 from paths import CLOVERLEAF_NAME, FSDP_NAME, SAXPY_NAME, TRACES, thirdparty  # noqa: E402
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The suite never reads or writes the user's cache: gapscope's cache folder is a temporary
+    one, and the column cache is off (tests/test_cache.py turns it on, in folders of its own);
+    subprocesses inherit both."""
+    import os
+    import tempfile
+
+    config._gapscope_cache = tempfile.mkdtemp(prefix="gapscope-test-cache-")  # type: ignore[attr-defined]
+    os.environ["XDG_CACHE_HOME"] = config._gapscope_cache  # type: ignore[attr-defined]
+    os.environ["GAPSCOPE_NO_CACHE"] = "1"
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    import shutil
+
+    shutil.rmtree(getattr(config, "_gapscope_cache", ""), ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def analyzed() -> Callable[..., object]:
     """``analyzed(name, **options)``: the AnalysisResult of ``traces/<name>.sqlite`` with those

@@ -11,6 +11,7 @@ import click
 from click.core import ParameterSource
 
 from gapscope.cli import cli
+from gapscope.cli.options import cache_option, cache_setting, indent_option, json_options
 from gapscope.cli.output import output_file, output_format, refuse_overwriting
 from gapscope.errors import GapscopeError
 from gapscope.text import printable
@@ -170,11 +171,13 @@ def _honoured(saved: Any, given: frozenset[str], *, count_memops: bool, attribut
 @click.option("--gaps-csv", "gaps_csv", metavar="FILE",
               help="Also write every gap (device, stream, start, length, categories, the kernels either "
                    "side, the launching call, its range) as CSV to FILE (one trace).")
+@indent_option
+@cache_option
 def analyze_command(traces: tuple[str, ...], ranges: tuple[str, ...], domains: tuple[str, ...],
                     threads: str, stall_threshold: str | None, normalize: bool, fmt: str | None,
                     output: str | None, wide: bool, count_memops: bool, limit: int, top: int,
                     attribution: bool, jobs: int | None, scheduler: str | None, ranks_view: bool,
-                    plot_dir: str | None, gaps_csv: str | None) -> None:
+                    plot_dir: str | None, gaps_csv: str | None, indent: int | None, no_cache: bool) -> None:
     """Share of GPU time lost to gaps between kernels, per NVTX range, device and stream.
 
     TRACE is an nsys SQLite export (`nsys export --type sqlite`, or `nsys profile
@@ -194,9 +197,20 @@ def analyze_command(traces: tuple[str, ...], ranges: tuple[str, ...], domains: t
     several GPUs or processes. Exit status 1 when some traces failed (the report covers the
     others).
     """
+    fmt = output_format(output, fmt, FORMATS, "table")
+    with cache_setting(no_cache):
+        _analyze(traces, ranges, domains, threads, stall_threshold, normalize, fmt, output, wide, count_memops,
+                 limit, top, attribution, jobs, scheduler, ranks_view, plot_dir, gaps_csv, json_options(fmt, indent))
+
+
+def _analyze(traces: tuple[str, ...], ranges: tuple[str, ...], domains: tuple[str, ...], threads: str,
+             stall_threshold: str | None, normalize: bool, fmt: str, output: str | None, wide: bool,
+             count_memops: bool, limit: int, top: int, attribution: bool, jobs: int | None,
+             scheduler: str | None, ranks_view: bool, plot_dir: str | None, gaps_csv: str | None,
+             json: dict[str, Any]) -> None:
+    """The command's work, its options checked (``json``: the JSON renderer's options)."""
     from gapscope.render import render
 
-    fmt = output_format(output, fmt, FORMATS, "table")
     ctx = click.get_current_context()
     given = frozenset(n for n in ANALYSIS_OPTIONS if ctx.get_parameter_source(n) is ParameterSource.COMMANDLINE)
     threshold = None
@@ -224,7 +238,7 @@ def analyze_command(traces: tuple[str, ...], ranges: tuple[str, ...], domains: t
                                 f"trace; {what} take{'' if len(paths) > 1 else 's'} the defaults")
         fleet = _analyze_many(paths, ranges, count_memops, top, attribution, jobs, scheduler)
         with output_file(output) as fh:
-            render(fleet, fmt, fh, limit=limit, wide=wide)
+            render(fleet, fmt, fh, limit=limit, wide=wide, **json)
         if fleet.failed:
             raise GapscopeError(f"{len(fleet.failed)} of {len(paths)} traces failed (listed above); "
                                 "the report covers the others", 1)
@@ -247,7 +261,7 @@ def analyze_command(traces: tuple[str, ...], ranges: tuple[str, ...], domains: t
     if fmt == "parquet":
         steps.append((output, lambda: _write_parquet(made, output)))
     else:
-        steps.append((output, lambda: _write(output, result, fmt, limit=limit, wide=wide, read_seconds=read)))
+        steps.append((output, lambda: _write(output, result, fmt, limit=limit, wide=wide, read_seconds=read, **json)))
     if gaps_csv is not None:
         steps.append((gaps_csv, lambda: _write(gaps_csv, made, "gaps-csv")))
     for _, write in sorted(steps, key=lambda step: step[0] in (None, "-")):  # stdout last: its reader may go

@@ -9,6 +9,7 @@ from typing import TextIO
 import click
 
 from gapscope.cli import cli
+from gapscope.cli.options import cache_option, cache_setting, indent_option, json_options
 from gapscope.cli.output import output_file, output_format, refuse_overwriting
 from gapscope.regression.comparison import Comparison, compare_paths
 from gapscope.errors import GapscopeError
@@ -97,6 +98,8 @@ def _write(path: str | None, render: Callable[[TextIO], None], *, append: bool =
 @click.option("-o", "--output", "output", metavar="FILE", help="Write the main report to FILE instead of stdout.")
 @click.option("--all", "show_all", is_flag=True, help="List every ok check in the table.")
 @click.option("--wide", is_flag=True, help="Every column of the table, whatever the terminal's width.")
+@indent_option
+@cache_option
 def compare_command(
     paths: tuple[str, ...],
     baselines: tuple[str, ...],
@@ -111,6 +114,8 @@ def compare_command(
     output: str | None,
     show_all: bool,
     wide: bool,
+    indent: int | None,
+    no_cache: bool,
 ) -> int:
     """Compare launch gaps of CURRENT against BASELINE; exit 1 on a regression.
 
@@ -159,10 +164,12 @@ def compare_command(
 
     fmt = output_format(output, fmt, ("table", "json"), "table")
     settings = resolve_settings(fail, config, scope=scope, missing=missing)
-    comparison = compare_paths(list(baselines), list(currents), settings.thresholds, scope=settings.scope,
-                               missing=settings.missing)
+    json = json_options(fmt, indent)
+    with cache_setting(no_cache):
+        comparison = compare_paths(list(baselines), list(currents), settings.thresholds, scope=settings.scope,
+                                   missing=settings.missing)
 
-    _write(output, lambda fh: _render_main(comparison, fh, fmt, show_all, wide))
+    _write(output, lambda fh: render(comparison, fmt, fh, show_all=show_all, wide=wide, **json))
     if not to_stdout:  # every report went to a file: still say the outcome
         click.echo(printable(comparison.headline()))
     if markdown is not None:
@@ -175,10 +182,6 @@ def compare_command(
     if junit is not None:
         _write(junit, lambda fh: render(comparison, "junit", fh))
     return comparison.exit_code
-
-
-def _render_main(comparison: Comparison, fh: TextIO, fmt: str, show_all: bool, wide: bool) -> None:
-    render(comparison, fmt, fh, show_all=show_all, wide=wide)
 
 
 def _render_markdown(comparison: Comparison, fh: TextIO) -> None:

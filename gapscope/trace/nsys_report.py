@@ -3,8 +3,9 @@ once with nsys, then read as its export.
 
 The report is only ever read. Its export goes to a cache folder keyed by the report's content
 (sha256), never beside it: ``$XDG_CACHE_HOME/gapscope/reports/<sha256>/<type>`` (or
-``~/.cache/gapscope/...``), in the fastest format to read that the nsys found offers
-(gapscope.capture.nsys.export_types: arrowdir, else parquetdir, else sqlite). A later read of the
+``~/.cache/gapscope/...``; gapscope.trace.cache, whose root the column cache shares), in the
+fastest format to read that the nsys found offers (gapscope.capture.nsys.export_types: arrowdir,
+else parquetdir, else sqlite). A later read of the
 same report, under any name, reuses the export without running nsys. An export is written into
 a private folder and renamed into place when nsys has finished, so an interrupted export is
 never mistaken for a complete one.
@@ -13,7 +14,6 @@ never mistaken for a complete one.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import shutil
 import tempfile
@@ -25,6 +25,7 @@ import pandas as pd
 
 from gapscope.capture import nsys as capture
 from gapscope.errors import GapscopeError
+from gapscope.trace.cache import cache_root, file_digest
 from gapscope.trace.frames import ActivityKind, TraceFrames, TraceMeta
 
 FORMAT = "nsys-rep"
@@ -32,28 +33,12 @@ FORMAT = "nsys-rep"
 EXPORT_FORMATS = {"arrowdir": "nsys-arrow", "parquetdir": "nsys-parquet", "sqlite": "nsys-sqlite"}
 
 
-def cache_root(environ: dict[str, str] | None = None) -> Path:
-    """gapscope's cache folder: $XDG_CACHE_HOME/gapscope, else ~/.cache/gapscope."""
-    env = os.environ if environ is None else environ
-    base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "gapscope"
-
-
-def report_digest(path: Path) -> str:
-    """The sha256 of a file's content, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def cached_export(report: Path, *, root: Path | None = None) -> tuple[Path, str]:
     """(the export's path, its export type) for a report: from the cache when an earlier read
     exported it, else exported now with the nsys that gapscope.capture.nsys.find_nsys finds
     (GapscopeError naming the report when there is none)."""
     try:
-        key = report_digest(report)
+        key = file_digest(report)
     except OSError as exc:
         raise GapscopeError(f"{report}: cannot read ({exc.strerror or exc})") from None
     folder = (root or cache_root()) / "reports" / key

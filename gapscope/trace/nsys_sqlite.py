@@ -37,6 +37,7 @@ import pandas as pd
 
 from gapscope.errors import GapscopeError
 from gapscope.text import printable
+from gapscope.trace.cache import ColumnCache
 from gapscope.trace.cuda_api import QUIET_CALLS
 from gapscope.trace.frames import (
     ACTIVITY_COLUMNS, API_COLUMNS, NVTX_COLUMNS, NVTX_DOMAIN_CREATE, NVTX_PUSH_POP, NVTX_START_END,
@@ -120,7 +121,7 @@ class NsysSqlite:
         or synchronize), damaged rows left out with a warning (gapscope.trace.validation). Every
         activity's name id is read either way."""
         conn = self._live()
-        reader = _Reader(self._source, conn)
+        reader = _Reader(self._source, conn, self._source.column_cache())
         try:
             return _load_frames(conn, reader, self.meta, syncs, all_calls, self)
         finally:
@@ -330,6 +331,12 @@ class _Source:
                                 f"({printable(str(exc).splitlines()[0] if str(exc) else exc, 200)})") from None
         return conn
 
+    def column_cache(self) -> ColumnCache | None:
+        """The columnar cache entry of the export's content (gapscope.trace.cache), None when the
+        cache is off or the export is read from a snapshot (its content is the file and the
+        write in flight together)."""
+        return None if self._snapshot is not None else ColumnCache.for_file(self.path)
+
     def close(self) -> None:
         if self._snapshot is not None:
             shutil.rmtree(self._snapshot, ignore_errors=True)
@@ -452,11 +459,14 @@ class _Typed(Exception):
 class _Reader:
     """Runs bulk SELECTs into DataFrames: through ADBC into Arrow when it is installed, split
     into rowid chunks read on a small thread pool (SQLite decoding is the bottleneck and ADBC
-    releases the GIL); through the stdlib sqlite3 module otherwise."""
+    releases the GIL); through the stdlib sqlite3 module otherwise. With a ``cache``
+    (gapscope.trace.cache), each ADBC query's Arrow table is taken from it when kept there,
+    and kept there when read from the export."""
 
-    def __init__(self, source: _Source, conn: sqlite3.Connection) -> None:
+    def __init__(self, source: _Source, conn: sqlite3.Connection, cache: ColumnCache | None = None) -> None:
         self._source = source
         self._conn = conn
+        self._cache = cache
         try:
             import adbc_driver_sqlite.dbapi  # noqa: F401
 
@@ -498,6 +508,15 @@ class _Reader:
             raise _read_error(str(self._source.path), exc) from None
 
     def _fetch(self, query: str):
+        if self._cache is not None:
+            table = self._cache.table(query)
+            if table is None:
+                table = self._query(query)
+                self._cache.keep(query, table)
+            return table
+        return self._query(query)
+
+    def _query(self, query: str):
         conn = getattr(self._local, "conn", None)
         if conn is None:
             import adbc_driver_sqlite.dbapi as adbc
@@ -537,6 +556,8 @@ class _Reader:
         for conn in self._opened:
             conn.close()
         self._opened.clear()
+        if self._cache is not None:
+            self._cache.finish()
 
 
 def _bounds(conn: sqlite3.Connection, r: Read) -> list[tuple[int | None, int | None]]:

@@ -1,0 +1,242 @@
+"""The column cache (gapscope.trace.cache): what the SQLite reader keeps of an export's bulk
+reads, in gapscope's cache folder, and takes instead of the export on a repeat.
+
+Every test turns the cache on in a folder of its own (the suite's conftest keeps it off); the
+truth a cached analysis is held to is the same analysis with the cache off.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import zlib
+from pathlib import Path
+
+import pytest
+
+from clirun import assert_one_line_error, gapscope
+from paths import TRACES
+
+from gapscope.analysis.pipeline import analyze
+from gapscope.trace import cache as column_cache
+from gapscope.trace import nsys_sqlite
+
+SMALL = TRACES / "torch_decode_small.sqlite"
+
+
+@pytest.fixture
+def cache_on(tmp_path, monkeypatch) -> Path:
+    """The column cache on, under a fresh $XDG_CACHE_HOME; its columns folder."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv(column_cache.NO_CACHE_ENV, raising=False)
+    monkeypatch.delenv(column_cache.SIZE_ENV, raising=False)
+    return tmp_path / "xdg" / "gapscope" / "columns"
+
+
+@pytest.fixture
+def queries(monkeypatch) -> list[str]:
+    """Every bulk query the SQLite reader runs against an export (not answered by the cache)."""
+    ran: list[str] = []
+    real = nsys_sqlite._Reader._query
+
+    def counted(self, query):
+        ran.append(query)
+        return real(self, query)
+
+    monkeypatch.setattr(nsys_sqlite._Reader, "_query", counted)
+    return ran
+
+
+def uncached(path: Path) -> dict:
+    """The analysis of ``path`` with the cache off: what every cached analysis must equal."""
+    before = os.environ.get(column_cache.NO_CACHE_ENV)
+    os.environ[column_cache.NO_CACHE_ENV] = "1"
+    try:
+        return analyze(path).to_dict()
+    finally:
+        if before is None:
+            del os.environ[column_cache.NO_CACHE_ENV]
+        else:
+            os.environ[column_cache.NO_CACHE_ENV] = before
+
+
+def entry_files(columns: Path) -> list[Path]:
+    return sorted(columns.glob("*/*.arrow"))
+
+
+@pytest.mark.parametrize("trace", sorted(TRACES.glob("*.sqlite")), ids=lambda p: p.stem)
+def test_cached_analysis_is_the_uncached_one(trace, cache_on, queries, analyzed):
+    expected = analyzed(trace.stem).to_dict()  # the session's analysis, cache off
+    assert analyze(trace).to_dict() == expected  # kept
+    first = len(queries)
+    assert first > 0 and len(entry_files(cache_on)) == first  # one file per query run
+    assert analyze(trace).to_dict() == expected  # read from the cache
+    assert len(queries) == first  # no bulk query ran against the export
+
+
+def test_a_repeat_reads_the_cache_under_any_name(tmp_path, cache_on, queries):
+    copy = tmp_path / "elsewhere" / "renamed.sqlite"
+    copy.parent.mkdir()
+    shutil.copy(SMALL, copy)
+    expected = uncached(SMALL)
+    analyze(SMALL)
+    ran = len(queries)
+    assert analyze(copy).to_dict()["devices"] == expected["devices"]
+    assert len(queries) == ran  # same content, same entry
+    assert [p.name for p in cache_on.iterdir()] == [f"{column_cache.file_digest(SMALL, 'sha1')}-{SMALL.stat().st_size}"]
+
+
+def test_same_size_and_mtime_other_content_is_not_stale(tmp_path, cache_on, queries):
+    copy = tmp_path / "t.sqlite"
+    shutil.copy(SMALL, copy)
+    original = analyze(copy).to_dict()
+    st = os.stat(copy)
+    with sqlite3.connect(copy) as conn:  # the last kernel ends 1000 ns later: same integer width
+        conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET end = end + 1000 WHERE rowid = "
+                     "(SELECT rowid FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY end DESC LIMIT 1)")
+    conn.close()
+    os.utime(copy, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (os.stat(copy).st_size, os.stat(copy).st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+    expected = uncached(copy)
+    ran = len(queries)
+    changed = analyze(copy).to_dict()
+    assert len(queries) > ran  # read from the file again, not from the old entry
+    assert changed == expected
+    assert changed["devices"] != original["devices"]
+    assert len(list(cache_on.iterdir())) == 2  # one entry per content
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "empty"])
+def test_a_damaged_entry_is_rebuilt(damage, cache_on, queries):
+    expected = uncached(SMALL)
+    analyze(SMALL)
+    files = entry_files(cache_on)
+    victim = max(files, key=lambda p: p.stat().st_size)
+    data = bytearray(victim.read_bytes())
+    if damage == "flip":
+        data[len(data) // 2] ^= 0xFF
+    victim.write_bytes(bytes(data[: len(data) // 3]) if damage == "truncate"
+                       else b"" if damage == "empty" else bytes(data))
+    ran = len(queries)
+    assert analyze(SMALL).to_dict() == expected
+    assert len(queries) == ran + 1  # that one query read from the export again, the others kept
+    body = victim.read_bytes()
+    assert zlib.crc32(body[:-4]).to_bytes(4, "big") == body[-4:]  # and kept again, whole
+
+
+def test_no_cache_flag_and_environment(tmp_path, cache_on):
+    trace = str(SMALL)
+    assert gapscope("analyze", trace, "-f", "json", "--no-cache").returncode == 0
+    assert not cache_on.exists()
+    assert os.environ.get(column_cache.NO_CACHE_ENV) is None  # the flag's setting did not outlive it
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(column_cache.NO_CACHE_ENV, "1")
+        assert gapscope("analyze", trace, "-f", "json").returncode == 0
+    assert not cache_on.exists()
+    base = gapscope("analyze", trace, "-f", "json", "--no-cache").stdout
+    assert gapscope("compare", trace, trace, "--no-cache").returncode == 0
+    assert not cache_on.exists()
+    assert gapscope("analyze", trace, "-f", "json").stdout == base  # kept now
+    assert len(list(cache_on.iterdir())) == 1
+    assert gapscope("analyze", trace, "-f", "json").stdout == base  # and read
+
+
+def test_nothing_is_written_beside_the_trace(tmp_path, cache_on):
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    copy = folder / "t.sqlite"
+    shutil.copy(SMALL, copy)
+    for _ in range(2):
+        assert gapscope("analyze", str(copy), "-f", "json").returncode == 0
+    assert [p.name for p in folder.iterdir()] == ["t.sqlite"]
+    assert entry_files(cache_on) and all(cache_on in p.parents for p in entry_files(cache_on))
+
+
+def test_the_size_bound_evicts_least_recently_used(tmp_path):
+    base = tmp_path / "columns"
+    for i, (name, size) in enumerate([("a", 300), ("b", 300), ("c", 300)]):
+        entry = base / name
+        entry.mkdir(parents=True)
+        (entry / "q.arrow").write_bytes(b"x" * size)
+        (entry / "used").touch()
+        os.utime(entry / "used", (1000 + i, 1000 + i))  # a used first, c last
+    os.utime(base / "a" / "used", (2000, 2000))  # then a again: b is the least recently used
+    assert column_cache.evict(base, 650) == [base / "b"]
+    assert sorted(p.name for p in base.iterdir()) == ["a", "c"]
+    assert column_cache.evict(base, 650) == []
+    assert column_cache.evict(base, 0) == [base / "c", base / "a"]
+
+
+def test_an_analysis_keeps_the_cache_within_its_bound(tmp_path, cache_on, monkeypatch):
+    analyze(SMALL)
+    small = sum(p.stat().st_size for p in cache_on.rglob("*"))
+    other = TRACES / "torch_decode.sqlite"
+    monkeypatch.setenv(column_cache.SIZE_ENV, str(small + 1))
+    analyze(other)  # bigger than the bound alone: neither entry stays
+    assert list(cache_on.iterdir()) == []
+    monkeypatch.setenv(column_cache.SIZE_ENV, "1G")
+    analyze(SMALL)
+    analyze(other)
+    assert len(list(cache_on.iterdir())) == 2
+    mine = cache_on / f"{column_cache.file_digest(other, 'sha1')}-{other.stat().st_size}"
+    monkeypatch.setenv(column_cache.SIZE_ENV, str(sum(p.stat().st_size for p in mine.rglob("*"))))
+    analyze(other)  # a hit writes nothing, so it evicts nothing
+    assert len(list(cache_on.iterdir())) == 2
+    (cache_on / f"{column_cache.file_digest(SMALL, 'sha1')}-{SMALL.stat().st_size}" / "used").touch()
+    os.utime(mine / "used", (1, 1))
+    shutil.rmtree(next(p for p in cache_on.iterdir() if p != mine))  # SMALL's entry made again:
+    analyze(SMALL)  # over the bound, and `other` is the least recently used
+    assert [p.name for p in cache_on.iterdir()] == [f"{column_cache.file_digest(SMALL, 'sha1')}-{SMALL.stat().st_size}"]
+
+
+@pytest.mark.parametrize("text, limit", [("", column_cache.DEFAULT_LIMIT), ("4096", 4096), ("500M", 500 << 20),
+                                         ("2g", 2 << 30), ("3KiB", 3 << 10), ("lots", column_cache.DEFAULT_LIMIT)])
+def test_size_limit(text, limit):
+    assert column_cache.size_limit({column_cache.SIZE_ENV: text}) == limit
+
+
+def test_an_unwritable_cache_is_no_error(tmp_path, monkeypatch):
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
+    monkeypatch.delenv(column_cache.NO_CACHE_ENV, raising=False)
+    assert analyze(SMALL).to_dict() == uncached(SMALL)
+
+
+def test_json_is_compact_unless_indented(tmp_path):
+    trace = str(SMALL)
+    compact = gapscope("analyze", trace, "-f", "json").stdout
+    indented = gapscope("analyze", trace, "-f", "json", "--indent", "2").stdout
+    import json
+
+    data = json.loads(compact)
+    assert compact == json.dumps(data, separators=(",", ":")) + "\n"
+    assert indented == json.dumps(data, indent=2) + "\n"
+    assert json.loads(gapscope("analyze", trace, "-f", "json", "--indent", "0").stdout) == data
+    assert_one_line_error(gapscope("analyze", trace, "--indent", "2"), "--indent applies to JSON output")
+    assert_one_line_error(gapscope("compare", trace, trace, "--indent", "2"), "--indent applies to JSON output")
+    cmp = gapscope("compare", trace, trace, "--format", "json", "--indent", "4").stdout
+    assert cmp == json.dumps(json.loads(cmp), indent=4) + "\n"
+
+
+def test_an_export_with_a_write_in_flight_is_not_cached(tmp_path, cache_on):
+    """Its content is the file and its -wal together, read from a private snapshot: no entry."""
+    from damage import small_trace
+
+    src = small_trace(tmp_path, "wal-source.sqlite")
+    writer = sqlite3.connect(src)
+    writer.execute("PRAGMA journal_mode = WAL")
+    writer.execute("PRAGMA wal_autocheckpoint = 0")
+    writer.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL "
+                   "WHERE rowid = (SELECT max(rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL)")
+    writer.commit()
+    folder = tmp_path / "in"
+    folder.mkdir()
+    shutil.copyfile(src, folder / "wal.sqlite")
+    shutil.copyfile(f"{src}-wal", folder / "wal.sqlite-wal")
+    writer.close()
+    expected = uncached(folder / "wal.sqlite")
+    assert analyze(folder / "wal.sqlite").to_dict() == expected
+    assert expected["devices"][0]["kernels"] == 338  # the kernel only in the -wal counts
+    assert not cache_on.exists()
