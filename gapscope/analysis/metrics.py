@@ -44,6 +44,10 @@ class ActivityArrays:
     def duration(self) -> np.ndarray:
         return self.end - self.start
 
+    def duration_of(self, idx: np.ndarray) -> np.ndarray:
+        """The durations of the activities ``idx`` (without one of every activity first)."""
+        return self.end[idx] - self.start[idx]
+
 
 @dataclass(frozen=True)
 class GapList:
@@ -105,7 +109,7 @@ def level_stats(
     mem_m = acts.is_memop[member_act]
     kernels = np.bincount(member_row[kern_m], minlength=n_rows).astype(np.int64)
     memops = np.bincount(member_row[mem_m], minlength=n_rows).astype(np.int64)
-    memop_ns = _sum_to(member_row[mem_m], acts.duration[member_act[mem_m]], n_rows)
+    memop_ns = _sum_to(member_row[mem_m], acts.duration_of(member_act[mem_m]), n_rows)
 
     gaps = GapList(
         row=pair_row[tl.gaps_group],
@@ -117,7 +121,7 @@ def level_stats(
     )
     if percentiles:
         gq = grouped_quantiles(gaps.row, gaps.length, n_rows, QUANTILES)
-        kq = grouped_quantiles(member_row[kern_m], acts.duration[member_act[kern_m]], n_rows, (0.5,))
+        kq = grouped_quantiles(member_row[kern_m], acts.duration_of(member_act[kern_m]), n_rows, (0.5,))
     else:
         gq, kq = np.full((n_rows, len(QUANTILES)), np.nan), np.full((n_rows, 1), np.nan)
     table = pd.DataFrame(
@@ -158,7 +162,7 @@ def rollup_stats(
     gq = grouped_quantiles(row_group[gaps.row], gaps.length, n_groups, QUANTILES)
     kern_m = acts.is_kernel[member_act]
     kq = grouped_quantiles(
-        row_group[member_row[kern_m]], acts.duration[member_act[kern_m]], n_groups, (0.5,)
+        row_group[member_row[kern_m]], acts.duration_of(member_act[kern_m]), n_groups, (0.5,)
     )
     return pd.DataFrame(
         {

@@ -441,8 +441,13 @@ class Read:
 CHUNK_ROWS = 400_000
 MAX_CHUNKS = 16
 
-#: A frame's columns: values, and the Cell code per row (None where every cell was read).
-Columns = dict[str, tuple[np.ndarray, np.ndarray | None]]
+#: Rows per Arrow batch the ADBC driver returns (its default, 1,024, makes a million-row chunk
+#: hundreds of pieces).
+BATCH_ROWS = 65_536
+
+#: A frame's columns: values (one array, or a chunk's pieces in order, which _concat joins), and
+#: the Cell code per row (None where every cell was read).
+Columns = dict[str, tuple[np.ndarray | list[np.ndarray], np.ndarray | None]]
 
 
 class _Typed(Exception):
@@ -479,8 +484,11 @@ class _Reader:
         out = {}
         for key, r in reads.items():
             mine = [p for (k, _, _), p in zip(tasks, parts) if k == key]
+            bounds = [(lo, hi) for k, lo, hi in tasks if k == key]
+            parts = [p for (k, _, _), p in zip(tasks, parts) if k != key]  # only the chunks still to join
+            tasks = [t for t in tasks if t[0] != key]
             if any(p is None for p in mine):  # values of the wrong type somewhere: read it typed
-                mine = [self._chunk(r, lo, hi, typed=True) for k, lo, hi in tasks if k == key]
+                mine = [self._chunk(r, lo, hi, typed=True) for lo, hi in bounds]
             out[key] = _frame(_concat(mine, r), r)
         return out
 
@@ -506,11 +514,14 @@ class _Reader:
             with self._lock:
                 self._opened.append(conn)
             cur = conn.cursor()
-            cur.execute("PRAGMA mmap_size = 4294967296")  # read pages in place, no copies
+            # No memory map: mapped pages of the file count as the process's resident memory
+            # (the whole file, up to the map's size); read through SQLite's small page cache.
+            cur.execute("PRAGMA mmap_size = 0")
             cur.fetchall()
             cur.close()
         cur = conn.cursor()
         try:
+            cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
             cur.execute(query)
             return cur.fetch_arrow_table()
         finally:
@@ -575,10 +586,12 @@ def _fast_columns(table, r: Read) -> Columns | None:
                 return None
             out[name] = (col.to_pandas().to_numpy(dtype=object), None)
         elif pa.types.is_integer(t):
-            values = pc.fill_null(col, -1).to_numpy().astype(np.int64, copy=False)
             cells = None
             if col.null_count:
+                values = pc.fill_null(col, -1).to_numpy().astype(np.int64, copy=False)
                 cells = pc.is_null(col).to_numpy(zero_copy_only=False).astype(np.uint8) * np.uint8(Cell.NULL)
+            else:  # views of the driver's own buffers: _concat makes the one copy
+                values = [c.to_numpy().astype(np.int64, copy=False) for c in col.chunks]
             out[name] = (values, cells)
         else:
             return None
@@ -627,14 +640,27 @@ def _decoded(raw: list) -> tuple[np.ndarray, np.ndarray | None]:
 
 
 def _concat(parts: list[Columns], r: Read) -> Columns:
+    """The chunks' columns joined, each column's chunks let go as soon as it is joined (so a
+    read holds its chunks and one joined column, not two copies of the table)."""
     out: Columns = {}
     for name in r.names:
-        values = [p[name][0] for p in parts]
-        codes = [p[name][1] for p in parts]
+        taken = [p.pop(name) for p in parts]
+        values = [v if isinstance(v, list) else [v] for v, _ in taken]
+        codes = [c for _, c in taken]
+        del taken
         cells = None
         if any(c is not None for c in codes):
-            cells = np.concatenate([np.zeros(v.size, np.uint8) if c is None else c for v, c in zip(values, codes)])
-        out[name] = (values[0] if len(values) == 1 else np.concatenate(values), cells)
+            cells = np.concatenate([np.zeros(sum(x.size for x in v), np.uint8) if c is None else c
+                                    for v, c in zip(values, codes)])
+        pieces = [x for v in values for x in v]
+        del values
+        if not pieces:
+            joined = np.zeros(0, dtype=object if name in TEXT_COLUMNS else np.int64)
+        elif len(pieces) == 1 and pieces[0].base is None:
+            joined = pieces[0]
+        else:  # also copies a lone view out of the driver's buffers, which then go
+            joined = np.concatenate(pieces)
+        out[name] = (joined, cells)
     return out
 
 
