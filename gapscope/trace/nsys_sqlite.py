@@ -443,7 +443,7 @@ MAX_CHUNKS = 16
 
 #: Rows per Arrow batch the ADBC driver returns (its default, 1,024, makes a million-row chunk
 #: hundreds of pieces).
-BATCH_ROWS = 65_536
+BATCH_ROWS = 16_384
 
 #: A frame's columns: values (one array, or a chunk's pieces in order, which _concat joins), and
 #: the Cell code per row (None where every cell was read).
