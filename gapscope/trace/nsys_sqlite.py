@@ -481,17 +481,25 @@ class _Reader:
             return {key: _frame(self._sqlite_columns(r), r) for key, r in reads.items()}
         tasks = [(key, lo, hi) for key, r in reads.items() for lo, hi in _bounds(self._conn, r)]
         workers = max(1, min(4, os.cpu_count() or 1, len(tasks)))
-        with ThreadPoolExecutor(workers) as pool:
-            parts = list(pool.map(lambda t: self._chunk(reads[t[0]], t[1], t[2], typed=False), tasks))
+        chunks = {key: sum(1 for k, _, _ in tasks if k == key) for key in reads}
         out = {}
-        for key, r in reads.items():
-            mine = [p for (k, _, _), p in zip(tasks, parts) if k == key]
-            bounds = [(lo, hi) for k, lo, hi in tasks if k == key]
-            parts = [p for (k, _, _), p in zip(tasks, parts) if k != key]  # only the chunks still to join
-            tasks = [t for t in tasks if t[0] != key]
-            if any(p is None for p in mine):  # values of the wrong type somewhere: read it typed
-                mine = [self._chunk(r, lo, hi, typed=True) for lo, hi in bounds]
-            out[key] = _frame(_concat(mine, r), r)
+        waiting: dict[str, list[Columns | None]] = {}
+        with ThreadPoolExecutor(workers) as pool:
+            # Chunks come back in task order, a table's together: each table is joined (and its
+            # chunks let go) as soon as its last chunk is in, while the next ones are read.
+            for (key, _, _), part in zip(tasks, pool.map(
+                    lambda t: self._chunk(reads[t[0]], t[1], t[2], typed=False), tasks)):
+                mine = waiting.setdefault(key, [])
+                mine.append(part)
+                del part
+                if len(mine) < chunks[key]:
+                    continue
+                del waiting[key]
+                r = reads[key]
+                if any(p is None for p in mine):  # values of the wrong type somewhere: read it typed
+                    mine = [self._chunk(r, lo, hi, typed=True) for k, lo, hi in tasks if k == key]
+                out[key] = _frame(_concat(mine, r), r)
+                del mine
         return out
 
     def _chunk(self, r: Read, lo: int | None, hi: int | None, *, typed: bool) -> Columns | None:
