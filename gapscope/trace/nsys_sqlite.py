@@ -123,10 +123,12 @@ class NsysSqlite:
         conn = self._live()
         reader = _Reader(self._source, conn)
         try:
-            return _load_frames(conn, reader, self.meta, syncs, all_calls, self)
+            frames = _load_frames(conn, reader, self.meta, syncs, all_calls, self)
         finally:
             reader.close()
+        if max(len(frames.activities), len(frames.api)) >= TRIM_ROWS:
             _give_back_freed_memory()
+        return frames
 
     # -- names (gapscope.trace.frames.Names) --------------------------------------------------
     def lookup(self, ids: Iterable[int]) -> dict[int, str]:
@@ -560,12 +562,18 @@ class _Reader:
         self._opened.clear()
 
 
+#: Frames of at least this many rows have int64 columns of 32 MiB or more, which glibc always
+#: maps apart from its heap (its largest mmap threshold), so the analysis's arrays never reuse the
+#: heap's free pages: only then are they handed back after the read (for smaller traces the
+#: analysis reuses them, and handing them back would only cost page faults).
+TRIM_ROWS = (32 << 20) // 8
+
+
 def _give_back_freed_memory() -> None:
     """Hand the C heap's free pages back to the system (glibc's ``malloc_trim``). The driver's
     Arrow batches are freed in pieces of BATCH_ROWS rows, scattered over the heaps of the reading
-    threads, where the analysis's large arrays (mapped apart) would never reuse them: about 110
-    bytes per row read that would otherwise stay resident. Nothing happens where the C library
-    has no ``malloc_trim``."""
+    threads: about 110 bytes per row read that would otherwise stay resident. Nothing happens
+    where the C library has no ``malloc_trim``."""
     try:
         ctypes.CDLL(None).malloc_trim(0)
     except (OSError, AttributeError):
