@@ -12,9 +12,15 @@ the step's own:
   ``validate``: the damage checks alone (gapscope.trace.validation.validate) on those frames, in
   the same process, with their share of the read.
 
+Then the whole process, timed from its start to its exit (interpreter, imports, read, analysis,
+report): ``floor process``, a fresh interpreter running the ``select`` above, against
+``gapscope analyze`` (the table report, to /dev/null), each with its peak resident memory and the
+ratio of its time to the floor's, measured in the same run.
+
     python benchmarks/bench_analyze.py [--source traces/cupy_paths_node.sqlite] [--kernels 1000000]
 
-Target (issue 2): analyze within 2 s and 1.5 GB on a 2-core machine at 1,000,000 kernels.
+Targets: issue 2, analyze within 2 s and 1.5 GB on a 2-core machine at 1,000,000 kernels; issue
+18, the whole process within 1.3x the floor process and under 400 MB.
 """
 
 from __future__ import annotations
@@ -25,6 +31,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import big_trace, run_child  # noqa: E402
+
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+
+from harness import ROOT  # noqa: E402
 
 CHILD = r"""
 import json, resource, sys, time
@@ -67,8 +79,42 @@ def run_step(path: Path, step: str) -> dict:
     return run_child(CHILD, str(path), step, what=step)
 
 
+def run_process(argv: list[str]) -> tuple[float, float]:
+    """(seconds from start to exit, peak resident MB) of one fresh process running ``argv``
+    with this checkout first on its path, its output thrown away."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    t = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - t
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    err = proc.stderr.read().decode(errors="replace")
+    proc.stderr.close()
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} failed:\n{err}")
+    return seconds, usage.ru_maxrss / 1024
+
+
+def whole_processes(big: Path, repeat: int) -> None:
+    """The floor process against the whole ``gapscope analyze``, alternated, best of ``repeat``."""
+    floor = [sys.executable, "-c", CHILD, str(big), "select"]
+    analyze = [sys.executable, "-m", "gapscope", "analyze", str(big)]
+    runs: dict[str, list[tuple[float, float]]] = {"floor process": [], "gapscope analyze": []}
+    for _ in range(repeat):
+        runs["floor process"].append(run_process(floor))
+        runs["gapscope analyze"].append(run_process(analyze))
+    base = min(t for t, _ in runs["floor process"])
+    print(f"{'whole process':<22}{'min s':>9}{'max s':>9}{'peak MB':>10}{'x floor':>9}   load {os.getloadavg()[0]:.2f}")
+    for step, got in runs.items():
+        times = [t for t, _ in got]
+        print(f"{step:<22}{min(times):>9.2f}{max(times):>9.2f}{max(m for _, m in got):>10.0f}"
+              f"{min(times) / base:>9.2f}")
+
+
 def main() -> None:
     args, big = big_trace(__doc__)
+    print(f"load average {os.getloadavg()[0]:.2f}")
+    whole_processes(big, args.repeat)
     print("call: the library call alone; +imports: also importing gapscope (numpy, pandas, pyarrow)")
     print(f"{'step':<22}{'rows':>12}{'call s':>9}{'+imports s':>12}{'peak MB':>10}")
     for step in ("select", "read", "analyze", "analyze+attribution"):

@@ -225,3 +225,24 @@ def test_graph_replays_between_and_inside(tmp_path):
         4, 2, 3_000, 600)
     assert (d["verdict"], d["reading"]) == verdict(d) == ("graph_replay", "graphs: host between")
     assert r.trace["graph_trace"] == "node"
+
+
+def test_gaps_classified_in_blocks_get_the_categories_of_one_block(monkeypatch):
+    """Attributor.classify works CLASSIFY_BLOCK gaps at a time; forced to blocks of 7 gaps on a
+    shipped trace whose 5,231 device gaps fall in every category but unknown, the whole result
+    (every level's categories, splits, longest gaps) is the one-block result."""
+    from gapscope.analysis import attribution, pipeline
+    from paths import TRACES
+
+    path = TRACES / "torch_decode_sync.sqlite"
+    one = pipeline.analysis_of(path)
+    monkeypatch.setattr(attribution, "CLASSIFY_BLOCK", 7)
+    blocks = pipeline.analysis_of(path)
+    assert blocks.result.to_dict() == one.result.to_dict()
+    for level in ("device_gaps", "stream_gaps", "range_gaps"):
+        a, b = getattr(one, level), getattr(blocks, level)
+        assert np.array_equal(a.category, b.category)
+        assert np.array_equal(a.split.matrix(np.arange(a.length.size), a.length),
+                              b.split.matrix(np.arange(b.length.size), b.length))
+    assert one.device_gaps.length.size == 5231
+    assert (np.bincount(one.device_gaps.category, minlength=len(IdleCategory))[:-1] > 0).all()

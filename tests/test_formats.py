@@ -13,6 +13,7 @@ import gzip
 import json
 import re
 import shutil
+import sqlite3
 import subprocess
 import sys
 from collections import Counter
@@ -163,6 +164,36 @@ def test_columnar_frames_equal_the_sqlite_frames_row_for_row():
     assert frames[PARQUET] == frames[SQLITE] == frames[ARROW]
     assert len(frames[SQLITE]["api"]["start"]) == 3681 and frames[SQLITE]["names"][0] == \
         "distribution_elementwise_grid_stride_kernel"
+
+
+def _sqlite_frames(path: Path) -> dict:
+    with open_trace(path) as trace:
+        f = trace.frames(syncs=True, all_calls=True)
+        return {k: getattr(f, k).to_dict("list") for k in ("activities", "api", "nvtx", "syncs")} | \
+            {"warnings": list(f.warnings)}
+
+
+def test_sqlite_frames_the_same_read_in_many_chunks_and_batches(monkeypatch):
+    """The bulk read of a large export (many rowid chunks, each many Arrow batches joined in one
+    copy, the heap trimmed after it) forced on a shipped trace: the same frames, row for row, as
+    its one-chunk, one-batch read."""
+    from gapscope.trace import nsys_sqlite
+
+    whole = _sqlite_frames(SQLITE)
+    chunks, trims = [], []
+    chunk, trim = nsys_sqlite._Reader._chunk, nsys_sqlite._give_back_freed_memory
+    monkeypatch.setattr(nsys_sqlite, "CHUNK_ROWS", 300)
+    monkeypatch.setattr(nsys_sqlite, "BATCH_ROWS", 7)
+    monkeypatch.setattr(nsys_sqlite, "TRIM_ROWS", 0)
+    monkeypatch.setattr(nsys_sqlite._Reader, "_chunk", lambda self, r, lo, hi, typed: (
+        chunks.append(r.table), chunk(self, r, lo, hi, typed=typed))[1])
+    monkeypatch.setattr(nsys_sqlite, "_give_back_freed_memory", lambda: (trims.append(1), trim())[1])
+    assert _sqlite_frames(SQLITE) == whole
+    conn = sqlite3.connect(f"file:{SQLITE}?mode=ro&immutable=1", uri=True)
+    lo, hi = conn.execute("SELECT min(rowid), max(rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
+    conn.close()
+    assert chunks.count("CUPTI_ACTIVITY_KIND_KERNEL") == -(-(hi - lo + 1) // 300) > 1 and trims == [1]
+    assert len(whole["activities"]["start"]) == 1649 and len(whole["api"]["start"]) == 3681
 
 
 # ------------------------------------------------------------------ PyTorch profiler (Kineto)

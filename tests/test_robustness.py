@@ -56,6 +56,27 @@ def test_one_null_kernel_start_is_left_out_with_a_warning(tmp_path):
     agrees_with_reference(path, r)
 
 
+def test_damaged_cells_read_in_many_chunks_and_batches_give_the_one_chunk_result(tmp_path, monkeypatch):
+    """A table with a text and a NULL cell is read again typed, chunk by chunk: with many rowid
+    chunks and small Arrow batches the result is the one-chunk read's, damaged rows left out."""
+    from gapscope.trace import nsys_sqlite
+
+    path = damage(copy_trace("torch_decode", tmp_path), f"UPDATE {KERNEL} SET start = 'x' WHERE rowid = 100",
+                  f"UPDATE {KERNEL} SET end = NULL WHERE rowid = 4000")
+    whole = analyzed_json(path)
+    typed_reads, chunk = [], nsys_sqlite._Reader._chunk
+    monkeypatch.setattr(nsys_sqlite, "CHUNK_ROWS", 500)
+    monkeypatch.setattr(nsys_sqlite, "BATCH_ROWS", 7)
+    monkeypatch.setattr(nsys_sqlite._Reader, "_chunk", lambda self, r, lo, hi, typed: (
+        typed and typed_reads.append(r.table), chunk(self, r, lo, hi, typed=typed))[1])
+    assert analyzed_json(path) == whole
+    assert typed_reads == [KERNEL] * 11  # rowids 1-5,232 in chunks of 500
+    assert whole["warnings"][0] == ("left out 2 of 5,633 GPU activity rows as damaged (start not an "
+                                    "integer: 1, end NULL: 1); every figure covers the other rows")
+    assert device(whole)[0] == 5232 - 2
+    agrees_with_reference(path, whole)
+
+
 def test_an_nvtx_range_with_a_null_start_is_left_out(tmp_path):
     """Was: the range began at -1 and picked up 239 extra kernels."""
     path = damage(copy_trace("torch_decode", tmp_path), f"UPDATE {NVTX} SET start = NULL WHERE rowid = 5")

@@ -121,6 +121,10 @@ def _previous(sorted_keys: np.ndarray, query: np.ndarray, side: str = "right") -
     return np.searchsorted(sorted_keys, query, side=side) - 1
 
 
+#: Gaps classified at a time (Attributor.classify).
+CLASSIFY_BLOCK = 1 << 18
+
+
 class Attributor:
     """Classifies gaps of any level against one trace; build once, call ``classify`` per level."""
 
@@ -245,13 +249,30 @@ class Attributor:
         """The categories of every gap: one category for the whole gap (rules 1, 2, 5, 6), or
         its time split over the launching thread's states (rules 3, 4); every gap's time sums
         to its length."""
-        n = gaps.length.size
+        return self._classified(gaps.start, gaps.length, gaps.next_act)
+
+    def _classified(self, g0: np.ndarray, length: np.ndarray, k: np.ndarray) -> GapSplit:
+        """:meth:`classify` of the gaps starting at ``g0``, of ``length``, ended by activity
+        ``k``: CLASSIFY_BLOCK gaps at a time (each gap's categories are its own), so that the
+        rules' temporaries (some 130 bytes a gap) do not grow with the level's length."""
+        n = length.size
+        if n <= CLASSIFY_BLOCK:
+            return self._classified_block(g0, length, k)
+        parts = [self._classified_block(g0[a:a + CLASSIFY_BLOCK], length[a:a + CLASSIFY_BLOCK],
+                                        k[a:a + CLASSIFY_BLOCK]) for a in range(0, n, CLASSIFY_BLOCK)]
+        offset = np.cumsum([0] + [p.states.shape[0] for p in parts[:-1]])
+        return GapSplit(
+            whole=np.concatenate([p.whole for p in parts]),
+            state_row=np.concatenate([np.where(p.state_row >= 0, p.state_row + o, -1) for p, o in zip(parts, offset)]),
+            states=np.concatenate([p.states for p in parts]),
+            category=np.concatenate([p.category for p in parts]),
+        )
+
+    def _classified_block(self, g0: np.ndarray, length: np.ndarray, k: np.ndarray) -> GapSplit:
+        n = length.size
         if n == 0:
             empty = np.zeros(0, dtype=np.int8)
             return GapSplit(empty, np.zeros(0, dtype=np.int64), np.zeros((0, ht.N_STATES), dtype=np.int64), empty)
-        g0 = gaps.start
-        k = gaps.next_act
-        length = gaps.length
         whole = np.full(n, IdleCategory.PIPELINE, dtype=np.int8)
         # dependency: a stream wait issued between the previous launch on K's stream and L,
         # or the previous operation on K's stream is a copy that ended inside the gap.
@@ -300,7 +321,7 @@ class Attributor:
             split = base.take(j0)
             other = np.flatnonzero(~same)
             if other.size:  # gaps of this level only: classified, their states after the base's
-                fresh = self.classify(_subset(g, other))
+                fresh = self._classified(g.start[other], g.length[other], g.next_act[other])
                 states = np.concatenate([base.states, fresh.states])
                 whole, state_row, category = split.whole.copy(), split.state_row.copy(), split.category.copy()
                 whole[other], category[other] = fresh.whole, fresh.category

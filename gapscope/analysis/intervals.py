@@ -55,9 +55,15 @@ def grouped_running_max(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
     width = int(values.max() - lo) + 1
     n_groups = int(groups[-1]) + 1 if groups.size else 0
     if width * max(n_groups, 1) < 2**62:
-        # Lift each group above every earlier one so that one global accumulate restarts per group.
-        lifted = (values - lo) + groups.astype(np.int64) * width
-        return np.maximum.accumulate(lifted) - groups.astype(np.int64) * width + lo
+        # Lift each group above every earlier one so that one global accumulate restarts per group
+        # (in place: two arrays of the input's length, whatever its size).
+        shift = np.multiply(groups, width, dtype=np.int64)
+        lifted = values - lo
+        lifted += shift
+        np.maximum.accumulate(lifted, out=lifted)
+        lifted -= shift
+        lifted += lo
+        return lifted
     import pandas as pd  # pragma: no cover - only for spans too wide to lift
 
     return pd.Series(values).groupby(groups).cummax().to_numpy()  # pragma: no cover
@@ -74,9 +80,10 @@ def group_timelines(
     """
     groups = np.asarray(groups, dtype=np.int64)
     start = np.asarray(start, dtype=np.int64)
-    end = np.maximum(np.asarray(end, dtype=np.int64), start)
     order = np.lexsort((start, groups))
-    g, s, e = groups[order], start[order], end[order]
+    g, s = groups[order], start[order]
+    e = np.asarray(end, dtype=np.int64)[order]
+    np.maximum(e, s, out=e)
 
     count = np.bincount(g, minlength=n_groups).astype(np.int64)
     first_start = np.zeros(n_groups, dtype=np.int64)
@@ -89,29 +96,34 @@ def group_timelines(
                               empty, empty, empty, empty, empty)
 
     running_end = grouped_running_max(e, g)
+    # The interval that holds the running end before a gap: the last one (in sorted order)
+    # whose own end is the running end; a group's first interval always is one.
+    is_mark = e == running_end
+    del e
     new_group = np.empty(g.size, dtype=bool)
     new_group[0] = True
     np.not_equal(g[1:], g[:-1], out=new_group[1:])
-    prev_end = np.empty_like(running_end)
-    prev_end[0] = 0
-    prev_end[1:] = running_end[:-1]
-    gap = np.where(new_group, 0, s - prev_end)
-    is_gap = gap > 0
-
     heads = np.flatnonzero(new_group)
     present = g[heads]
     first_start[present] = s[heads]
     tails = np.append(heads[1:], g.size) - 1
     last_end[present] = running_end[tails]
-    gap_pos = np.where(is_gap, gap, 0)
-    gap_ns[present] = np.add.reduceat(gap_pos, heads)
-    gap_count[present] = np.add.reduceat(is_gap.astype(np.int64), heads)
-
+    # gap: the start minus the running end before it, 0 at a group's first interval.
+    gap = s
+    gap[1:] -= running_end[:-1]
+    gap[new_group] = 0
+    del s, new_group
+    is_gap = gap > 0
     idx = np.flatnonzero(is_gap)
-    # The interval that holds the running end before a gap: the last one (in sorted order)
-    # whose own end is the running end; a group's first interval always is one.
-    marks = np.flatnonzero(e == running_end)
+    gaps_start = running_end[idx - 1]  # a gap never comes first in its group: idx >= 1
+    del running_end
+    gap_ns[present] = np.add.reduceat(np.maximum(gap, 0), heads)
+    gap_count[present] = np.add.reduceat(is_gap, heads, dtype=np.int64)
+    del is_gap
+    marks = np.flatnonzero(is_mark)
+    del is_mark
     holder = marks[np.searchsorted(marks, idx - 1, side="right") - 1] if idx.size else empty
+    del marks
     return GroupTimelines(
         n_groups=n_groups,
         count=count,
@@ -121,7 +133,7 @@ def group_timelines(
         gap_count=gap_count,
         gaps_group=g[idx],
         gaps_len=gap[idx],
-        gaps_start=prev_end[idx],
+        gaps_start=gaps_start,
         gaps_next=order[idx],
         gaps_prev=order[holder],
     )
@@ -152,9 +164,12 @@ def sort_within_groups(groups: np.ndarray, values: np.ndarray, n_groups: int) ->
         return count, values
     vmax = int(values.max()) + 1
     if values.min() >= 0 and vmax * max(n_groups, 1) < 2**62:
-        # One sort of a combined key beats a two-key lexsort.
-        key = np.sort(groups * vmax + values)
-        return count, key - np.repeat(np.arange(n_groups, dtype=np.int64) * vmax, count)
+        # One sort of a combined key beats a two-key lexsort (in place: one array of the input's length).
+        key = groups * vmax
+        key += values
+        key.sort()
+        key -= np.repeat(np.arange(n_groups, dtype=np.int64) * vmax, count)
+        return count, key
     order = np.lexsort((values, groups))  # pragma: no cover - negative or huge values only
     return count, values[order]  # pragma: no cover
 

@@ -44,6 +44,10 @@ class ActivityArrays:
     def duration(self) -> np.ndarray:
         return self.end - self.start
 
+    def duration_of(self, idx: np.ndarray) -> np.ndarray:
+        """The durations of the activities ``idx`` (without one of every activity first)."""
+        return self.end[idx] - self.start[idx]
+
 
 @dataclass(frozen=True)
 class GapList:
@@ -100,24 +104,26 @@ def level_stats(
     span = _sum_to(pair_row, tl.span_ns, n_rows)
     gap = _sum_to(pair_row, tl.gap_ns, n_rows)
     gap_count = _sum_to(pair_row, tl.gap_count, n_rows)
+    next_act = b_act[tl.gaps_next]
+    gaps = GapList(
+        row=pair_row[tl.gaps_group],
+        device=acts.device[next_act] if next_act.size else np.zeros(0, np.int64),
+        length=tl.gaps_len,
+        start=tl.gaps_start,
+        next_act=next_act,
+        prev_act=b_act[tl.gaps_prev],
+    )
+    del tl, b_act, busy_m  # the timelines' own index arrays, no longer needed
     member_row = pair_row[member_pair]
     kern_m = acts.is_kernel[member_act]
     mem_m = acts.is_memop[member_act]
     kernels = np.bincount(member_row[kern_m], minlength=n_rows).astype(np.int64)
     memops = np.bincount(member_row[mem_m], minlength=n_rows).astype(np.int64)
-    memop_ns = _sum_to(member_row[mem_m], acts.duration[member_act[mem_m]], n_rows)
+    memop_ns = _sum_to(member_row[mem_m], acts.duration_of(member_act[mem_m]), n_rows)
 
-    gaps = GapList(
-        row=pair_row[tl.gaps_group],
-        device=acts.device[b_act[tl.gaps_next]] if tl.gaps_next.size else np.zeros(0, np.int64),
-        length=tl.gaps_len,
-        start=tl.gaps_start,
-        next_act=b_act[tl.gaps_next],
-        prev_act=b_act[tl.gaps_prev],
-    )
     if percentiles:
         gq = grouped_quantiles(gaps.row, gaps.length, n_rows, QUANTILES)
-        kq = grouped_quantiles(member_row[kern_m], acts.duration[member_act[kern_m]], n_rows, (0.5,))
+        kq = grouped_quantiles(member_row[kern_m], acts.duration_of(member_act[kern_m]), n_rows, (0.5,))
     else:
         gq, kq = np.full((n_rows, len(QUANTILES)), np.nan), np.full((n_rows, 1), np.nan)
     table = pd.DataFrame(
@@ -158,7 +164,7 @@ def rollup_stats(
     gq = grouped_quantiles(row_group[gaps.row], gaps.length, n_groups, QUANTILES)
     kern_m = acts.is_kernel[member_act]
     kq = grouped_quantiles(
-        row_group[member_row[kern_m]], acts.duration[member_act[kern_m]], n_groups, (0.5,)
+        row_group[member_row[kern_m]], acts.duration_of(member_act[kern_m]), n_groups, (0.5,)
     )
     return pd.DataFrame(
         {

@@ -20,6 +20,7 @@ answer until it is closed, then raise ClosedTraceError.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import sqlite3
@@ -123,9 +124,12 @@ class NsysSqlite:
         conn = self._live()
         reader = _Reader(self._source, conn, self._source.column_cache())
         try:
-            return _load_frames(conn, reader, self.meta, syncs, all_calls, self)
+            frames = _load_frames(conn, reader, self.meta, syncs, all_calls, self)
         finally:
             reader.close()
+        if max(len(frames.activities), len(frames.api)) >= TRIM_ROWS:
+            _give_back_freed_memory()
+        return frames
 
     # -- names (gapscope.trace.frames.Names) --------------------------------------------------
     def lookup(self, ids: Iterable[int]) -> dict[int, str]:
@@ -448,8 +452,13 @@ class Read:
 CHUNK_ROWS = 400_000
 MAX_CHUNKS = 16
 
-#: A frame's columns: values, and the Cell code per row (None where every cell was read).
-Columns = dict[str, tuple[np.ndarray, np.ndarray | None]]
+#: Rows per Arrow batch the ADBC driver returns (its default, 1,024, makes a million-row chunk
+#: hundreds of pieces).
+BATCH_ROWS = 16_384
+
+#: A frame's columns: values (one array, or a chunk's pieces in order, which _concat joins), and
+#: the Cell code per row (None where every cell was read).
+Columns = dict[str, tuple[np.ndarray | list[np.ndarray], np.ndarray | None]]
 
 
 class _Typed(Exception):
@@ -484,14 +493,25 @@ class _Reader:
             return {key: _frame(self._sqlite_columns(r), r) for key, r in reads.items()}
         tasks = [(key, lo, hi) for key, r in reads.items() for lo, hi in _bounds(self._conn, r)]
         workers = max(1, min(4, os.cpu_count() or 1, len(tasks)))
-        with ThreadPoolExecutor(workers) as pool:
-            parts = list(pool.map(lambda t: self._chunk(reads[t[0]], t[1], t[2], typed=False), tasks))
+        chunks = {key: sum(1 for k, _, _ in tasks if k == key) for key in reads}
         out = {}
-        for key, r in reads.items():
-            mine = [p for (k, _, _), p in zip(tasks, parts) if k == key]
-            if any(p is None for p in mine):  # values of the wrong type somewhere: read it typed
-                mine = [self._chunk(r, lo, hi, typed=True) for k, lo, hi in tasks if k == key]
-            out[key] = _frame(_concat(mine, r), r)
+        waiting: dict[str, list[Columns | None]] = {}
+        with ThreadPoolExecutor(workers) as pool:
+            # Chunks come back in task order, a table's together: each table is joined (and its
+            # chunks let go) as soon as its last chunk is in, while the next ones are read.
+            for (key, _, _), part in zip(tasks, pool.map(
+                    lambda t: self._chunk(reads[t[0]], t[1], t[2], typed=False), tasks)):
+                mine = waiting.setdefault(key, [])
+                mine.append(part)
+                del part
+                if len(mine) < chunks[key]:
+                    continue
+                del waiting[key]
+                r = reads[key]
+                if any(p is None for p in mine):  # values of the wrong type somewhere: read it typed
+                    mine = [self._chunk(r, lo, hi, typed=True) for k, lo, hi in tasks if k == key]
+                out[key] = _frame(_concat(mine, r), r)
+                del mine
         return out
 
     def _chunk(self, r: Read, lo: int | None, hi: int | None, *, typed: bool) -> Columns | None:
@@ -525,11 +545,14 @@ class _Reader:
             with self._lock:
                 self._opened.append(conn)
             cur = conn.cursor()
-            cur.execute("PRAGMA mmap_size = 4294967296")  # read pages in place, no copies
+            # No memory map: mapped pages of the file count as the process's resident memory
+            # (the whole file, up to the map's size); read through SQLite's small page cache.
+            cur.execute("PRAGMA mmap_size = 0")
             cur.fetchall()
             cur.close()
         cur = conn.cursor()
         try:
+            cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
             cur.execute(query)
             return cur.fetch_arrow_table()
         finally:
@@ -558,6 +581,24 @@ class _Reader:
         self._opened.clear()
         if self._cache is not None:
             self._cache.finish()
+
+
+#: Frames of at least this many rows have int64 columns of 32 MiB or more, which glibc always
+#: maps apart from its heap (its largest mmap threshold), so the analysis's arrays never reuse the
+#: heap's free pages: only then are they handed back after the read (for smaller traces the
+#: analysis reuses them, and handing them back would only cost page faults).
+TRIM_ROWS = (32 << 20) // 8
+
+
+def _give_back_freed_memory() -> None:
+    """Hand the C heap's free pages back to the system (glibc's ``malloc_trim``). The driver's
+    Arrow batches are freed in pieces of BATCH_ROWS rows, scattered over the heaps of the reading
+    threads: about 110 bytes per row read that would otherwise stay resident. Nothing happens
+    where the C library has no ``malloc_trim``."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _bounds(conn: sqlite3.Connection, r: Read) -> list[tuple[int | None, int | None]]:
@@ -596,10 +637,12 @@ def _fast_columns(table, r: Read) -> Columns | None:
                 return None
             out[name] = (col.to_pandas().to_numpy(dtype=object), None)
         elif pa.types.is_integer(t):
-            values = pc.fill_null(col, -1).to_numpy().astype(np.int64, copy=False)
             cells = None
             if col.null_count:
+                values = pc.fill_null(col, -1).to_numpy().astype(np.int64, copy=False)
                 cells = pc.is_null(col).to_numpy(zero_copy_only=False).astype(np.uint8) * np.uint8(Cell.NULL)
+            else:  # views of the driver's own buffers: _concat makes the one copy
+                values = [c.to_numpy().astype(np.int64, copy=False) for c in col.chunks]
             out[name] = (values, cells)
         else:
             return None
@@ -648,14 +691,27 @@ def _decoded(raw: list) -> tuple[np.ndarray, np.ndarray | None]:
 
 
 def _concat(parts: list[Columns], r: Read) -> Columns:
+    """The chunks' columns joined, each column's chunks let go as soon as it is joined (so a
+    read holds its chunks and one joined column, not two copies of the table)."""
     out: Columns = {}
     for name in r.names:
-        values = [p[name][0] for p in parts]
-        codes = [p[name][1] for p in parts]
+        taken = [p.pop(name) for p in parts]
+        values = [v if isinstance(v, list) else [v] for v, _ in taken]
+        codes = [c for _, c in taken]
+        del taken
         cells = None
         if any(c is not None for c in codes):
-            cells = np.concatenate([np.zeros(v.size, np.uint8) if c is None else c for v, c in zip(values, codes)])
-        out[name] = (values[0] if len(values) == 1 else np.concatenate(values), cells)
+            cells = np.concatenate([np.zeros(sum(x.size for x in v), np.uint8) if c is None else c
+                                    for v, c in zip(values, codes)])
+        pieces = [x for v in values for x in v]
+        del values
+        if not pieces:
+            joined = np.zeros(0, dtype=object if name in TEXT_COLUMNS else np.int64)
+        elif len(pieces) == 1 and pieces[0].base is None:
+            joined = pieces[0]
+        else:  # also copies a lone view out of the driver's buffers, which then go
+            joined = np.concatenate(pieces)
+        out[name] = (joined, cells)
     return out
 
 
