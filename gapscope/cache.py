@@ -7,8 +7,9 @@ never a folder beside a trace. It holds
 * ``columns/<sha1>-<size>/``: the column cache of SQLite exports (gapscope.trace.cache);
 * ``results/<sha256>.result``: the result cache (:class:`ResultCache`): the compact result JSON
   of one `gapscope analyze TRACE`, keyed by the trace's content (every byte hashed), its path
-  as given, every option the pipeline received, the result schema, the Python version and a
-  digest of gapscope's own code (every ``.py`` file of the package), so a repeat renders it
+  as given, every option the pipeline received, the result schema, the Python version, the
+  versions of the packages the analysis computes with and a digest of gapscope's own code
+  (every ``.py`` file of the package), so a repeat renders it
   without reading or analyzing the trace, and a changed trace, option or gapscope never reads
   an old one.
 
@@ -45,6 +46,9 @@ DEFAULT_LIMIT = 2 << 30
 BOUNDED = ("columns", "results")
 #: The trace formats whose result is cached: those read from one file, keyed by its bytes.
 RESULT_FORMATS = ("nsys-sqlite", "kineto")
+#: The packages the analysis computes with, as their ``.dist-info`` folders name them: the
+#: versions installed are part of a result entry's key.
+ANALYSIS_PACKAGES = ("numpy", "pandas", "pyarrow", "adbc_driver_manager", "adbc_driver_sqlite", "ijson")
 #: Bumped whenever what a result entry holds changes, so an older layout is never read.
 RESULT_LAYOUT = "1"
 STAMP = "used"  # in a column entry: its mtime is when the entry was last read or written
@@ -200,6 +204,25 @@ def code_digest() -> str:
     return digest.hexdigest()
 
 
+@functools.lru_cache(maxsize=1)
+def package_versions() -> tuple[str, ...]:
+    """The ``.dist-info`` folder names (project and version) of ANALYSIS_PACKAGES on the module
+    path, the first of each as an import would find it: listed, not imported (neither they nor
+    importlib.metadata, which a cache hit would pay for)."""
+    found: dict[str, str] = {}
+    for folder in sys.path:
+        try:
+            names = os.listdir(folder or ".")
+        except OSError:
+            continue
+        for name in names:
+            if name.endswith(".dist-info"):
+                project = name[: -len(".dist-info")].rsplit("-", 1)[0].lower().replace("-", "_").replace(".", "_")
+                if project in ANALYSIS_PACKAGES:
+                    found.setdefault(project, name)
+    return tuple(sorted(found.values()))
+
+
 def write_in_flight(path: Path) -> bool:
     """Whether a SQLite export may have a write in flight: a ``-wal`` or ``-journal`` file
     beside it (whatever it holds: the SQLite reader then reads a private snapshot, whose
@@ -241,7 +264,7 @@ class ResultCache:
             return None
         key = json.dumps({"layout": RESULT_LAYOUT, "content": content, "size": identity[2], "path": str(path),
                           "format": trace_format, "options": options, "python": sys.version,
-                          "code": code_digest()}, sort_keys=True, default=list)
+                          "code": code_digest(), "packages": package_versions()}, sort_keys=True, default=list)
         from gapscope.schema import ANALYSIS_SCHEMA
 
         name = hashlib.sha256(f"{ANALYSIS_SCHEMA}\0{key}".encode()).hexdigest()

@@ -112,13 +112,26 @@ def test_another_path_or_content_misses(tmp_path, results):
     assert len(entries(results)) == 3
 
 
-def test_other_gapscope_code_misses(results, monkeypatch):
+def test_other_gapscope_code_or_packages_miss(results, monkeypatch):
     trace = str(SMALL)
     run(trace, "-f", "json")
     assert run(trace).startswith("gapscope torch_decode_small.sqlite  format: nsys SQLite export, cached result")
     monkeypatch.setattr(cache, "code_digest", lambda: "0" * 64)
     assert READ_IN.search(run(trace).splitlines()[0])  # analyzed again: the old entry is not read
     assert len(entries(results)) == 2
+    monkeypatch.setattr(cache, "package_versions", lambda: ("numpy-0.0.dist-info",))
+    assert READ_IN.search(run(trace).splitlines()[0])
+    assert len(entries(results)) == 3
+
+
+def test_the_package_versions_are_those_installed():
+    import numpy
+    import pandas
+    import pyarrow
+
+    found = cache.package_versions()
+    for module in (numpy, pandas, pyarrow):
+        assert f"{module.__name__}-{module.__version__}.dist-info" in found
 
 
 def test_the_code_digest_covers_every_module():
