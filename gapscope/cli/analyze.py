@@ -253,7 +253,9 @@ def _analyze(traces: tuple[str, ...], ranges: tuple[str, ...], domains: tuple[st
                "domains": domains, "threads": threads, "normalize": normalize}
     if threshold is not None:
         options["stall_threshold_ns"] = threshold
-    cache = None if tables or plot_dir or found.kind != "trace" else ResultCache.for_trace(found.path, found.format, options)
+    cache = None  # the result cache (gapscope.cache): for a report of one trace's result alone
+    if not tables and not plot_dir and found.kind == "trace":
+        cache = ResultCache.for_trace(found.path, found.format, options)
     if cache is not None and _write_cached(cache, found, output, fmt, limit=limit, wide=wide, **json):
         return
     if tables:
@@ -282,10 +284,14 @@ def _analyze(traces: tuple[str, ...], ranges: tuple[str, ...], domains: tuple[st
 
 
 def _json_text(result: Any) -> str:
-    """The result as the JSON renderer writes it (compact): what the result cache keeps."""
-    from gapscope.render.json import dumps
+    """The result as its JSON renderer writes it (compact): what the result cache keeps."""
+    import io
 
-    return dumps(result.to_dict()) + "\n"
+    from gapscope.render import render
+
+    text = io.StringIO()
+    render(result, "json", text)
+    return text.getvalue()
 
 
 def _write_text(path: str | None, text: str) -> None:
