@@ -9,8 +9,12 @@ reading its peak resident memory from the kernel (``wait4``):
   export (recorded from gapscope's reader beforehand: the same columns, filters and rowid
   chunks), into Arrow, in a process that imports nothing else;
 * ``analyze``: ``gapscope analyze T -f json -o FILE --no-cache``, the whole process;
-* ``cache miss`` / ``cache hit``: the same with the column cache on (a fresh cache folder): the
-  first run keeps the columns, the next ones read them (gapscope.trace.cache);
+* ``cache miss`` / ``column cache hit``: the same with the caches on (a fresh cache folder): the
+  first run keeps the columns, the next ones read them (gapscope.trace.cache), the result cache
+  emptied before each (so each one analyzes);
+* ``result cache hit``: the same repeated, the result kept (gapscope.cache.ResultCache): JSON, and
+  the table (``-o FILE.txt``), beside two floors: ``python -c pass``, and a process that hashes
+  the export (SHA-1, as the key needs) and reads the entry's bytes;
 * ``json`` / ``table``: the report of a trace with 20,000 NVTX ranges of distinct names
   (traces/torch_emit_nvtx.sqlite tiled, ``--no-normalize``), written in one process after one
   analysis: compact JSON, the old indented JSON, and the table, beside ``result.to_dict()``
@@ -25,7 +29,8 @@ Every row prints the load average before it. Times are the best of --repeat, wit
     flock /work/notes/bench.lock python benchmarks/bench_scale.py [--kernels 100000,1000000] [--quick]
 
 ``--quick`` (CI: ``.ci/run``): 20,000 kernels, 4,000 ranges, four 20,000-kernel files, one run
-each. The script fails when the JSON of a cache hit differs from the uncached one.
+each. The script fails when the JSON of a cache hit (column or result) differs from the uncached
+one.
 """
 
 from __future__ import annotations
@@ -61,6 +66,15 @@ for q in queries:
     cur = conn.cursor(); cur.execute(q); rows += cur.fetch_arrow_table().num_rows; cur.close()
 conn.close()
 print(rows)
+"""
+
+RESULT_FLOOR = r"""
+import hashlib, sys
+digest = hashlib.sha1()
+with open(sys.argv[1], "rb") as fh:
+    while block := fh.read(1 << 20):
+        digest.update(block)
+open(sys.argv[2], "rb").read()
 """
 
 OUTPUT = r"""
@@ -168,16 +182,38 @@ def scale_rows(source: Path, kernels: int, workdir: Path, repeat: int) -> None:
     row("analyze (no cache)", n, plain, floor["best"])
     xdg = workdir / "xdg"
     env = {"XDG_CACHE_HOME": str(xdg), "GAPSCOPE_NO_CACHE": ""}
+    results = xdg / "gapscope" / "results"
     miss = timed(gs, repeat, env, before=lambda: shutil.rmtree(xdg, ignore_errors=True))
     row("analyze, cache miss", n, miss, floor["best"])
-    hit = timed(gs, repeat, env)
+    hit = timed(gs, repeat, env, before=lambda: shutil.rmtree(results, ignore_errors=True))
     if out.read_bytes() != uncached:
         raise SystemExit(f"{big}: the analysis read from the column cache differs from the uncached one")
-    kept = sum(p.stat().st_size for p in xdg.rglob("*") if p.is_file()) / 1e6
-    row("analyze, cache hit", n, hit, floor["best"],
+    kept = sum(p.stat().st_size for p in xdg.rglob("*") if p.is_file() and results not in p.parents) / 1e6
+    row("column cache hit", n, hit, floor["best"],
         note=f"{hit['best'] / plain['best']:.2f}x the uncached run; {kept:.0f} MB kept")
+    result_rows(gs, big, n, repeat, env, results, uncached, out)
     shutil.rmtree(xdg, ignore_errors=True)
     out.unlink(missing_ok=True)
+
+
+def result_rows(gs: list[str], big: Path, n: str, repeat: int, env: dict[str, str], results: Path,
+                uncached: bytes, out: Path) -> None:
+    """The result cache's hits (the entry the column cache hit above kept) beside their floors."""
+    [entry] = results.glob("*.result")
+    bare = timed([sys.executable, "-c", "pass"], repeat)
+    row("python -c pass", n, bare)
+    floor = timed([sys.executable, "-c", RESULT_FLOOR, str(big), str(entry)], repeat)
+    row("hash export + read entry", n, floor, note=f"{entry.stat().st_size / 1e6:.1f} MB entry")
+    hit = timed(gs, repeat, env)
+    if out.read_bytes() != uncached:
+        raise SystemExit(f"{big}: the JSON of a result cache hit differs from the uncached one")
+    row("result cache hit, json", n, hit, floor["best"])
+    text = out.with_suffix(".txt")
+    table = timed([*gs[:-4], "-o", str(text)], repeat, env)
+    if "cached result" not in text.read_text().splitlines()[0]:
+        raise SystemExit(f"{big}: the table was not read from the result cache")
+    row("result cache hit, table", n, table, floor["best"])
+    text.unlink()
 
 
 def output_rows(workdir: Path, ranges: int, repeat: int) -> None:

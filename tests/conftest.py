@@ -31,6 +31,18 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(getattr(config, "_gapscope_cache", ""), ignore_errors=True)
 
 
+@pytest.fixture
+def cache_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """gapscope's caches on (column and result, default size bound), under a fresh
+    $XDG_CACHE_HOME; gapscope's cache folder there (gapscope.cache.cache_root)."""
+    from gapscope import cache
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv(cache.NO_CACHE_ENV, raising=False)
+    monkeypatch.delenv(cache.SIZE_ENV, raising=False)
+    return tmp_path / "xdg" / "gapscope"
+
+
 @pytest.fixture(scope="session")
 def analyzed() -> Callable[..., object]:
     """``analyzed(name, **options)``: the AnalysisResult of ``traces/<name>.sqlite`` with those

@@ -26,12 +26,9 @@ SMALL = TRACES / "torch_decode_small.sqlite"
 
 
 @pytest.fixture
-def cache_on(tmp_path, monkeypatch) -> Path:
+def cache_on(cache_home) -> Path:
     """The column cache on, under a fresh $XDG_CACHE_HOME; its columns folder."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    monkeypatch.delenv(column_cache.NO_CACHE_ENV, raising=False)
-    monkeypatch.delenv(column_cache.SIZE_ENV, raising=False)
-    return tmp_path / "xdg" / "gapscope" / "columns"
+    return cache_home / "columns"
 
 
 @pytest.fixture

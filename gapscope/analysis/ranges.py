@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from gapscope.analysis.domains import LIBRARY_DOMAINS, is_library_domain  # noqa: F401  (numpy-free, for renderers)
 from gapscope.analysis.intervals import expand_slices
 from gapscope.analysis.keys import TimeKeys, call_key
 from gapscope.errors import GapscopeError
@@ -30,24 +31,10 @@ from gapscope.trace.frames import NVTX_DOMAIN_CREATE, TraceFrames
 #: order it writes the fields; grouping by name takes it off (docs/metrics.md, "Range names").
 OP_SUFFIX = r"(?:, seq = \d+)?(?:, op_id = \d+)?(?:, sizes = \[.*\])?(?:, input_op_ids = \[.*\])?$"
 
-#: NVTX domains that libraries and runtimes register (compared case-insensitively): reports list
-#: their ranges after the default domain's and the program's own domains.
-LIBRARY_DOMAINS = frozenset(d.lower() for d in (
-    "CCCL", "CUB", "Thrust", "TSL", "XLA", "NCCL", "NVSHMEM", "cuBLAS", "cuBLASLt", "cuDNN", "cuFFT",
-    "cuSPARSE", "cuSOLVER", "cuRAND", "cuTENSOR", "nvJPEG", "NPP", "TensorRT", "DALI", "MPI", "OpenMP",
-    "OSHMEM", "UCX", "CUPTI", "NVTX", "Triton",
-))
-
 #: How ranges get their GPU work (docs/metrics.md, "A range's GPU work").
 THREAD_MODES = ("same", "process")
 #: The name ``--domain`` gives the default domain.
 DEFAULT_DOMAIN = "default"
-
-
-def is_library_domain(domain: str | None) -> bool:
-    """True for the NVTX domain of a known library or runtime (CCCL, TSL, NCCL, cuDNN, ...);
-    False for the default domain (None, or NaN in a frame)."""
-    return isinstance(domain, str) and domain.lower() in LIBRARY_DOMAINS
 
 
 def group_names(names: np.ndarray) -> np.ndarray:

@@ -10,6 +10,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
+from gapscope.cache import ResultCache
 from gapscope.cli import cli
 from gapscope.cli.options import cache_option, cache_setting, indent_option, json_options
 from gapscope.cli.output import output_file, output_format, refuse_overwriting
@@ -252,6 +253,11 @@ def _analyze(traces: tuple[str, ...], ranges: tuple[str, ...], domains: tuple[st
                "domains": domains, "threads": threads, "normalize": normalize}
     if threshold is not None:
         options["stall_threshold_ns"] = threshold
+    cache = None  # the result cache (gapscope.cache): for a report of one trace's result alone
+    if not tables and not plot_dir and found.kind == "trace":
+        cache = ResultCache.for_trace(found.path, found.format, options)
+    if cache is not None and _write_cached(cache, found, output, fmt, limit=limit, wide=wide, **json):
+        return
     if tables:
         result, analysis, made = load_tables(found, **options)
     else:
@@ -260,6 +266,13 @@ def _analyze(traces: tuple[str, ...], ranges: tuple[str, ...], domains: tuple[st
     steps = []
     if fmt == "parquet":
         steps.append((output, lambda: _write_parquet(made, output)))
+    elif cache is not None:
+        text = _json_text(result)
+        if fmt == "json" and not json:
+            steps.append((output, lambda: _write_text(output, text)))
+        else:
+            steps.append((output, lambda: _write(output, result, fmt, limit=limit, wide=wide, read_seconds=read, **json)))
+        steps.append(("", lambda: cache.keep(text)))  # after the files, before stdout
     else:
         steps.append((output, lambda: _write(output, result, fmt, limit=limit, wide=wide, read_seconds=read, **json)))
     if gaps_csv is not None:
@@ -268,6 +281,43 @@ def _analyze(traces: tuple[str, ...], ranges: tuple[str, ...], domains: tuple[st
         write()
     if plot_dir:
         _plot(found, analysis, ranges, plot_dir)
+
+
+def _json_text(result: Any) -> str:
+    """The result as its JSON renderer writes it (compact): what the result cache keeps."""
+    import io
+
+    from gapscope.render import render
+
+    text = io.StringIO()
+    render(result, "json", text)
+    return text.getvalue()
+
+
+def _write_text(path: str | None, text: str) -> None:
+    """``text`` to the file ``path`` (stdout for None or '-')."""
+    with output_file(path) as fh:
+        fh.write(text)
+
+
+def _write_cached(cache: ResultCache, found: Input, output: str | None, fmt: str, **options: Any) -> bool:
+    """Write the report of the result the cache keeps, if it keeps one intact: compact JSON as
+    kept, any other format rendered from it (no deep schema check: gapscope wrote it and its
+    CRC matched), the header saying "cached result". Whether it did."""
+    text = cache.text()
+    if text is None:
+        return False
+    if fmt == "json" and "indent" not in options:
+        _write_text(output, text)
+        return True
+    import json
+
+    from gapscope.analysis.result import AnalysisResult
+    from gapscope.schema import Verified
+
+    result = AnalysisResult.from_dict(Verified(json.loads(text)), str(found.path))
+    _write(output, result, fmt, cached=True, **options)
+    return True
 
 
 def _figures(plot_dir: str) -> list[Any]:

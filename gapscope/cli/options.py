@@ -1,5 +1,5 @@
-"""Options several commands share: ``--indent`` for their JSON, ``--no-cache`` for the column
-cache of the traces they read (gapscope.trace.cache)."""
+"""Options several commands share: ``--indent`` for their JSON, ``--no-cache`` for the column and
+result caches of the traces they read (gapscope.cache)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from gapscope.cache import turned_off
 from gapscope.errors import GapscopeError
 
 
@@ -28,17 +29,12 @@ def json_options(fmt: str, indent: int | None) -> dict[str, Any]:
 
 
 def cache_option(command: Callable[..., Any]) -> Callable[..., Any]:
-    """The ``--no-cache`` option of the commands that read traces (gapscope.trace.cache)."""
+    """The ``--no-cache`` option of the commands that read traces (gapscope.cache)."""
     return click.option("--no-cache", "no_cache", is_flag=True,
-                        help="Neither read nor keep columnar copies of SQLite exports in gapscope's "
-                             "cache folder (also: GAPSCOPE_NO_CACHE=1).")(command)
+                        help="Neither read nor keep columnar copies of SQLite exports, nor results, in "
+                             "gapscope's cache folder (also: GAPSCOPE_NO_CACHE=1).")(command)
 
 
 def cache_setting(no_cache: bool) -> AbstractContextManager[None]:
-    """What ``--no-cache`` asks for, as a context to run the command's work in (imported only
-    when given: gapscope.trace imports pandas, which a refused path never needs)."""
-    if not no_cache:
-        return nullcontext()
-    from gapscope.trace.cache import turned_off
-
-    return turned_off()
+    """What ``--no-cache`` asks for, as a context to run the command's work in."""
+    return turned_off() if no_cache else nullcontext()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import csv
 from typing import Any, TextIO
 
-from gapscope.analysis.metrics import STATS_FIELDS
 from gapscope.analysis.result import AnalysisResult, clean_rows
+from gapscope.schema import STATS_FIELDS
 
 KEY_FIELDS = ("level", "id", "name", "count", "domain", "pid", "thread", "device", "stream",
               "start_ns", "end_ns", "depth")

@@ -23,7 +23,8 @@ class Part:
     its analysis; ``sweep`` holds gapscope.analysis.sweep.SweepRow rows; ``figures`` maps
     'timeline', 'histogram', 'crossover' to what the format embeds (Markdown: a path relative to
     the report; HTML: the figure's SVG markup); ``read_seconds``: how long reading the trace
-    took, for the header (None for a saved result)."""
+    took, for the header (None for a saved result); ``cached``: the result came from the result
+    cache (gapscope.cache), which the header says instead."""
 
     label: str
     result: AnalysisResult | None = None
@@ -31,6 +32,7 @@ class Part:
     calibration: dict[str, Any] | None = None
     figures: Mapping[str, str] = field(default_factory=dict)
     read_seconds: float | None = None
+    cached: bool = False
 
 
 @dataclass(frozen=True)
@@ -47,14 +49,14 @@ class Document:
 
 def document_of(result: AnalysisResult | Document | None, *, title: str | None = None, sweep: Sequence[Any] = (),
                 calibration: dict[str, Any] | None = None, figures: Mapping[str, str] | None = None,
-                read_seconds: float | None = None) -> Document:
+                read_seconds: float | None = None, cached: bool = False) -> Document:
     """``result`` as a Document: itself, or one part with these options (``title`` defaults to
     the trace's name)."""
     if isinstance(result, Document):
         return result
     if title is None:
         title = str(result.trace.get("name")) if result is not None else "gapscope"
-    return Document((Part(title, result, sweep, calibration, figures or {}, read_seconds),))
+    return Document((Part(title, result, sweep, calibration, figures or {}, read_seconds, cached),))
 
 
 def write_part(part: Part, limit: int, **writers: Callable[[Any], None]) -> None:

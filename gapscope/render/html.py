@@ -93,10 +93,10 @@ def _figure(file: TextIO, figures: Mapping[str, str], key: str) -> None:
 
 
 def write_header(file: TextIO, result: AnalysisResult, h: int, read_seconds: float | None = None,
-                 limit: int = 20) -> None:
+                 limit: int = 20, cached: bool = False) -> None:
     """The report's facts, its warnings and its readings (the verdict of each range name shown,
     or of each device), the heading at level ``h``."""
-    facts = " · ".join(f"{_e(what)}: {_e(value)}" for what, value in sections.facts(result, read_seconds))
+    facts = " · ".join(f"{_e(what)}: {_e(value)}" for what, value in sections.facts(result, read_seconds, cached))
     warnings = "".join(f'<p class="warning">{_e(w)}</p>\n' for w in result.warnings)
     file.write(f'<p class="facts">{facts}</p>\n{warnings}')
     found = sections.readings(result, limit)
@@ -123,7 +123,7 @@ def _sweep(file: TextIO, part: Part, h: int) -> None:
 
 def _part(file: TextIO, part: Part, h: int, limit: int) -> None:
     """One trace's report, its headings at level ``h``."""
-    write_part(part, limit, header=lambda r: write_header(file, r, h, part.read_seconds, limit),
+    write_part(part, limit, header=lambda r: write_header(file, r, h, part.read_seconds, limit, part.cached),
                figure=lambda k: _figure(file, part.figures, k), sweep=lambda rows: _sweep(file, part, h), section=lambda s: write_section(file, s, h),
                folded=lambda found: _folded(file, found, h + 1))
 
@@ -139,13 +139,13 @@ def _folded(file: TextIO, found: list[Section], h: int) -> None:
 def render(
     result: AnalysisResult | Document | None, file: TextIO, *, title: str | None = None, sweep: Sequence[Any] = (),
     calibration: dict[str, Any] | None = None, figures: Mapping[str, str] | None = None,
-    limit: int = 20, read_seconds: float | None = None, **_: Any,
+    limit: int = 20, read_seconds: float | None = None, cached: bool = False, **_: Any,
 ) -> None:
     """Write the page of a Document, or of one result with these options (``figures``: SVG
     markup by figure key; the rest as for gapscope.render.markdown). Several traces: one
     section per trace."""
     doc = document_of(result, title=title, sweep=sweep, calibration=calibration, figures=figures,
-                      read_seconds=read_seconds)
+                      read_seconds=read_seconds, cached=cached)
     file.write(f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
                f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
                f"<title>gapscope report: {_e(doc.title)}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n<main>\n"

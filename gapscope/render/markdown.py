@@ -72,15 +72,16 @@ def link_target(path: str) -> str:
 def render(
     result: AnalysisResult | Document | None, file: TextIO, *, title: str | None = None, sweep: Sequence[Any] = (),
     calibration: dict[str, Any] | None = None, figures: Mapping[str, str] | None = None,
-    limit: int = 20, read_seconds: float | None = None, **_: Any,
+    limit: int = 20, read_seconds: float | None = None, cached: bool = False, **_: Any,
 ) -> None:
     """Write the report of a Document (gapscope.render.document), or of one result with these
     options: ``figures`` maps 'timeline', 'histogram', 'crossover' to image paths relative to
     the report; ``sweep`` holds the SweepRow rows of a `gapscope run`; ``title`` defaults to the
-    trace's name; ``read_seconds`` (how long reading the trace took) goes in its header. A
+    trace's name; ``read_seconds`` (how long reading the trace took) goes in its header, or
+    "cached result" with ``cached`` (the result cache's). A
     document of several traces has one section per trace."""
     doc = document_of(result, title=title, sweep=sweep, calibration=calibration, figures=figures,
-                      read_seconds=read_seconds)
+                      read_seconds=read_seconds, cached=cached)
     file.write(f"# gapscope report: {prose(doc.title)}\n\n")
     many = len(doc.parts) > 1
     for part in doc.parts:
@@ -91,7 +92,7 @@ def render(
 
 def _part(file: TextIO, part: Part, h: str, limit: int) -> None:
     """One trace's report, its headings at level ``h``."""
-    write_part(part, limit, header=lambda r: _header(file, r, h, part.read_seconds, limit), figure=lambda k: _figure(file, part.figures, k),
+    write_part(part, limit, header=lambda r: _header(file, r, h, part.read_seconds, limit, part.cached), figure=lambda k: _figure(file, part.figures, k),
                sweep=lambda rows: _sweep(file, rows, part.calibration, part.figures, h),
                section=lambda s: _section(file, s, h), folded=lambda ss: _folded(file, ss, h + "#"))
 
@@ -104,9 +105,10 @@ def _folded(file: TextIO, found: list[Section], h: str) -> None:
     file.write("</details>\n")
 
 
-def _header(file: TextIO, result: AnalysisResult, h: str, read_seconds: float | None = None, limit: int = 20) -> None:
+def _header(file: TextIO, result: AnalysisResult, h: str, read_seconds: float | None = None, limit: int = 20,
+            cached: bool = False) -> None:
     file.write(" · ".join(prose(sections.fact_text(what, value))
-                          for what, value in sections.facts(result, read_seconds)) + "\n\n")
+                          for what, value in sections.facts(result, read_seconds, cached)) + "\n\n")
     for w in result.warnings:
         file.write(f"> ⚠️ {prose(w)}\n\n")
     found = sections.readings(result, limit)

@@ -12,10 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Union
 
-from gapscope.analysis.ranges import is_library_domain
+from gapscope.analysis.domains import is_library_domain
 from gapscope.analysis.result import AnalysisResult
 from gapscope.analysis.verdicts import reading
 from gapscope.render.layout import Column
+from gapscope.schema import CATEGORIES as CATEGORY_LABELS  # gapscope.analysis.attribution's, in order
 from gapscope.render.units import fmt_count, fmt_ns, fmt_pct, fmt_share, fmt_speedup
 from gapscope.text import name as display_name
 
@@ -203,8 +204,6 @@ IDLE_SHORT = {"dependency": "dep", "memop": "mem", "pipeline": "pipe", "unknown"
 def idle(result: AnalysisResult, limit: int = 20) -> Section | None:
     """Why the GPU sat idle: the shown range names' and each device's gap time split by
     category, and its CUDA Graph ceiling."""
-    from gapscope.analysis.attribution import CATEGORY_LABELS
-
     shown, left = shown_names(result, limit)
     labelled: list[tuple[Cell, dict[str, Any]]] = [
         (Name(f"{label(r)} (x{r['count']})"), r) for r in shown if "gap_by_category_ns" in r and r["kernels"] > 0]
@@ -328,16 +327,17 @@ def readings(result: AnalysisResult, limit: int = 20) -> list[Reading]:
     return [Reading(f"device {r['device']}", None, Share(r["gap_fraction"]), None, reading(r)) for r in result.devices]
 
 
-def facts(result: AnalysisResult, read_seconds: float | None = None) -> list[tuple[str, str]]:
+def facts(result: AnalysisResult, read_seconds: float | None = None, cached: bool = False) -> list[tuple[str, str]]:
     """The report's header facts: (what, value) for the trace's format (and how long reading it
-    took, ``read_seconds``, when it was read just now rather than a saved result loaded), the
+    took, ``read_seconds``, when it was read just now rather than a saved result loaded; "cached
+    result" with ``cached``: the result cache's, the trace neither read nor analyzed), the
     nsys version and export schema (a PyTorch profiler trace: its Kineto schema), graph
     tracing, GPUs and gapscope version."""
     tr = result.trace
     out = []
     fmt = tr.get("format")
     if fmt:
-        took = f", read in {fmt_ns(read_seconds * 1e9)}" if read_seconds is not None else ""
+        took = ", cached result" if cached else f", read in {fmt_ns(read_seconds * 1e9)}" if read_seconds is not None else ""
         out.append(("format", f"{FORMAT_WORDS.get(fmt, fmt)}{took}"))
     if fmt == "kineto":
         out.append(("Kineto schema", str(tr.get("export_schema") or "?")))

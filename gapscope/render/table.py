@@ -69,24 +69,24 @@ def section_table(section: Section, width: int | None = None) -> Table:
     return fitted_table(section.title, section.columns, section.rows, width)
 
 
-def header_text(result: AnalysisResult, read_seconds: float | None = None) -> Text:
-    """The report's first line: trace, its format and read time, tool versions, graph tracing,
-    GPUs."""
+def header_text(result: AnalysisResult, read_seconds: float | None = None, cached: bool = False) -> Text:
+    """The report's first line: trace, its format and read time (or that the result is cached),
+    tool versions, graph tracing, GPUs."""
     facts = "  ".join(sections.fact_text(what, value)
-                      for what, value in sections.facts(result, read_seconds) if what != "gapscope")
+                      for what, value in sections.facts(result, read_seconds, cached) if what != "gapscope")
     return Text.assemble(("gapscope", "bold"), printable(f" {result.trace.get('name')}  {facts}"))
 
 
 def render(result: AnalysisResult, file: TextIO, *, limit: int = 20, width: int | None = None,
            wide: bool = False, read_seconds: float | None = None, keys: Sequence[str] = ORDER,
-           **_: Any) -> None:
+           cached: bool = False, **_: Any) -> None:
     """Write the human report: header, warnings, then every section in ORDER (``limit``: range
     instances shown), each table fitted to ``width`` (default: the terminal's; every column
     with ``wide`` or when ``file`` is not a terminal); ``read_seconds``: how long reading the
-    trace took, for the header; ``keys``: only these sections (``repr`` of gapscope.Analysis
+    trace took, for the header (``cached``: the result came from the result cache); ``keys``: only these sections (``repr`` of gapscope.Analysis
     shows the by-name table)."""
     console, fit = console_for(file, width, wide)
-    console.print(header_text(result, read_seconds))
+    console.print(header_text(result, read_seconds, cached))
     for w in result.warnings:
         console.print(Text.assemble(("warning:", "yellow"), f" {printable(w)}"))
     for key in keys:

@@ -1,0 +1,306 @@
+"""The result cache (gapscope.cache.ResultCache): `gapscope analyze TRACE` keeps its result JSON
+in gapscope's cache folder, and a repeat with the same trace content, options and gapscope code
+renders that instead of reading and analyzing the trace.
+
+Every test turns the cache on in a folder of its own (the suite's conftest keeps it off). The
+truth a cached report is held to is the same command with the cache off (``--no-cache``): its
+JSON byte for byte, its other formats byte for byte but for the header's read time, which a
+hit replaces by "cached result".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import pytest
+
+import gapscope.cache as cache
+from clirun import gapscope
+from paths import ROOT, TRACES
+
+SMALL = TRACES / "torch_decode_small.sqlite"
+#: Shipped traces of each cached format: SQLite exports (one GPU, several GPUs, graphs, NVTX
+#: domains) and a PyTorch profiler trace.
+SHIPPED = ["torch_decode_small.sqlite", "case_multi_gpu.sqlite", "torch_compile_graphs.sqlite",
+           "torch_emit_nvtx.sqlite", "jax_train.sqlite", "torch_decode_small.pt.trace.json.gz"]
+READ_IN = re.compile(r", read in [0-9.]+ [mun]?s")
+
+
+@pytest.fixture
+def results(cache_home) -> Path:
+    """The caches on, under a fresh $XDG_CACHE_HOME; the result cache's folder."""
+    return cache_home / "results"
+
+
+def entries(folder: Path) -> list[Path]:
+    return sorted(folder.glob("*.result")) if folder.is_dir() else []
+
+
+def run(*args: str) -> str:
+    proc = gapscope("analyze", *args)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def as_cached(uncached: str) -> str:
+    """An uncached report as a cache hit must write it: the read time (exactly one) replaced."""
+    assert len(READ_IN.findall(uncached)) == 1, uncached[:300]
+    return READ_IN.sub(", cached result", uncached)
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_a_hit_is_the_uncached_report(name, results):
+    trace = str(TRACES / name)
+    plain = {fmt: run(trace, "-f", fmt, "--no-cache") for fmt in ("json", "table", "markdown", "html", "csv")}
+    assert not results.exists()  # --no-cache kept nothing
+    assert run(trace, "-f", "json") == plain["json"]  # the miss: analyzed, and kept
+    [entry] = entries(results)
+    assert entry.read_bytes()[:-4].decode() == plain["json"]  # the compact JSON, then its CRC
+    assert json.loads(plain["json"])["trace"]["path"] == trace
+    for _ in range(2):
+        assert run(trace, "-f", "json") == plain["json"]
+        assert run(trace, "-f", "csv") == plain["csv"]
+        for fmt in ("table", "markdown", "html"):
+            assert run(trace, "-f", fmt) == as_cached(plain[fmt]), fmt
+    assert run(trace, "-f", "json", "--indent", "2") == run(trace, "-f", "json", "--indent", "2", "--no-cache")
+    assert entries(results) == [entry]  # every format read the one entry
+
+
+def test_every_option_that_changes_the_result_misses(results):
+    trace = str(SMALL)
+    variants = [(), ("--top", "3"), ("--count-memops",), ("--no-attribution",), ("--range", "decode*"),
+                ("--domain", "default"), ("--threads", "process"), ("--no-normalize",),
+                ("--stall-threshold", "10us")]
+    for n, options in enumerate(variants, 1):
+        expected = run(trace, "-f", "json", "--no-cache", *options)
+        assert run(trace, "-f", "json", *options) == expected  # a miss: its own entry
+        assert len(entries(results)) == n, options
+        assert run(trace, "-f", "json", *options) == expected  # then a hit
+        assert len(entries(results)) == n
+    # options of the report alone (rows shown, width) read the same entry
+    assert run(trace, "--limit", "1", "--wide").startswith("gapscope torch_decode_small.sqlite  format: nsys SQLite "
+                                                           "export, cached result")
+    assert len(entries(results)) == len(variants)
+
+
+def test_another_path_or_content_misses(tmp_path, results):
+    copy = tmp_path / "t.sqlite"
+    shutil.copyfile(SMALL, copy)
+    first = run(str(copy), "-f", "json")
+    assert json.loads(first)["trace"]["path"] == str(copy)  # the path is in the result: in the key too
+    twin = tmp_path / "u.sqlite"
+    shutil.copyfile(SMALL, twin)
+    assert run(str(twin), "-f", "json") == run(str(twin), "-f", "json", "--no-cache") != first
+    assert len(entries(results)) == 2
+    twin.unlink()
+    other = TRACES / "torch_decode_sync.sqlite"
+    shutil.copyfile(other, copy)  # the same path, another content
+    st = os.stat(copy)
+    assert run(str(copy), "-f", "json") == run(str(copy), "-f", "json", "--no-cache") != first
+    assert len(entries(results)) == 3
+    # the same content again, size and mtime as they were: its own entry, not the other's
+    shutil.copyfile(SMALL, copy)
+    os.utime(copy, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert run(str(copy), "-f", "json") == first
+    assert len(entries(results)) == 3
+
+
+def test_other_gapscope_code_or_packages_miss(results, monkeypatch):
+    trace = str(SMALL)
+    run(trace, "-f", "json")
+    assert run(trace).startswith("gapscope torch_decode_small.sqlite  format: nsys SQLite export, cached result")
+    monkeypatch.setattr(cache, "code_digest", lambda: "0" * 64)
+    assert READ_IN.search(run(trace).splitlines()[0])  # analyzed again: the old entry is not read
+    assert len(entries(results)) == 2
+    monkeypatch.setattr(cache, "package_versions", lambda: ("numpy-0.0.dist-info",))
+    assert READ_IN.search(run(trace).splitlines()[0])
+    assert len(entries(results)) == 3
+
+
+def test_the_package_versions_are_those_installed():
+    import numpy
+    import pandas
+    import pyarrow
+
+    found = cache.package_versions()
+    for module in (numpy, pandas, pyarrow):
+        assert f"{module.__name__}-{module.__version__}.dist-info" in found
+
+
+def test_the_code_digest_covers_every_module():
+    package = ROOT / "gapscope"
+    files = sorted(package.rglob("*.py"))
+    assert len(files) > 100 and package / "analysis" / "pipeline.py" in files
+    assert cache.code_digest() == cache.code_digest.__wrapped__()
+    assert len(cache.code_digest()) == 64
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "empty", "not utf-8"])
+def test_a_damaged_entry_is_recomputed(damage, results):
+    trace = str(SMALL)
+    expected = run(trace, "-f", "json", "--no-cache")
+    run(trace, "-f", "json")
+    [entry] = entries(results)
+    data = bytearray(entry.read_bytes())
+    if damage == "flip":
+        data[len(data) // 2] ^= 0x01
+    elif damage == "truncate":
+        data = data[: len(data) // 2]
+    elif damage == "empty":
+        data = bytearray()
+    else:  # its CRC right, its body no text: gapscope never wrote it
+        body = b"\xff" + bytes(data[1:-4])
+        data = bytearray(body + zlib.crc32(body).to_bytes(4, "big"))
+    entry.write_bytes(bytes(data))
+    assert READ_IN.search(run(trace).splitlines()[0])  # analyzed again, never read from the entry
+    assert run(trace, "-f", "json") == expected  # and kept again, whole
+    assert entry.read_bytes() == expected.encode() + zlib.crc32(expected.encode()).to_bytes(4, "big")
+
+
+def test_no_cache_flag_and_environment(results, monkeypatch):
+    trace = str(SMALL)
+    run(trace, "--no-cache")
+    assert not results.exists()
+    run(trace)
+    [entry] = entries(results)
+    assert READ_IN.search(run(trace, "--no-cache").splitlines()[0])  # the entry is there, not read
+    monkeypatch.setenv(cache.NO_CACHE_ENV, "1")
+    assert READ_IN.search(run(trace).splitlines()[0])
+    monkeypatch.setenv(cache.NO_CACHE_ENV, "0")
+    assert "cached result" in run(trace).splitlines()[0]
+    assert entries(results) == [entry]
+
+
+HEAVY = """
+import sys
+from gapscope.cli import main
+sys.argv = ["gapscope", "analyze", *sys.argv[1:]]
+try:
+    main()
+except SystemExit as exc:
+    assert exc.code in (0, None), exc.code
+heavy = [m for m in ("numpy", "pandas", "pyarrow") if m in sys.modules]
+print("heavy:", ",".join(heavy) or "none", file=sys.stderr)
+"""
+
+
+def hit_process(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", HEAVY, *args], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, **env, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}, timeout=300)
+
+
+def test_a_hit_imports_no_numpy_pandas_or_pyarrow(tmp_path):
+    env = {"XDG_CACHE_HOME": str(tmp_path / "xdg"), cache.NO_CACHE_ENV: ""}
+    trace = str(TRACES / "torch_emit_nvtx.sqlite")  # NVTX domains: the renderers look them up
+    miss = hit_process(trace, "-f", "json", env=env)
+    assert miss.returncode == 0 and miss.stderr.strip().endswith("heavy: numpy,pandas,pyarrow"), miss.stderr
+    for fmt in ("json", "table", "markdown", "html", "csv"):
+        hit = hit_process(trace, "-f", fmt, env=env)
+        assert hit.returncode == 0, hit.stderr
+        assert hit.stderr.strip() == "heavy: none", (fmt, hit.stderr)
+        if fmt in ("table", "markdown", "html"):
+            assert "cached result" in hit.stdout, fmt
+        else:
+            assert hit.stdout == hit_process(trace, "-f", fmt, "--no-cache", env=env).stdout
+
+
+def test_the_renderers_category_order_is_the_analysis_one():
+    from gapscope.analysis.attribution import CATEGORY_LABELS
+    from gapscope.schema import CATEGORIES
+
+    assert CATEGORIES == CATEGORY_LABELS
+
+
+def test_a_verified_object_skips_only_the_deep_check():
+    from gapscope.errors import GapscopeError
+    from gapscope.schema import Verified, check_result
+
+    data = json.loads(run(str(SMALL), "-f", "json", "--no-cache"))
+    data["devices"][0]["gap_fraction"] = 7.0  # outside [0, 1]: a user's edit
+    with pytest.raises(GapscopeError, match="gap_fraction"):
+        check_result(data, "edited.json")
+    assert check_result(Verified(data), "cache") == "analysis"
+    with pytest.raises(GapscopeError):  # its schema is still read
+        check_result(Verified({**data, "schema": "other/1"}), "cache")
+
+
+def test_not_used_where_the_command_needs_more_than_the_result(tmp_path, results):
+    trace = str(SMALL)
+    run(trace, "-f", "parquet", "-o", str(tmp_path / "tables"))
+    run(trace, "-f", "json", "--gaps-csv", str(tmp_path / "gaps.csv"))
+    run(trace, str(TRACES / "torch_decode_sync.sqlite"), "-f", "json")
+    run(trace, "--ranks", "-f", "json")
+    assert not results.exists()
+    run(trace, "-f", "json")
+    assert len(entries(results)) == 1
+    (tmp_path / "gaps.csv").unlink()
+    out = run(trace, "--gaps-csv", str(tmp_path / "gaps.csv"))
+    assert READ_IN.search(out.splitlines()[0]) and (tmp_path / "gaps.csv").stat().st_size > 0
+    saved = tmp_path / "saved.json"
+    saved.write_text(run(trace, "-f", "json"))
+    assert run(str(saved), "-f", "json") == saved.read_text()  # a saved result: not keyed, not kept
+    assert len(entries(results)) == 1
+
+
+def test_an_export_with_a_write_in_flight_is_not_cached(tmp_path, results):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    shutil.copyfile(SMALL, folder / "t.sqlite")
+    (folder / "t.sqlite-journal").write_bytes(b"")  # no hot journal: read as it is, yet not cached
+    for _ in range(2):
+        assert READ_IN.search(run(str(folder / "t.sqlite")).splitlines()[0])
+    assert not results.exists()
+    assert sorted(p.name for p in folder.iterdir()) == ["t.sqlite", "t.sqlite-journal"]
+
+
+def test_nothing_is_written_beside_the_trace(tmp_path, results):
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    for name in ("t.sqlite", "t.pt.trace.json.gz"):
+        shutil.copyfile(SMALL if name.endswith("sqlite") else TRACES / "torch_decode_small.pt.trace.json.gz",
+                        folder / name)
+        for _ in range(2):
+            run(str(folder / name), "-f", "json")
+    assert sorted(p.name for p in folder.iterdir()) == ["t.pt.trace.json.gz", "t.sqlite"]
+    assert len(entries(results)) == 2
+
+
+def test_eviction_counts_result_entries(tmp_path):
+    root = tmp_path / "gapscope"
+    column, result = root / "columns" / "c", root / "results" / "r.result"
+    column.mkdir(parents=True)
+    result.parent.mkdir(parents=True)
+    (column / "q.arrow").write_bytes(b"x" * 300)
+    (column / cache.STAMP).touch()
+    result.write_bytes(b"y" * 300)
+    os.utime(result, (1000, 1000))  # the result used first
+    os.utime(column / cache.STAMP, (2000, 2000))
+    assert cache.evict(cache.bounded_folders(root), 600) == []  # 300 + 300 bytes fit
+    assert cache.evict(cache.bounded_folders(root), 599) == [result]
+    assert cache.evict(cache.bounded_folders(root), 0) == [column]
+
+
+def test_the_size_bound_holds_columns_and_results_together(tmp_path, results, monkeypatch):
+    trace = str(SMALL)
+    run(trace, "-f", "json")
+    [entry] = entries(results)
+    columns = results.parent / "columns"
+    kept = sum(p.stat().st_size for p in columns.rglob("*") if p.is_file())
+    assert kept > 0
+    # a bound that holds the columns and not the result as well: the next entry written evicts
+    # the least recently used one, the result
+    os.utime(entry, (1000, 1000))
+    limit = kept + entry.stat().st_size - 1
+    monkeypatch.setenv(cache.SIZE_ENV, str(limit))
+    run(trace, "-f", "json", "--top", "3")  # a miss: writes a result entry (smaller), no column entry
+    left = entries(results)
+    assert entry not in left and len(left) == 1
+    assert sum(p.stat().st_size for p in results.parent.rglob("*") if p.is_file()) <= limit
+    assert sum(p.stat().st_size for p in columns.rglob("*") if p.is_file()) == kept  # the columns stay
