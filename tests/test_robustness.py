@@ -558,6 +558,18 @@ def test_a_null_graph_kernel_count_is_bad_input(tmp_path):
                           f"{bad}: by_name[0].graph_kernels is None, not a value; not a result gapscope wrote")
 
 
+def test_a_range_row_without_a_name_is_bad_input_in_compare(tmp_path):
+    """Found by the campaign after issue 18's merge (JSON seed 70248): one range row of a
+    normalized result without its name reached the name grouping as NaN (ArrowTypeError, exit 3)."""
+    text = gapscope("analyze", str(TRACES / "torch_decode.sqlite"), "-f", "json").stdout
+    data = json.loads(text)
+    del data["ranges"][1]["name"]
+    base, bad = tmp_path / "base.json", tmp_path / "bad.json"
+    base.write_text(text)
+    bad.write_text(json.dumps(data))
+    assert_one_line_error(gapscope("compare", str(base), str(bad)), f"{bad}: ranges[1] has no 'name' field")
+
+
 def test_a_lone_surrogate_in_a_result_name_is_bad_input(tmp_path):
     """Found by the fuzz test after issue 17's merge (JSON seed 15): a range named "\\ud800" (valid
     JSON, not encodable as UTF-8) reached pandas' Arrow strings in compare (UnicodeEncodeError)."""

@@ -178,6 +178,7 @@ def _instance_medians(result: dict[str, Any], source: str) -> pd.DataFrame:
     frame = _flat(rows)
     if frame.empty or "kernels" not in frame.columns or "name" not in frame.columns:
         return pd.DataFrame()
+    _need(frame, ("name",), "ranges", source)  # a row without one cannot be matched
     keys = frame["name"].astype(str)
     kernels = _numbers(frame, "kernels", "range", keys, source).fillna(0.0)
     frame = frame[kernels.to_numpy() > 0]
