@@ -19,7 +19,7 @@ from clirun import assert_one_line_error, gapscope
 from paths import TRACES
 
 from gapscope.analysis.pipeline import analyze
-from gapscope.trace import cache as column_cache
+from gapscope import cache as cache_folder
 from gapscope.trace import nsys_sqlite
 
 SMALL = TRACES / "torch_decode_small.sqlite"
@@ -47,15 +47,15 @@ def queries(monkeypatch) -> list[str]:
 
 def uncached(path: Path) -> dict:
     """The analysis of ``path`` with the cache off: what every cached analysis must equal."""
-    before = os.environ.get(column_cache.NO_CACHE_ENV)
-    os.environ[column_cache.NO_CACHE_ENV] = "1"
+    before = os.environ.get(cache_folder.NO_CACHE_ENV)
+    os.environ[cache_folder.NO_CACHE_ENV] = "1"
     try:
         return analyze(path).to_dict()
     finally:
         if before is None:
-            del os.environ[column_cache.NO_CACHE_ENV]
+            del os.environ[cache_folder.NO_CACHE_ENV]
         else:
-            os.environ[column_cache.NO_CACHE_ENV] = before
+            os.environ[cache_folder.NO_CACHE_ENV] = before
 
 
 def entry_files(columns: Path) -> list[Path]:
@@ -81,7 +81,7 @@ def test_a_repeat_reads_the_cache_under_any_name(tmp_path, cache_on, queries):
     ran = len(queries)
     assert analyze(copy).to_dict()["devices"] == expected["devices"]
     assert len(queries) == ran  # same content, same entry
-    assert [p.name for p in cache_on.iterdir()] == [f"{column_cache.file_digest(SMALL, 'sha1')}-{SMALL.stat().st_size}"]
+    assert [p.name for p in cache_on.iterdir()] == [f"{cache_folder.file_digest(SMALL, 'sha1')}-{SMALL.stat().st_size}"]
 
 
 def test_same_size_and_mtime_other_content_is_not_stale(tmp_path, cache_on, queries):
@@ -126,9 +126,9 @@ def test_no_cache_flag_and_environment(tmp_path, cache_on):
     trace = str(SMALL)
     assert gapscope("analyze", trace, "-f", "json", "--no-cache").returncode == 0
     assert not cache_on.exists()
-    assert os.environ.get(column_cache.NO_CACHE_ENV) is None  # the flag's setting did not outlive it
+    assert os.environ.get(cache_folder.NO_CACHE_ENV) is None  # the flag's setting did not outlive it
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(column_cache.NO_CACHE_ENV, "1")
+        mp.setenv(cache_folder.NO_CACHE_ENV, "1")
         assert gapscope("analyze", trace, "-f", "json").returncode == 0
     assert not cache_on.exists()
     base = gapscope("analyze", trace, "-f", "json", "--no-cache").stdout
@@ -159,45 +159,45 @@ def test_the_size_bound_evicts_least_recently_used(tmp_path):
         (entry / "used").touch()
         os.utime(entry / "used", (1000 + i, 1000 + i))  # a used first, c last
     os.utime(base / "a" / "used", (2000, 2000))  # then a again: b is the least recently used
-    assert column_cache.evict(base, 650) == [base / "b"]
+    assert cache_folder.evict(base, 650) == [base / "b"]
     assert sorted(p.name for p in base.iterdir()) == ["a", "c"]
-    assert column_cache.evict(base, 650) == []
-    assert column_cache.evict(base, 0) == [base / "c", base / "a"]
+    assert cache_folder.evict(base, 650) == []
+    assert cache_folder.evict(base, 0) == [base / "c", base / "a"]
 
 
 def test_an_analysis_keeps_the_cache_within_its_bound(tmp_path, cache_on, monkeypatch):
     analyze(SMALL)
     small = sum(p.stat().st_size for p in cache_on.rglob("*"))
     other = TRACES / "torch_decode.sqlite"
-    monkeypatch.setenv(column_cache.SIZE_ENV, str(small + 1))
+    monkeypatch.setenv(cache_folder.SIZE_ENV, str(small + 1))
     analyze(other)  # bigger than the bound alone: neither entry stays
     assert list(cache_on.iterdir()) == []
-    monkeypatch.setenv(column_cache.SIZE_ENV, "1G")
+    monkeypatch.setenv(cache_folder.SIZE_ENV, "1G")
     analyze(SMALL)
     analyze(other)
     assert len(list(cache_on.iterdir())) == 2
-    mine = cache_on / f"{column_cache.file_digest(other, 'sha1')}-{other.stat().st_size}"
-    monkeypatch.setenv(column_cache.SIZE_ENV, str(sum(p.stat().st_size for p in mine.rglob("*"))))
+    mine = cache_on / f"{cache_folder.file_digest(other, 'sha1')}-{other.stat().st_size}"
+    monkeypatch.setenv(cache_folder.SIZE_ENV, str(sum(p.stat().st_size for p in mine.rglob("*"))))
     analyze(other)  # a hit writes nothing, so it evicts nothing
     assert len(list(cache_on.iterdir())) == 2
-    (cache_on / f"{column_cache.file_digest(SMALL, 'sha1')}-{SMALL.stat().st_size}" / "used").touch()
+    (cache_on / f"{cache_folder.file_digest(SMALL, 'sha1')}-{SMALL.stat().st_size}" / "used").touch()
     os.utime(mine / "used", (1, 1))
     shutil.rmtree(next(p for p in cache_on.iterdir() if p != mine))  # SMALL's entry made again:
     analyze(SMALL)  # over the bound, and `other` is the least recently used
-    assert [p.name for p in cache_on.iterdir()] == [f"{column_cache.file_digest(SMALL, 'sha1')}-{SMALL.stat().st_size}"]
+    assert [p.name for p in cache_on.iterdir()] == [f"{cache_folder.file_digest(SMALL, 'sha1')}-{SMALL.stat().st_size}"]
 
 
-@pytest.mark.parametrize("text, limit", [("", column_cache.DEFAULT_LIMIT), ("4096", 4096), ("500M", 500 << 20),
-                                         ("2g", 2 << 30), ("3KiB", 3 << 10), ("lots", column_cache.DEFAULT_LIMIT)])
+@pytest.mark.parametrize("text, limit", [("", cache_folder.DEFAULT_LIMIT), ("4096", 4096), ("500M", 500 << 20),
+                                         ("2g", 2 << 30), ("3KiB", 3 << 10), ("lots", cache_folder.DEFAULT_LIMIT)])
 def test_size_limit(text, limit):
-    assert column_cache.size_limit({column_cache.SIZE_ENV: text}) == limit
+    assert cache_folder.size_limit({cache_folder.SIZE_ENV: text}) == limit
 
 
 def test_an_unwritable_cache_is_no_error(tmp_path, monkeypatch):
     blocked = tmp_path / "file"
     blocked.write_text("not a folder")
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
-    monkeypatch.delenv(column_cache.NO_CACHE_ENV, raising=False)
+    monkeypatch.delenv(cache_folder.NO_CACHE_ENV, raising=False)
     assert analyze(SMALL).to_dict() == uncached(SMALL)
 
 

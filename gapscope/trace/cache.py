@@ -23,9 +23,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from gapscope.cache import (  # noqa: F401  (the cache folder's names, used here and by importers)
-    DEFAULT_LIMIT, NO_CACHE_ENV, SIZE_ENV, STAMP, bounded_folders, cache_enabled, cache_root, evict,
-    discard, file_digest, read_sealed, size_limit, turned_off, write_sealed,
+from gapscope.cache import (
+    DEFAULT_LIMIT, STAMP, bounded_folders, cache_enabled, cache_root, evict, discard, file_digest, read_sealed, size_limit, write_sealed,
 )
 
 #: Bumped whenever what an entry holds changes, so an older layout is never read.

@@ -3,7 +3,7 @@ once with nsys, then read as its export.
 
 The report is only ever read. Its export goes to a cache folder keyed by the report's content
 (sha256), never beside it: ``$XDG_CACHE_HOME/gapscope/reports/<sha256>/<type>`` (or
-``~/.cache/gapscope/...``; gapscope.trace.cache, whose root the column cache shares), in the
+``~/.cache/gapscope/...``; gapscope.cache, the root every cache of gapscope shares), in the
 fastest format to read that the nsys found offers (gapscope.capture.nsys.export_types: arrowdir,
 else parquetdir, else sqlite). A later read of the
 same report, under any name, reuses the export without running nsys. An export is written into
@@ -25,7 +25,7 @@ import pandas as pd
 
 from gapscope.capture import nsys as capture
 from gapscope.errors import GapscopeError
-from gapscope.trace.cache import cache_root, file_digest
+from gapscope.cache import cache_root, file_digest
 from gapscope.trace.frames import ActivityKind, TraceFrames, TraceMeta
 
 FORMAT = "nsys-rep"
