@@ -68,7 +68,10 @@ class Worker:
         self.starts = 0
 
     def _start(self) -> None:
-        env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+        # The caches (issue 18) stay on, so their paths are fuzzed too, but in the scratch folder
+        # (never the user's) and bounded small: thousands of cases make thousands of entries.
+        env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+               "XDG_CACHE_HOME": str(self.workdir / "cache"), "GAPSCOPE_CACHE_SIZE": "32M"}
         self.proc = subprocess.Popen(
             [sys.executable, __file__, "--worker", str(self.workdir)], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1, env=env,
