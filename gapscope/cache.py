@@ -72,6 +72,21 @@ def file_digest(path: Path, algorithm: str = "sha256") -> str:
     return digest.hexdigest()
 
 
+#: content_digest's digests this process made, by the file's path and identity.
+_DIGESTS: dict[tuple[str, tuple[int, ...]], str] = {}
+
+
+def content_digest(path: Path) -> str:
+    """The SHA-1 of a file's content, the key of its column and result entries: hashed once per
+    process while the file's identity (device, inode, size, mtime, ctime) stays the same, so
+    one analysis reads the bytes once for both caches; every new process hashes them again."""
+    key = (os.path.abspath(path), _identity(path))
+    digest = _DIGESTS.get(key)
+    if digest is None:
+        digest = _DIGESTS[key] = file_digest(path, "sha1")
+    return digest
+
+
 def cache_enabled(environ: Mapping[str, str] | None = None) -> bool:
     """Whether the column and result caches are on (``GAPSCOPE_NO_CACHE`` unset, empty or 0)."""
     env = os.environ if environ is None else environ
@@ -259,7 +274,7 @@ class ResultCache:
             return None
         try:
             identity = _identity(path)
-            content = file_digest(path, "sha1")
+            content = content_digest(path)
         except OSError:
             return None
         key = json.dumps({"layout": RESULT_LAYOUT, "content": content, "size": identity[2], "path": str(path),

@@ -10,6 +10,7 @@ hit replaces by "cached result".
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -304,3 +305,26 @@ def test_the_size_bound_holds_columns_and_results_together(tmp_path, results, mo
     assert entry not in left and len(left) == 1
     assert sum(p.stat().st_size for p in results.parent.rglob("*") if p.is_file()) <= limit
     assert sum(p.stat().st_size for p in columns.rglob("*") if p.is_file()) == kept  # the columns stay
+
+
+def test_a_miss_reads_the_trace_bytes_once_for_both_caches(results, tmp_path, monkeypatch):
+    """The column entry and the result entry of one analysis are keyed by one SHA-1 of the
+    export (gapscope.cache.content_digest), hashed once; a rewrite of the file (same size, a
+    new ctime) is hashed again and keyed anew."""
+    trace = tmp_path / "t.sqlite"
+    shutil.copyfile(SMALL, trace)
+    hashed = []
+    real = hashlib.new
+    monkeypatch.setattr(hashlib, "new", lambda name, *a, **k: hashed.append(name) or real(name, *a, **k))
+    run(str(trace), "-f", "json")
+    assert hashed.count("sha1") == 1
+    assert [p.name for p in (results.parent / "columns").iterdir()] == [
+        f"{hashlib.sha1(trace.read_bytes()).hexdigest()}-{trace.stat().st_size}"]
+    assert len(entries(results)) == 1
+    data = bytearray(trace.read_bytes())
+    data[-1] ^= 0xFF  # the last page's last byte: same size, other content
+    trace.write_bytes(bytes(data))
+    hashed.clear()
+    run(str(trace), "-f", "json")
+    assert hashed.count("sha1") == 1
+    assert len(entries(results)) == 2

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from gapscope.cache import (
-    DEFAULT_LIMIT, STAMP, bounded_folders, cache_enabled, cache_root, evict, discard, file_digest, read_sealed, size_limit, write_sealed,
+    DEFAULT_LIMIT, STAMP, bounded_folders, cache_enabled, cache_root, content_digest, discard, evict, read_sealed,
+    size_limit, write_sealed,
 )
 
 #: Bumped whenever what an entry holds changes, so an older layout is never read.
@@ -50,7 +51,7 @@ class ColumnCache:
         if not cache_enabled():
             return None
         try:
-            key = f"{file_digest(path, 'sha1')}-{os.stat(path).st_size}"
+            key = f"{content_digest(path)}-{os.stat(path).st_size}"
         except OSError:
             return None
         base = (root or cache_root()) / "columns"
