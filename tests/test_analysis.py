@@ -11,6 +11,7 @@ import pytest
 import reference
 from gapscope.analysis import analyze
 from gapscope.errors import GapscopeError
+from paths import TRACES
 from synthetic import Synthetic
 
 
@@ -198,3 +199,32 @@ def test_unknown_schema_major_still_loads_with_a_warning(tmp_path):
     r = analyze(t.write(tmp_path / "synthetic.sqlite"))
     assert r.devices[0]["kernels"] == 1
     assert "export schema 4.1.0 is not one gapscope was checked on (2.x, 3.x)" in r.warnings
+
+
+# ------------------------------------------- gap lists let go: the same result, less memory
+
+SHIPPED = sorted([*TRACES.glob("*.sqlite"), *TRACES.glob("*.pt.trace.json.gz"),
+                  TRACES / "torch_decode_small_parquet", TRACES / "profile_torch_decode_graph_arrow"])
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+def test_analysis_without_gap_lists_gives_the_same_result(path):
+    """run_analysis(gaps=False) measures the levels one after another and drops each level's
+    gaps once summed; its result must be the in-memory path's, field for field, with the
+    defaults, without attribution, with memops busy and with one range name selected."""
+    from gapscope.analysis.pipeline import run_analysis
+    from gapscope.trace.handle import open_trace
+
+    with open_trace(path) as trace:
+        frames = trace.frames(syncs=True)
+        kept = run_analysis(frames)
+        assert kept.device_gaps.length.size == sum(d["gap_count"] for d in kept.result.devices)
+        variants = [{}, {"attribution": False}, {"count_memops": True}]
+        working = [r["name"] for r in kept.result.by_name if r["kernels"] > 0]
+        if working:  # a trace without NVTX ranges has no range to select
+            variants.append({"ranges": (working[0],)})
+        for options in variants:
+            expected = kept if not options else run_analysis(frames, **options)
+            lean = run_analysis(frames, gaps=False, **options)
+            assert lean.result.to_dict() == expected.result.to_dict(), options
+            assert (lean.device_gaps, lean.stream_gaps, lean.range_gaps, lean.pairs) == (None, None, None, None)

@@ -81,11 +81,11 @@ class AnalysisArrays:
     name_of_range: np.ndarray  # the result's by_name row of each range
     member_range: np.ndarray
     member_act: np.ndarray
-    pairs: RangePairs
-    range_gaps: GapList
-    device_gaps: GapList
+    pairs: RangePairs | None  # None for an analysis run without ``gaps`` (run_analysis)
+    range_gaps: GapList | None
+    device_gaps: GapList | None
     stream_keys: pd.DataFrame
-    stream_gaps: GapList
+    stream_gaps: GapList | None
     result: AnalysisResult
     #: Seconds spent opening the trace and reading its frames (analysis_of measures it; None
     #: for frames read elsewhere). Shown in report headers, never written into the result.
@@ -241,15 +241,36 @@ def _with_verdicts(rows: list[dict]) -> list[dict]:
     return [{**row, **dict(zip(("verdict", "reading"), verdict(row)))} for row in rows]
 
 
+def _stream_level(acts: ActivityArrays, stream_keys: pd.DataFrame, attributor: Attributor | None,
+                  ) -> tuple[list[dict], GapList]:
+    """The stream rows (with their gap categories when ``attributor`` is given) and the
+    streams' gap list."""
+    n_str = len(stream_keys)
+    every = np.arange(acts.start.size, dtype=np.int64)
+    stats, gaps = level_stats(acts, every, acts.stream_code, np.arange(n_str), n_str)
+    rows = _rows(stream_keys, stats)
+    if attributor is not None:
+        (gaps,) = attributor.attribute([gaps])
+        rows = _with_categories(rows, category_sums(gaps, n_str), False)
+    return rows, gaps
+
+
 def run_analysis(
     frames: TraceFrames, *, ranges: Sequence[str] = (), domains: Sequence[str] = (),
     count_memops: bool = False, attribution: bool = True, top: int = 10,
     stall_threshold_ns: int = DEFAULT_STALL_THRESHOLD_NS, threads: str = "same", normalize: bool = True,
+    gaps: bool = True,
 ) -> AnalysisArrays:
     """Compute every metric of docs/metrics.md on loaded frames (``attribution``: also the
     gap categories, graph payoff and the ``top`` longest gaps). ``ranges``/``domains`` select
     NVTX ranges by name and domain; ``threads``: whose launches a range owns (``same`` thread
-    or its whole ``process``); ``normalize``: group names without emit_nvtx suffixes."""
+    or its whole ``process``); ``normalize``: group names without emit_nvtx suffixes.
+
+    ``gaps``: keep every level's gap list in the returned arrays (plots, the per-gap tables,
+    the timeline export and the many-trace merge read them). Without, the levels are measured
+    one after another and each level's gaps are let go once its figures are summed, which
+    lowers the peak memory (docs/performance.md); ``pairs``, ``range_gaps``, ``device_gaps``
+    and ``stream_gaps`` are then None. The result is the same either way."""
     if stall_threshold_ns < 0:
         raise GapscopeError(f"the stall threshold must be 0 or more, not {stall_threshold_ns} ns")
     acts = activity_arrays(frames, count_memops)
@@ -275,7 +296,7 @@ def run_analysis(
         stats_launch = np.full(launch.size, -1, dtype=np.int64)
         stats_launch[member_act] = launch[member_act]
     # The levels and the attribution's indexes on two threads: their numpy sorts and searches
-    # release the GIL.
+    # release the GIL. Without ``gaps`` the streams come last, once the other levels' gaps are gone.
     with ThreadPoolExecutor(2) as pool:
         attributor = pool.submit(Attributor, frames, acts, launch, (name_codes, name_table),
                                  stall_threshold_ns=stall_threshold_ns) if attribution else None
@@ -284,12 +305,13 @@ def run_analysis(
         paired = pool.submit(level_stats, acts, member_act, member_pair, np.arange(n_pairs), n_pairs,
                              percentiles=False)
         devices = pool.submit(level_stats, acts, every, acts.device_code, np.arange(n_dev), n_dev)
-        streams = pool.submit(level_stats, acts, every, acts.stream_code, np.arange(n_str), n_str)
+        streams = pool.submit(level_stats, acts, every, acts.stream_code, np.arange(n_str), n_str) if gaps else None
         pair_stats, pair_gaps = paired.result()
         device_stats, device_gaps = devices.result()
-        stream_stats, stream_gaps = streams.result()
+        stream_stats, stream_gaps = streams.result() if streams else (None, None)
         attributor = attributor.result() if attributor else None
         launch_rows = launches.result()
+    del paired, devices, streams  # the futures hold the levels' gap lists
 
     pair_range = np.arange(n_pairs, dtype=np.int64) // max(n_dev, 1)
     rf = table.frame
@@ -308,7 +330,7 @@ def run_analysis(
     range_rows = _rows(range_keys, range_stats)
     name_rows = _rows(name_keys, name_stats)
     device_rows = _rows(pd.DataFrame({"device": np.asarray(device_ids)}), device_stats)
-    stream_rows = _rows(stream_keys, stream_stats)
+    stream_rows = _rows(stream_keys, stream_stats) if gaps else None
 
     # Graph replays: graph kernels, replays, and gap time inside them, per range, name, device.
     graph_call = np.isin(name_table, list(GRAPH_LAUNCH_CALLS))[name_codes]
@@ -334,9 +356,9 @@ def run_analysis(
     if attributor is not None:
         # Streams on one thread; the range level reuses the device level's rows on the other.
         with ThreadPoolExecutor(2) as pool:
-            streams_done = pool.submit(attributor.attribute, [stream_gaps])
+            streams_done = pool.submit(attributor.attribute, [stream_gaps]) if gaps else None
             device_gaps, pair_gaps = attributor.attribute([device_gaps, pair_gaps])
-            (stream_gaps,) = streams_done.result()
+            (stream_gaps,) = streams_done.result() if streams_done else (None,)
         range_gaps = replace(pair_gaps, row=pair_range[pair_gaps.row])
         pair_cats = category_sums(pair_gaps, n_pairs)
         range_cats = pair_cats.reshape(n_ranges, n_dev, -1).sum(axis=1) if n_pairs else \
@@ -346,11 +368,15 @@ def run_analysis(
         np.add.at(name_cats, range_name, range_cats)
         name_rows = _with_categories(name_rows, name_cats, True)
         device_rows = _with_categories(device_rows, category_sums(device_gaps, n_dev), True)
-        stream_rows = _with_categories(stream_rows, category_sums(stream_gaps, n_str), False)
+        if gaps:
+            stream_rows = _with_categories(stream_rows, category_sums(stream_gaps, n_str), False)
         payoff = measured_pairs(name_rows)
         # With a selection, the longest gaps are those of the selected ranges' work.
         top_gaps = longest_gaps(frames, distinct_gaps(range_gaps) if selected else device_gaps, launch,
                                 name_codes, name_table, acts.busy, top)
+    if not gaps:  # the range and device levels' gaps go before the streams' are made
+        pair_gaps = range_gaps = device_gaps = None
+        stream_rows, _ = _stream_level(acts, stream_keys, attributor)
     range_rows, name_rows, device_rows = map(_with_verdicts, (range_rows, name_rows, device_rows))
     comm = communication.find(frames)
     range_rows, name_rows, device_rows = communication.with_fields(
@@ -381,7 +407,7 @@ def run_analysis(
     )
     return AnalysisArrays(
         frames=frames, acts=acts, launch=launch, ranges=table, name_of_range=range_name, member_range=member_range,
-        member_act=member_act, pairs=RangePairs(n_dev, pair_stats, pair_gaps, pair_cats),
+        member_act=member_act, pairs=RangePairs(n_dev, pair_stats, pair_gaps, pair_cats) if gaps else None,
         range_gaps=range_gaps, device_gaps=device_gaps, stream_keys=stream_keys, stream_gaps=stream_gaps,
         result=result, comm=comm,
     )
@@ -413,4 +439,4 @@ def analysis_of(path: str | Path, **options: Any) -> AnalysisArrays:
 def analyze(path: str | Path, **options: Any) -> AnalysisResult:
     """Analyze one trace (:func:`run_analysis`'s ``options``): gap fraction per NVTX range,
     range name, device and stream, and (``attribution``) why the GPU sat idle."""
-    return analysis_of(path, **options).result
+    return analysis_of(path, **{"gaps": False, **options}).result

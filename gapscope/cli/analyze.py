@@ -31,17 +31,19 @@ TRACE_ONLY = {"ranges": "--range", "domains": "--domain", "threads": "--threads"
 DEFAULTS = {"threads": "same", "normalize": True}
 
 
-def load_input(found: Input, given: frozenset[str] = frozenset(), **options: Any) -> tuple[Any, Any]:
+def load_input(found: Input, given: frozenset[str] = frozenset(), *, gaps: bool = True,
+               **options: Any) -> tuple[Any, Any]:
     """(result, the AnalysisArrays behind it or None): a trace is analyzed with
     :func:`gapscope.analysis.pipeline.run_analysis`'s ``options``; a saved analysis or
     many-trace result is loaded; a `gapscope run` output gives its trace's analysis (or its
     saved analysis.json when the trace is not there). ``given``: the ANALYSIS_OPTIONS set on
-    the command line, which a saved result must honour or refuse."""
+    the command line, which a saved result must honour or refuse; ``gaps``: keep the gap
+    lists in the arrays (run_analysis)."""
     found = _run_input(found.require("trace", "analysis", "fleet", "run", command="analyze"))
     if found.kind == "trace":
         from gapscope.analysis.pipeline import analysis_of
 
-        analysis = analysis_of(found.path, **options)
+        analysis = analysis_of(found.path, gaps=gaps, **options)
         return analysis.result, analysis
     for key, flag in TRACE_ONLY.items():
         if options.get(key) not in (None, (), DEFAULTS.get(key)):
@@ -261,7 +263,8 @@ def _analyze(traces: tuple[str, ...], ranges: tuple[str, ...], domains: tuple[st
     if tables:
         result, analysis, made = load_tables(found, **options)
     else:
-        (result, analysis), made = load_input(found, given, **options), None
+        # Only the plots read the gap lists; without them each level's gaps go once summed.
+        (result, analysis), made = load_input(found, given, gaps=bool(plot_dir), **options), None
     read = analysis.read_seconds if analysis is not None else None
     steps = []
     if fmt == "parquet":
