@@ -111,17 +111,20 @@ def child_output(argv: list[str]) -> str:
 
 def timed(argv: list[str], repeat: int, env: dict[str, str] | None = None,
           before: Callable[[], object] | None = None) -> dict:
-    """Best and worst seconds and the largest peak MB of ``repeat`` runs (``before`` each)."""
+    """Best and worst seconds, the CPU seconds (user + system) of the best run and the largest
+    peak MB of ``repeat`` runs (``before`` each)."""
     runs = []
     for _ in range(repeat):
         if before is not None:
             before()
         runs.append(run_one(argv, env))
-    return {"best": min(r[0] for r in runs), "worst": max(r[0] for r in runs), "mb": max(r[1] for r in runs)}
+    best = min(runs)
+    return {"best": best[0], "worst": max(r[0] for r in runs), "mb": max(r[1] for r in runs), "cpu": best[2]}
 
 
-def run_one(argv: list[str], env: dict[str, str] | None) -> tuple[float, float]:
-    """One run: its seconds and its own peak MB (wait4 on this child alone)."""
+def run_one(argv: list[str], env: dict[str, str] | None) -> tuple[float, float, float]:
+    """One run: its seconds, its own peak MB and its CPU seconds, user + system (wait4 on
+    this child alone)."""
     with tempfile.TemporaryFile() as errors:
         t = time.perf_counter()
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=errors,
@@ -133,7 +136,7 @@ def run_one(argv: list[str], env: dict[str, str] | None) -> tuple[float, float]:
         err = errors.read().decode(errors="replace")
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed:\n{err}")
-    return seconds, usage.ru_maxrss / 1024
+    return seconds, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
 
 
 QUERIES = r"""
@@ -162,7 +165,8 @@ def load() -> str:
 def row(what: str, n: str, r: dict, floor: float | None = None, note: str = "") -> None:
     ratio = f"{r['best'] / floor:.2f}x" if floor else ""
     mb = f"{r['mb']:.0f}" if r["mb"] == r["mb"] else ""
-    print(f"{what:<24}{n:>16}{r['best']:>9.2f}{r['worst'] - r['best']:>8.2f}{ratio:>9}{mb:>9}  "
+    cpu = f"{r['cpu']:.2f}" if r.get("cpu") is not None else ""
+    print(f"{what:<24}{n:>16}{r['best']:>9.2f}{r['worst'] - r['best']:>8.2f}{ratio:>9}{mb:>9}{cpu:>8}  "
           f"{load()}{'  ' + note if note else ''}", flush=True)
 
 
@@ -277,8 +281,9 @@ def main() -> None:
     args.workdir.mkdir(parents=True, exist_ok=True)
     sections = set(args.only.split(","))
     print(f"{os.cpu_count()} CPUs; SYNTHETIC tilings of {args.source.name} (and {RANGES_SOURCE.name}); "
-          f"best of {args.repeat}; spread = worst - best; ratio = best / the floor above it")
-    print(f"{'step':<24}{'size':>16}{'best s':>9}{'spread':>8}{'ratio':>9}{'peak MB':>9}")
+          f"best of {args.repeat}; spread = worst - best; ratio = best / the floor above it; "
+          f"CPU s = user + system seconds of the best run")
+    print(f"{'step':<24}{'size':>16}{'best s':>9}{'spread':>8}{'ratio':>9}{'peak MB':>9}{'CPU s':>8}")
     if "scale" in sections:
         for k in (int(x) for x in args.kernels.split(",") if x):
             scale_rows(args.source, k, args.workdir, args.repeat)

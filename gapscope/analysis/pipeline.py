@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gapscope.analysis import communication
+from gapscope.analysis import communication, memory
 from gapscope.analysis.attribution import (
     Attributor, api_names, as_dicts, category_sums, distinct_gaps, longest_gaps,
 )
@@ -423,6 +423,7 @@ def opened_analysis(path: str | Path, *, all_calls: bool = False, **options: Any
 
     started = time.perf_counter()
     with open_trace(path) as trace:
+        memory.check(trace.path, trace.activity_rows())  # a trace too large for the machine: refused now
         frames = trace.frames(syncs=options.get("attribution", True), all_calls=all_calls)
         read = time.perf_counter() - started
         yield replace(run_analysis(frames, **options), read_seconds=read)

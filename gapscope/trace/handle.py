@@ -87,6 +87,12 @@ class Trace:
         uses; ``all_calls``: every CUDA API call, not only those that launch or synchronize)."""
         return self._reader.load(syncs=syncs, all_calls=all_calls)
 
+    def activity_rows(self) -> int | None:
+        """How many GPU activity rows the trace holds, counted without reading them (None for
+        a format that cannot say so cheaply: an arrowdir export, a PyTorch profiler trace)."""
+        count = getattr(self._reader, "activity_rows", None)
+        return count() if count is not None else None
+
     def kernel_shapes(self, frames: TraceFrames) -> pd.DataFrame:
         """Grid, block and dynamic shared memory per activity row of ``frames`` (-1 where not a
         kernel); GapscopeError for a format that does not record launch shapes."""

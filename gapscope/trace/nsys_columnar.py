@@ -147,6 +147,24 @@ class NsysColumnar:
         except TypeError as exc:
             raise GapscopeError(f"{self._file(table)}: unknown export schema: {table}.{column} {exc}") from None
 
+    def activity_rows(self) -> int | None:
+        """The number of GPU activity rows (kernels, graph executions, copies, memsets) of a
+        parquetdir export, from its Parquet footers (no row is read); None for an arrowdir
+        (an Arrow stream says its length only by being read)."""
+        self._live()
+        if self.format != "nsys-parquet":
+            return None
+        import pyarrow.parquet as pq
+
+        total = 0
+        for table in ACTIVITY_TABLES:
+            if table in self._tables:
+                try:
+                    total += pq.read_metadata(self._file(table)).num_rows
+                except (pa.ArrowException, OSError) as exc:
+                    raise self._failed(table, exc) from None
+        return total
+
     # -- frames -----------------------------------------------------------------------------
     def load(self, *, syncs: bool = False, all_calls: bool = False) -> TraceFrames:
         """The frames an analysis needs (``syncs``: also the stream-wait synchronization records;

@@ -103,6 +103,10 @@ class NsysReport:
         frames = self._inner.load(syncs=syncs, all_calls=all_calls)
         return dataclasses.replace(frames, meta=self.meta)
 
+    def activity_rows(self) -> int | None:
+        """The export's number of GPU activity rows, as its reader counts them."""
+        return self._inner.activity_rows()
+
     def lookup(self, ids: Iterable[int]) -> dict[int, str]:
         """Names from the export's string table (gapscope.trace.frames.Names)."""
         return self._inner.lookup(ids)
