@@ -92,19 +92,21 @@ class GapSplit:
 
     def sums(self, rows: np.ndarray, length: np.ndarray, n_rows: int) -> np.ndarray:
         """Gap time per (row, category), shape (n_rows, N_CATEGORIES); each row sums to its
-        gaps' total (weighted counts: exact below 2**53 ns)."""
+        gaps' total (whole gaps as weighted counts: exact below 2**53 ns)."""
         rows = np.asarray(rows, dtype=np.int64)
-        out = np.zeros(n_rows * N_CATEGORIES, dtype=np.int64)
         one = self.whole >= 0
-        if one.any():
-            out += np.rint(np.bincount(rows[one] * N_CATEGORIES + self.whole[one], weights=length[one],
-                                       minlength=out.size)).astype(np.int64)
-        out = out.reshape(n_rows, N_CATEGORIES)
+        out = np.bincount(rows[one] * N_CATEGORIES + self.whole[one], weights=length[one],
+                          minlength=n_rows * N_CATEGORIES)
+        out = np.rint(out).astype(np.int64).reshape(n_rows, N_CATEGORIES)
         split = np.flatnonzero(~one)
         if split.size:
-            r, sr = rows[split], self.state_row[split]
-            for c in range(ht.N_STATES):  # one weighted count per state, not per gap
-                out[:, c] += np.rint(np.bincount(r, weights=self.states[sr, c], minlength=n_rows)).astype(np.int64)
+            r = rows[split]
+            states = self.states.take(self.state_row[split], axis=0)  # (split gaps, N_STATES)
+            if (r[1:] < r[:-1]).any():  # a level's gaps come in row order; sort any others
+                order = np.argsort(r, kind="stable")
+                r, states = r[order], states[order]
+            first = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])  # where each row's gaps begin
+            out[r[first], :ht.N_STATES] += np.add.reduceat(states, first, axis=0)
         return out
 
 

@@ -169,16 +169,13 @@ def _warnings(frames: TraceFrames, launch: np.ndarray, ranges: RangeTable, mode:
 
 
 def _with_categories(rows: list[dict], sums: np.ndarray, with_ceiling: bool) -> list[dict]:
-    """Rows with their ``gap_by_category_ns`` (and the graph ceiling fields) added."""
-    out = []
+    """Rows with their ``gap_by_category_ns`` (and the graph ceiling fields) added; like the
+    other ``_with_`` helpers it adds to the pipeline's own rows (fresh from ``_rows``) in place."""
     for row, by_cat in zip(rows, as_dicts(sums)):
-        row = {**row, "gap_by_category_ns": by_cat}
+        row["gap_by_category_ns"] = by_cat
         if with_ceiling:
-            span, speedup = ceiling(row["gpu_span_ns"], by_cat)
-            row["graph_ceiling_span_ns"] = span
-            row["graph_ceiling_speedup"] = speedup
-        out.append(row)
-    return out
+            row["graph_ceiling_span_ns"], row["graph_ceiling_speedup"] = ceiling(row["gpu_span_ns"], by_cat)
+    return rows
 
 
 def _named(rf: pd.DataFrame, domains: Sequence[str]) -> tuple[int, str]:
@@ -233,12 +230,18 @@ def _name_groups(rf: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
 
 
 def _with_replays(rows: list[dict], figures: list[dict]) -> list[dict]:
-    return [{**row, **fig} for row, fig in zip(rows, figures)]
+    """Rows with their graph replay figures added (in place)."""
+    for row, fig in zip(rows, figures):
+        row.update(fig)
+    return rows
 
 
 def _with_verdicts(rows: list[dict]) -> list[dict]:
-    """Rows with their machine-readable ``verdict`` and the ``reading`` the tables show."""
-    return [{**row, **dict(zip(("verdict", "reading"), verdict(row)))} for row in rows]
+    """Rows with their machine-readable ``verdict`` and the ``reading`` the tables show (added
+    in place)."""
+    for row in rows:
+        row["verdict"], row["reading"] = verdict(row)
+    return rows
 
 
 def _stream_level(acts: ActivityArrays, stream_keys: pd.DataFrame, attributor: Attributor | None,

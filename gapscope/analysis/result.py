@@ -54,8 +54,8 @@ def frame_records(frame: Any) -> list[dict[str, Any]]:
         if values.dtype.kind == "f":
             for i in np.flatnonzero(np.isnan(values)).tolist():
                 col[i] = None
-        elif values.dtype.kind not in "iub":
-            col = [_clean(v) for v in col]
+        elif values.dtype.kind not in "iub":  # names and domains: strings and None pass as they are
+            col = [v if v is None or type(v) is str else _clean(v) for v in col]
         columns.append(col)
     names = list(frame.columns)
     return [dict(zip(names, row)) for row in zip(*columns)]
