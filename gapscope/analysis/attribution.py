@@ -305,10 +305,11 @@ class Attributor:
 
     def attribute(self, levels: list[GapList]) -> list[GapList]:
         """Every level's gaps with their split and category. A gap's categories depend only on
-        its start, length and the activity that ends it, so the first level is classified and
-        the other levels' gaps that are the same gap (most of them) take its split."""
+        its start, length and the activity that ends it, so the first level is classified (unless
+        it was attributed already: its split is kept) and the other levels' gaps that are the
+        same gap (most of them) take its split."""
         first = levels[0]
-        base = self.classify(first)
+        base = first.split if first.split is not None else self.classify(first)
         out = [replace(first, split=base, category=base.category)]
         row_of = np.full(self.acts.start.size, -1, dtype=np.int64)  # the first level's gap ended by each activity
         row_of[first.next_act] = np.arange(first.next_act.size)

@@ -245,15 +245,17 @@ def _with_verdicts(rows: list[dict]) -> list[dict]:
 
 
 def _stream_level(acts: ActivityArrays, stream_keys: pd.DataFrame, attributor: Attributor | None,
-                  ) -> tuple[list[dict], GapList]:
+                  device_gaps: GapList | None) -> tuple[list[dict], GapList]:
     """The stream rows (with their gap categories when ``attributor`` is given) and the
-    streams' gap list."""
+    streams' gap list; a stream gap that is also a gap of the (attributed) ``device_gaps``
+    takes its split."""
     n_str = len(stream_keys)
     every = np.arange(acts.start.size, dtype=np.int64)
     stats, gaps = level_stats(acts, every, acts.stream_code, np.arange(n_str), n_str)
     rows = _rows(stream_keys, stats)
     if attributor is not None:
-        (gaps,) = attributor.attribute([gaps])
+        gaps = attributor.attribute([device_gaps, gaps])[1] if device_gaps is not None else \
+            attributor.attribute([gaps])[0]
         rows = _with_categories(rows, category_sums(gaps, n_str), False)
     return rows, gaps
 
@@ -357,11 +359,11 @@ def run_analysis(
     pair_cats = None
     payoff = top_gaps = None
     if attributor is not None:
-        # Streams on one thread; the range level reuses the device level's rows on the other.
-        with ThreadPoolExecutor(2) as pool:
-            streams_done = pool.submit(attributor.attribute, [stream_gaps]) if gaps else None
-            device_gaps, pair_gaps = attributor.attribute([device_gaps, pair_gaps])
-            (stream_gaps,) = streams_done.result() if streams_done else (None,)
+        # The range and stream levels reuse the device level's split for the gaps they share
+        # (one classification of most gaps: less work than the streams classified on a thread).
+        device_gaps, pair_gaps = attributor.attribute([device_gaps, pair_gaps])
+        if gaps:
+            stream_gaps = attributor.attribute([device_gaps, stream_gaps])[1]
         range_gaps = replace(pair_gaps, row=pair_range[pair_gaps.row])
         pair_cats = category_sums(pair_gaps, n_pairs)
         range_cats = pair_cats.reshape(n_ranges, n_dev, -1).sum(axis=1) if n_pairs else \
@@ -377,9 +379,10 @@ def run_analysis(
         # With a selection, the longest gaps are those of the selected ranges' work.
         top_gaps = longest_gaps(frames, distinct_gaps(range_gaps) if selected else device_gaps, launch,
                                 name_codes, name_table, acts.busy, top)
-    if not gaps:  # the range and device levels' gaps go before the streams' are made
-        pair_gaps = range_gaps = device_gaps = None
-        stream_rows, _ = _stream_level(acts, stream_keys, attributor)
+    if not gaps:  # the range level's gaps go before the streams' are made, the device level's after
+        pair_gaps = range_gaps = None
+        stream_rows, _ = _stream_level(acts, stream_keys, attributor, device_gaps if attributor else None)
+        device_gaps = None
     range_rows, name_rows, device_rows = map(_with_verdicts, (range_rows, name_rows, device_rows))
     comm = communication.find(frames)
     range_rows, name_rows, device_rows = communication.with_fields(
