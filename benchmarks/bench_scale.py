@@ -170,7 +170,9 @@ def row(what: str, n: str, r: dict, floor: float | None = None, note: str = "") 
           f"{load()}{'  ' + note if note else ''}", flush=True)
 
 
-def scale_rows(source: Path, kernels: int, workdir: Path, repeat: int) -> None:
+def scale_rows(source: Path, kernels: int, workdir: Path, repeat: int, plain: bool = False) -> None:
+    """The read floor and the whole analysis of a ``kernels``-kernel tiling, then (unless
+    ``plain``: the section ``floor``, for sizes where each run takes minutes) the cached runs."""
     from tile_trace import cached_tiling
 
     big = cached_tiling(source, kernels, workdir)
@@ -181,9 +183,12 @@ def scale_rows(source: Path, kernels: int, workdir: Path, repeat: int) -> None:
     floor = timed([sys.executable, "-c", READ_FLOOR, str(big), str(qfile)], repeat)
     row("read floor", n, floor, note=f"{big.stat().st_size / 1e6:.0f} MB export")
     gs = [sys.executable, "-m", "gapscope", "analyze", str(big), "-f", "json", "-o", str(out)]
-    plain = timed([*gs, "--no-cache"], repeat)
+    plain_only, plain = plain, timed([*gs, "--no-cache"], repeat)
     uncached = out.read_bytes()
     row("analyze (no cache)", n, plain, floor["best"])
+    if plain_only:
+        out.unlink(missing_ok=True)
+        return
     xdg = workdir / "xdg"
     env = {"XDG_CACHE_HOME": str(xdg), "GAPSCOPE_NO_CACHE": ""}
     results = xdg / "gapscope" / "results"
@@ -271,7 +276,8 @@ def main() -> None:
     ap.add_argument("--jobs-kernels", type=int, default=200_000)
     ap.add_argument("--copies", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--only", default="scale,output,jobs", help="sections: scale, output, jobs")
+    ap.add_argument("--only", default="scale,output,jobs",
+                    help="sections: scale, output, jobs; floor: scale's read floor and uncached analysis alone")
     ap.add_argument("--quick", action="store_true", help="CI-sized: small traces, one run each")
     ap.add_argument("--workdir", type=Path,
                     default=Path(tempfile.gettempdir()) / f"gapscope-bench-{os.environ.get('GAPSCOPE_BENCH_TAG', 'scale')}")
@@ -284,9 +290,9 @@ def main() -> None:
           f"best of {args.repeat}; spread = worst - best; ratio = best / the floor above it; "
           f"CPU s = user + system seconds of the best run")
     print(f"{'step':<24}{'size':>16}{'best s':>9}{'spread':>8}{'ratio':>9}{'peak MB':>9}{'CPU s':>8}")
-    if "scale" in sections:
+    if sections & {"scale", "floor"}:
         for k in (int(x) for x in args.kernels.split(",") if x):
-            scale_rows(args.source, k, args.workdir, args.repeat)
+            scale_rows(args.source, k, args.workdir, args.repeat, plain="scale" not in sections)
     if "output" in sections:
         output_rows(args.workdir, args.ranges, args.repeat)
     if "jobs" in sections:

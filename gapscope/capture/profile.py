@@ -587,7 +587,7 @@ def _analyze(result: ProfileResult, prog: Any) -> None:
     started = time.perf_counter()
     with prog.task("analyze", 1):
         try:
-            analysis = analysis_of(plan.trace)
+            analysis = analysis_of(plan.trace, gaps=False)  # only the result is written
         except GapscopeError as exc:
             code = result.program_exit_code
             if code:
