@@ -47,9 +47,9 @@ def test_parquet_rows_from_the_footers_and_arrow_says_nothing():
 
 
 def test_the_estimate_is_the_fitted_line():
-    assert memory.needed_bytes(0) == 350_000_000
-    assert memory.needed_bytes(1_000_000) == 350_000_000 + 510_000_000
-    assert memory.needed_bytes(-5) == 350_000_000
+    assert memory.needed_bytes(0) == 300_000_000
+    assert memory.needed_bytes(1_000_000) == 300_000_000 + 550_000_000
+    assert memory.needed_bytes(-5) == 300_000_000
 
 
 def test_available_memory_is_mem_available_plus_free_swap(tmp_path):
@@ -63,15 +63,15 @@ def test_available_memory_is_mem_available_plus_free_swap(tmp_path):
 
 
 def test_a_trace_too_large_is_refused_in_one_line():
-    rows = 40_000_000  # needs 350e6 + 40e6 * 510 = 20.75e9 bytes
+    rows = 40_000_000  # needs 300e6 + 40e6 * 550 = 22.3e9 bytes
     with pytest.raises(GapscopeError) as err:
         memory.check("big.sqlite", rows, available=18_000_000_000, environ={})
     assert str(err.value) == (
-        "big.sqlite: analyzing its 40,000,000 GPU activities needs about 20.8 GB of memory, more than "
+        "big.sqlite: analyzing its 40,000,000 GPU activities needs about 22.3 GB of memory, more than "
         "the 18.0 GB this machine has free; record a shorter capture (`nsys profile --capture-range`, "
         "`--duration`) or analyze it on a larger machine (GAPSCOPE_MEMORY_CHECK=0 tries anyway)")
     assert err.value.exit_code == 2
-    memory.check("big.sqlite", rows, available=20_750_000_000, environ={})  # exactly enough: analyzed
+    memory.check("big.sqlite", rows, available=22_300_000_000, environ={})  # exactly enough: analyzed
     memory.check("big.sqlite", rows, available=1, environ={"GAPSCOPE_MEMORY_CHECK": "0"})  # turned off
     memory.check("big.sqlite", None, available=1, environ={})  # rows unknown: nothing to check
 
@@ -82,7 +82,7 @@ def test_the_command_refuses_before_reading(monkeypatch):
     monkeypatch.setattr(memory, "available_bytes", lambda: need - 1)
     got = gapscope("analyze", "traces/torch_decode.sqlite", "--no-cache")
     assert got.returncode == 2
-    assert got.stderr.count("\n") == 1 and "analyzing its 5,633 GPU activities needs about 0.4 GB" in got.stderr
+    assert got.stderr.count("\n") == 1 and "analyzing its 5,633 GPU activities needs about 0.3 GB" in got.stderr
     assert got.stdout == ""
     monkeypatch.setattr(memory, "available_bytes", lambda: need)
     assert gapscope("analyze", "traces/torch_decode.sqlite", "--no-cache").returncode == 0

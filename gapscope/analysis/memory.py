@@ -2,10 +2,11 @@
 has: a trace too large for the machine is refused at once, in one line, instead of the process
 being killed by the kernel minutes later without a word (docs/performance.md, "Memory").
 
-The estimate is a straight line fitted to measured peaks (``bench_scale.py``, 2026-12-01, the
-analysis without gap lists kept): about 350 MB plus 510 bytes per GPU activity row (kernels,
-copies, memsets), 919 MB at 1.1 million rows and 6.0 GB at 11.1 million. The CUDA API rows
-that come with the activities are in the per-row figure. ``GAPSCOPE_MEMORY_CHECK=0`` analyzes
+The estimate is a straight line fitted to measured peaks (``bench_scale.py``, 2026-12-01,
+SQLite tilings of a real PyTorch decode trace, the analysis without gap lists kept): 300 MB
+plus 550 bytes per GPU activity row (kernels, copies, memsets); measured 919 MB at 1.08 million
+rows, 6.0 GB at 10.8 million and 18.1 GB at 32.3 million (the line: 0.89, 6.2 and 18.1 GB). The
+CUDA API rows that come with the activities are in the per-row figure. ``GAPSCOPE_MEMORY_CHECK=0`` analyzes
 without the check (the estimate is an estimate; swap or a lighter trace may get through).
 """
 
@@ -18,8 +19,8 @@ from pathlib import Path
 from gapscope.errors import GapscopeError
 
 #: The fitted line: resident bytes of an analysis = BASE_BYTES + BYTES_PER_ACTIVITY * rows.
-BASE_BYTES = 350 * 10**6
-BYTES_PER_ACTIVITY = 510
+BASE_BYTES = 300 * 10**6
+BYTES_PER_ACTIVITY = 550
 #: The environment variable that turns the check off ("0").
 CHECK_ENV = "GAPSCOPE_MEMORY_CHECK"
 
