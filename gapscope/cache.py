@@ -17,7 +17,9 @@ Every entry ends in the CRC-32 of its bytes and is written to a private name, th
 place: one that fails its check is removed and made again, never trusted. Column and result
 entries together keep at most ``GAPSCOPE_CACHE_SIZE`` bytes (default 2 GiB; suffixes K, M, G),
 evicting those used least recently; ``GAPSCOPE_NO_CACHE=1`` (the commands' ``--no-cache``) turns
-both off. Report exports are not counted or evicted: only nsys can make them again. This module
+both off. Their running total is kept in ``index`` (:class:`Ledger`), so a write costs the same
+however many entries there are: the entries are listed only when the total crosses the bound or
+the index cannot be trusted. Report exports are not counted or evicted: only nsys can make them again. This module
 imports neither numpy, pandas nor pyarrow: a result cache hit needs none of them.
 """
 
@@ -32,10 +34,16 @@ import re
 import shutil
 import sys
 import tempfile
+import time
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+try:
+    import fcntl
+except ImportError:  # no flock (Windows): one process at a time is counted right
+    fcntl = None  # type: ignore[assignment]
 
 #: Set to anything but "" or "0" to turn the column and result caches off (the commands' --no-cache).
 NO_CACHE_ENV = "GAPSCOPE_NO_CACHE"
@@ -54,6 +62,13 @@ RESULT_LAYOUT = "1"
 STAMP = "used"  # in a column entry: its mtime is when the entry was last read or written
 CRC_BYTES = 4
 _RESULT_SUFFIX = ".result"
+#: Under the root: the running total of the bounded folders, the lock every change to them is
+#: made under, and the folder entries are written in before they are renamed into place.
+INDEX, INDEX_LOCK, SCRATCH = "index", "index.lock", ".part"
+#: Bumped whenever what the index holds changes: an index of another layout is rebuilt.
+INDEX_LAYOUT = 1
+#: A file left in SCRATCH for longer than this (its writer died) is removed by the next listing.
+STALE_SECONDS = 24 * 3600
 
 
 def cache_root(environ: Mapping[str, str] | None = None) -> Path:
@@ -153,16 +168,27 @@ def write_sealed(path: Path, body: Any) -> None:
     kept: written under a private name in its folder, then renamed into place (OSError when the
     folder cannot be written)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".part-", dir=path.parent)
+    tmp = _sealed_copy(path.parent, body)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(body)
-            fh.write(zlib.crc32(body).to_bytes(CRC_BYTES, "big"))
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _sealed_copy(folder: Path, body: Any) -> str:
+    """A new private file in ``folder`` holding ``body`` and its CRC-32: its path."""
+    fd, tmp = tempfile.mkstemp(prefix=".part-", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(body)
+            fh.write(zlib.crc32(body).to_bytes(CRC_BYTES, "big"))
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return tmp
 
 
 def _entries(bases: Iterable[Path]) -> list[tuple[float, int, Path]]:
@@ -189,7 +215,13 @@ def _entries(bases: Iterable[Path]) -> list[tuple[float, int, Path]]:
 def evict(bases: Path | Iterable[Path], limit: int) -> list[Path]:
     """Remove the least recently used entries under ``bases`` (a folder or several) until they
     hold at most ``limit`` bytes together; the entries removed, oldest first."""
-    entries = sorted(_entries([bases] if isinstance(bases, Path) else bases), key=lambda e: e[0])
+    return _evict_listed(_entries([bases] if isinstance(bases, Path) else bases), limit)[0]
+
+
+def _evict_listed(entries: list[tuple[float, int, Path]], limit: int) -> tuple[list[Path], int, int]:
+    """evict over ``entries`` as _entries listed them: the entries removed (oldest first), and
+    the bytes and the number of entries left."""
+    entries = sorted(entries, key=lambda e: e[0])
     total = sum(size for _, size, _ in entries)
     gone = []
     for _, size, entry in entries:
@@ -202,7 +234,128 @@ def evict(bases: Path | Iterable[Path], limit: int) -> list[Path]:
                 entry.unlink()
         total -= size
         gone.append(entry)
-    return gone
+    return gone, total, len(entries) - len(gone)
+
+
+def _fingerprint(folder: Path) -> list[int] | None:
+    """What changes when an entry is added to or removed from ``folder`` (its inode, link count
+    and mtime), or None when there is no such folder."""
+    try:
+        st = os.stat(folder)
+    except OSError:
+        return None
+    return [st.st_ino, st.st_nlink, st.st_mtime_ns]
+
+
+class Ledger:
+    """The running total of the bounded folders under ``root`` (bytes and entries), kept in
+    ``root/index`` beside the fingerprints of the folders it was counted from; every change
+    gapscope makes to them (an entry renamed into place, an eviction) is made under an exclusive
+    lock of ``root/index.lock`` and counted in it at once, so bookkeeping a write costs the same
+    at 10 or 10,000 entries. An index that is missing, damaged, of another layout, or whose
+    folders changed behind it (a user deleting an entry, another gapscope version writing, a
+    process that died between its change and its count) is rebuilt silently from a listing, as
+    is the total whenever it crosses the bound (so a total too high, from a file removed by hand
+    inside an entry, is corrected before it evicts anything). What no fingerprint shows (a file
+    added inside an existing column entry by another gapscope version, or by a process killed
+    between its rename and its count) is missing from the total until the next listing."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.index = root / INDEX
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[dict[str, Any]]:
+        """The index, trusted or rebuilt, with the lock held; written back (with the folders'
+        fingerprints as they are then) when the block ends without an error."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / INDEX_LOCK, "a+b") as lock:
+            if fcntl is not None:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # released when the file is closed
+            state = self._trusted()
+            before = dict(state) if state is not None else None
+            if state is None:
+                state = self._listed()
+            yield state
+            state["layout"] = INDEX_LAYOUT
+            state["folders"] = [_fingerprint(f) for f in bounded_folders(self.root)]
+            if state != before:  # else as kept (a bound with nothing to evict)
+                write_sealed(self.index, json.dumps(state, sort_keys=True).encode())
+
+    def _trusted(self) -> dict[str, Any] | None:
+        """The index as kept, or None when it cannot be trusted."""
+        body = read_sealed(self.index)
+        try:
+            state = json.loads(body) if body is not None else None
+        except ValueError:
+            return None
+        if not isinstance(state, dict) or state.get("layout") != INDEX_LAYOUT:
+            return None
+        if state.get("folders") != [_fingerprint(f) for f in bounded_folders(self.root)]:
+            return None
+        if not all(type(state.get(k)) is int and state[k] >= 0 for k in ("bytes", "entries")):
+            return None
+        return state
+
+    def _listed(self) -> dict[str, Any]:
+        """The total as a listing of the folders finds it (and stale scratch files removed)."""
+        self._sweep()
+        entries = _entries(bounded_folders(self.root))
+        return {"bytes": sum(size for _, size, _ in entries), "entries": len(entries)}
+
+    def _sweep(self) -> None:
+        with contextlib.suppress(OSError):
+            for tmp in (self.root / SCRATCH).iterdir():
+                with contextlib.suppress(OSError):
+                    if tmp.stat().st_mtime < time.time() - STALE_SECONDS:
+                        tmp.unlink()
+
+    def totals(self) -> tuple[int, int]:
+        """(bytes, entries) of the bounded folders, as the index counts them (rebuilt if need be)."""
+        with self._locked() as state:
+            return state["bytes"], state["entries"]
+
+    def keep(self, path: Path, body: Any) -> None:
+        """Keep ``body`` and its CRC-32 at ``path`` (an entry's file in a bounded folder, or a
+        file of a column entry's folder, made if need be) and count it: written under a private
+        name in ``root/.part``, renamed into place under the lock (OSError when the cache cannot
+        be written)."""
+        scratch = self.root / SCRATCH
+        scratch.mkdir(parents=True, exist_ok=True)
+        tmp = _sealed_copy(scratch, body)
+        try:
+            with self._locked() as state:
+                column = path.parent.parent in bounded_folders(self.root)  # else a result file
+                path.parent.parent.mkdir(parents=True, exist_ok=True)
+                try:
+                    path.parent.mkdir()
+                    made = True
+                except FileExistsError:
+                    made = False
+                new_entry = made if column else not os.path.lexists(path)
+                try:
+                    old = os.lstat(path).st_size
+                except FileNotFoundError:
+                    old = 0
+                size = os.stat(tmp).st_size
+                os.replace(tmp, path)
+                state["bytes"] = max(0, state["bytes"] + size - old)
+                state["entries"] += new_entry
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    def bound(self, limit: int) -> list[Path]:
+        """When the index counts more than ``limit`` bytes: :func:`evict` on a listing of the
+        folders (the entries used least recently go first), and the index set to what is left.
+        The entries removed, oldest first (none when the total is within the bound)."""
+        with self._locked() as state:
+            if state["bytes"] <= limit:
+                return []
+            self._sweep()
+            gone, state["bytes"], state["entries"] = _evict_listed(_entries(bounded_folders(self.root)), limit)
+            return gone
 
 
 @functools.lru_cache(maxsize=1)
@@ -305,11 +458,13 @@ class ResultCache:
         """Keep ``text`` (the result JSON) unless the trace changed since :meth:`for_trace`
         looked at it or the cache cannot be written (then quietly not); then keep the cache
         within its bound. Whether it was kept."""
+        ledger = Ledger(self.file.parent.parent)
         try:
             if _identity(self.trace) != self.identity:
                 return False
-            write_sealed(self.file, text.encode("utf-8"))
+            ledger.keep(self.file, text.encode("utf-8"))
         except OSError:
             return False
-        evict(bounded_folders(self.file.parent.parent), self.limit)
+        with contextlib.suppress(OSError):
+            ledger.bound(self.limit)
         return True

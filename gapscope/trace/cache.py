@@ -8,7 +8,7 @@ any mtime) takes those tables instead of running the queries; a file whose conte
 any byte has another key, so it never reads a stale copy.
 
 Every column file ends in the CRC-32 of its bytes and is written to a private name, then renamed
-into place: an entry that fails its check (a damaged or truncated file) is removed and read from
+into place and counted in the cache's running total (gapscope.cache.Ledger): an entry that fails its check (a damaged or truncated file) is removed and read from
 the export again, never trusted. Column and result entries together keep at most
 ``GAPSCOPE_CACHE_SIZE`` bytes (gapscope.cache.size_limit), evicting the entries used least
 recently; ``GAPSCOPE_NO_CACHE=1`` (the commands' ``--no-cache``) turns it off.
@@ -24,8 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from gapscope.cache import (
-    DEFAULT_LIMIT, STAMP, bounded_folders, cache_enabled, cache_root, content_digest, discard, evict, read_sealed,
-    size_limit, write_sealed,
+    DEFAULT_LIMIT, STAMP, Ledger, cache_enabled, cache_root, content_digest, discard, read_sealed, size_limit,
 )
 
 #: Bumped whenever what an entry holds changes, so an older layout is never read.
@@ -41,6 +40,7 @@ class ColumnCache:
     def __init__(self, folder: Path, limit: int = DEFAULT_LIMIT) -> None:
         self.folder = folder
         self.limit = limit
+        self.ledger = Ledger(folder.parent.parent)
         self._lock = threading.Lock()
         self._wrote = False
 
@@ -88,7 +88,7 @@ class ColumnCache:
             writer.write_table(table)
         body = sink.getvalue()
         try:
-            write_sealed(self._file(query), body)
+            self.ledger.keep(self._file(query), body)
         except OSError:
             return
         with self._lock:
@@ -104,5 +104,6 @@ class ColumnCache:
         column and result caches hold at most ``limit`` bytes (this entry too, when it alone is
         larger)."""
         if self._wrote:
-            evict(bounded_folders(self.folder.parent.parent), self.limit)
+            with contextlib.suppress(OSError):
+                self.ledger.bound(self.limit)
 
