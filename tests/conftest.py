@@ -18,11 +18,28 @@ def pytest_configure(config: pytest.Config) -> None:
     one, and the column cache is off (tests/test_cache.py turns it on, in folders of its own);
     subprocesses inherit both."""
     import os
+    import signal
     import tempfile
 
     config._gapscope_cache = tempfile.mkdtemp(prefix="gapscope-test-cache-")  # type: ignore[attr-defined]
     os.environ["XDG_CACHE_HOME"] = config._gapscope_cache  # type: ignore[attr-defined]
     os.environ["GAPSCOPE_NO_CACHE"] = "1"
+    _work_stealing(config)
+    # Run in the background by a shell without job control (`nohup pytest &`), pytest starts with
+    # SIGINT ignored, which its subprocesses inherit: the Ctrl-C tests of gapscope profile then
+    # wait for programs that never stop. A handler (reset to the default in a child) instead.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _work_stealing(config: pytest.Config) -> None:
+    """With `-n N` and no --dist, pytest-xdist's ``worksteal`` instead of its ``load``: an idle
+    worker takes tests queued for a busy one (the suite's tests run 0.01 to 3 s). An explicit
+    --dist is kept; without pytest-xdist (or with -p no:xdist) there is nothing to choose."""
+    args = config.invocation_params.args
+    given = any(a in ("--dist", "-d") or a.startswith("--dist=") for a in args)
+    if getattr(config.option, "dist", None) == "load" and not given:
+        config.option.dist = "worksteal"
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

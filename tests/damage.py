@@ -6,18 +6,21 @@ The robustness tests, the fuzz test and tools/fuzz_campaign.py start from these:
 * :func:`loosen` rebuilds a table without its NOT NULL constraints (rowids kept), so that any
   value can be written into it, as a damaged export may hold;
 * :func:`damage` runs SQL statements on a copy;
-* :func:`small_trace` builds the fuzz seed: a SYNTHETIC cut of ``torch_decode.sqlite`` (three
+* :func:`small_trace` gives the fuzz seed: a SYNTHETIC cut of ``torch_decode.sqlite`` (three
   eager decode steps and three graph replays, about 470 kernels) holding only the tables
-  gapscope reads, so that every mutation lands on something the reader uses;
+  gapscope reads, so that every mutation lands on something the reader uses; it is cut once
+  per process (0.3-0.6 s) and each call gets a byte-for-byte copy;
 * :func:`files_of` fingerprints a folder (names, sizes, sha256) to show that nothing was
   changed or created beside an input.
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import shutil
 import sqlite3
+import tempfile
 from pathlib import Path
 
 from paths import TRACES
@@ -79,9 +82,10 @@ def damage(path: Path, *statements: str, loose: tuple[str, ...] = tuple(DAMAGEAB
     return path
 
 
-def small_trace(folder: Path, name: str = "small.sqlite") -> Path:
-    """The fuzz seed (SYNTHETIC: a cut of torch_decode.sqlite, see the module docstring), with
-    its damageable tables already loosened and their rowids renumbered from 1."""
+def _cut_small_trace(folder: Path, name: str) -> Path:
+    """Cut the fuzz seed (SYNTHETIC: a cut of torch_decode.sqlite, see the module docstring)
+    into ``folder/name``, its damageable tables already loosened and their rowids renumbered
+    from 1."""
     work = copy_trace("torch_decode", folder, "cut-in-progress.sqlite")
     lo, hi = SMALL_WINDOW
     conn = sqlite3.connect(work)
@@ -102,6 +106,21 @@ def small_trace(folder: Path, name: str = "small.sqlite") -> Path:
     finally:
         conn.close()
     work.unlink()
+    return target
+
+
+_SMALL_SEED: list[Path] = []  # the seed, cut once per process into a folder removed at exit
+
+
+def small_trace(folder: Path, name: str = "small.sqlite") -> Path:
+    """The fuzz seed (SYNTHETIC: a cut of torch_decode.sqlite, see the module docstring) as
+    ``folder/name``: a copy of the one this process cut first, the same bytes as a fresh cut."""
+    if not _SMALL_SEED:
+        scratch = Path(tempfile.mkdtemp(prefix="gapscope-small-trace-"))
+        atexit.register(shutil.rmtree, scratch, True)
+        _SMALL_SEED.append(_cut_small_trace(scratch, "small.sqlite"))
+    target = folder / name
+    shutil.copyfile(_SMALL_SEED[0], target)
     return target
 
 

@@ -16,8 +16,9 @@ from damage import small_trace
 from mutations import Outcome, json_case, tally, trace_case
 
 TRACE_CASES = 240
+TRACE_CHUNKS = 6  # seeds 0-39, 40-79, ...: one test each, so that pytest-xdist spreads them over the cores
 JSON_CASES = 60
-BOUND_S = 20  # per case; the whole loop takes about 10 s on a 2-core machine
+BOUND_S = 20  # per case; the whole trace loop takes about 8-10 s on a 2-core machine
 
 
 class _Hang(Exception):
@@ -45,12 +46,18 @@ def seed_trace(tmp_path_factory) -> Path:
     return small_trace(tmp_path_factory.mktemp("seed"))
 
 
-def test_mutated_traces(seed_trace, tmp_path):
-    outcomes = [_bounded(trace_case, seed_trace, tmp_path, seed) for seed in range(TRACE_CASES)]
-    failures = [(seed, o.kind, o.detail, o.mutations) for seed, o in enumerate(outcomes) if o.failed]
+@pytest.mark.parametrize("chunk", range(TRACE_CHUNKS))
+def test_mutated_traces(seed_trace, tmp_path, chunk):
+    """Seeds ``chunk * 40`` to ``chunk * 40 + 39`` of the TRACE_CASES: all of them together are
+    the whole loop, each chunk on its own exercises every outcome."""
+    per = TRACE_CASES // TRACE_CHUNKS
+    assert per * TRACE_CHUNKS == TRACE_CASES  # the chunks leave no seed out
+    seeds = range(chunk * per, (chunk + 1) * per)
+    outcomes = [_bounded(trace_case, seed_trace, tmp_path, seed) for seed in seeds]
+    failures = [(seed, o.kind, o.detail, o.mutations) for seed, o in zip(seeds, outcomes) if o.failed]
     assert failures == []
     counts = tally(outcomes)
-    # The loop must exercise every outcome, or it proves little.
+    # Each chunk of the loop must exercise every outcome, or it proves little.
     assert counts.get("refused", 0) and counts.get("warned", 0) and counts.get("correct", 0), counts
 
 

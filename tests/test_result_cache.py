@@ -180,36 +180,46 @@ def test_no_cache_flag_and_environment(results, monkeypatch):
 
 
 HEAVY = """
-import sys
+import contextlib, io, json, sys
 from gapscope.cli import main
-sys.argv = ["gapscope", "analyze", *sys.argv[1:]]
-try:
-    main()
-except SystemExit as exc:
-    assert exc.code in (0, None), exc.code
+outs = []
+for args in json.loads(sys.argv[1]):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            main(["analyze", *args])
+        except SystemExit as exc:
+            assert exc.code in (0, None), exc.code
+    outs.append(out.getvalue())
 heavy = [m for m in ("numpy", "pandas", "pyarrow") if m in sys.modules]
-print("heavy:", ",".join(heavy) or "none", file=sys.stderr)
+print(json.dumps({"outs": outs, "heavy": heavy}))
 """
 
 
-def hit_process(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", HEAVY, *args], capture_output=True, text=True, cwd=ROOT,
+def hit_process(*runs: list[str], env: dict[str, str]) -> tuple[list[str], list[str]]:
+    """``gapscope analyze ARGS`` for each of ``runs`` in turn, in one fresh interpreter: their
+    outputs, and which of numpy, pandas and pyarrow that interpreter imported over all of them
+    (modules are never unloaded: none after the last run means none in any run)."""
+    proc = subprocess.run([sys.executable, "-c", HEAVY, json.dumps(runs)], capture_output=True, text=True, cwd=ROOT,
                           env={**os.environ, **env, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    done = json.loads(proc.stdout)
+    return done["outs"], done["heavy"]
 
 
 def test_a_hit_imports_no_numpy_pandas_or_pyarrow(tmp_path):
     env = {"XDG_CACHE_HOME": str(tmp_path / "xdg"), cache.NO_CACHE_ENV: ""}
     trace = str(TRACES / "torch_emit_nvtx.sqlite")  # NVTX domains: the renderers look them up
-    miss = hit_process(trace, "-f", "json", env=env)
-    assert miss.returncode == 0 and miss.stderr.strip().endswith("heavy: numpy,pandas,pyarrow"), miss.stderr
-    for fmt in ("json", "table", "markdown", "html", "csv"):
-        hit = hit_process(trace, "-f", fmt, env=env)
-        assert hit.returncode == 0, hit.stderr
-        assert hit.stderr.strip() == "heavy: none", (fmt, hit.stderr)
+    _, heavy = hit_process([trace, "-f", "json"], env=env)
+    assert heavy == ["numpy", "pandas", "pyarrow"]  # the miss
+    formats = ("json", "table", "markdown", "html", "csv")
+    hits, heavy = hit_process(*([trace, "-f", fmt] for fmt in formats), env=env)
+    assert heavy == []  # five hits in one fresh interpreter
+    for fmt, out in zip(formats, hits):
         if fmt in ("table", "markdown", "html"):
-            assert "cached result" in hit.stdout, fmt
-        else:
-            assert hit.stdout == hit_process(trace, "-f", fmt, "--no-cache", env=env).stdout
+            assert "cached result" in out, fmt
+        else:  # the uncached output, computed here (in this process: it may import anything)
+            assert out == gapscope("analyze", trace, "-f", fmt, "--no-cache").stdout, fmt
 
 
 def test_the_renderers_category_order_is_the_analysis_one():

@@ -40,7 +40,18 @@ def agrees_with_reference(path: Path, result: dict) -> None:
 
 @pytest.fixture
 def small(tmp_path: Path) -> Path:
+    """The fuzz seed (tests/damage.py, SYNTHETIC), a copy of this process's one cut."""
     return small_trace(tmp_path)
+
+
+def test_the_small_trace_copy_is_a_fresh_cut(tmp_path):
+    """small_trace copies the seed cut once per process: the copy has a fresh cut's bytes."""
+    import damage as damage_module
+
+    copy = small_trace(tmp_path, "copy.sqlite")
+    fresh = damage_module._cut_small_trace(tmp_path, "fresh.sqlite")
+    assert copy.read_bytes() == fresh.read_bytes()
+    assert sorted(files_of(tmp_path)) == ["copy.sqlite", "fresh.sqlite"]  # the cut's scratch copy is gone
 
 
 # -- wrong numbers, exit 0, no warning ------------------------------------------------------
