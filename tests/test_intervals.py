@@ -1,0 +1,66 @@
+"""gapscope.analysis.intervals.group_timelines: the same timelines whether its intervals come
+sorted by (group, start), as range members do (no sort then), or in any order; checked against
+a plain per-group walk written here."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gapscope.analysis.intervals import group_timelines
+
+
+def walk(groups, start, end, n_groups):
+    """Per group: (count, first start, last end, gap time, gap count, gap lengths in time order),
+    by sorting each group's intervals and merging them one at a time."""
+    out = []
+    for g in range(n_groups):
+        iv = sorted((int(s), max(int(e), int(s))) for gg, s, e in zip(groups, start, end) if gg == g)
+        if not iv:
+            out.append((0, 0, 0, 0, 0, []))
+            continue
+        run, gaps = iv[0][1], []
+        for s, e in iv[1:]:
+            if s > run:
+                gaps.append(s - run)
+            run = max(run, e)
+        out.append((len(iv), iv[0][0], run, sum(gaps), len(gaps), gaps))
+    return out
+
+
+def figures(tl, n_groups):
+    per = []
+    for g in range(n_groups):
+        mine = tl.gaps_group == g
+        order = np.argsort(tl.gaps_start[mine], kind="stable")
+        per.append((int(tl.count[g]), int(tl.first_start[g]) if tl.count[g] else 0,
+                    int(tl.last_end[g]) if tl.count[g] else 0, int(tl.gap_ns[g]), int(tl.gap_count[g]),
+                    tl.gaps_len[mine][order].tolist()))
+    return per
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_sorted_and_shuffled_intervals_give_the_same_timelines(seed):
+    rng = np.random.default_rng(seed)
+    n, n_groups = 400, 7
+    groups = rng.integers(0, n_groups - 1, n)  # the last group stays empty
+    start = rng.integers(0, 2_000, n)  # many equal starts: ties keep their input order
+    end = start + rng.integers(-5, 60, n)  # some end before they start: length 0
+    expected = walk(groups, start, end, n_groups)
+    shuffled = group_timelines(groups, start, end, n_groups)
+    order = np.lexsort((start, groups))  # stable: what group_timelines sorts by
+    in_order = group_timelines(groups[order], start[order], end[order], n_groups)
+    assert figures(shuffled, n_groups) == expected
+    assert figures(in_order, n_groups) == expected
+    # The same gaps, ended by and started from the same intervals (indices mapped back).
+    assert np.array_equal(order[in_order.gaps_next], shuffled.gaps_next)
+    assert np.array_equal(order[in_order.gaps_prev], shuffled.gaps_prev)
+    assert np.array_equal(in_order.gaps_start, shuffled.gaps_start)
+
+
+def test_the_inputs_are_not_changed():
+    groups, start, end = np.array([0, 0, 1]), np.array([0, 10, 5]), np.array([5, 4, 9])
+    kept = groups.copy(), start.copy(), end.copy()
+    tl = group_timelines(groups, start, end, 2)
+    assert (tl.gap_ns.tolist(), tl.gaps_next.tolist(), tl.gaps_prev.tolist()) == ([5, 0], [1], [0])
+    assert all(np.array_equal(a, b) for a, b in zip((groups, start, end), kept))
