@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -34,14 +35,24 @@ def test_sqlite_rows_are_counted_without_reading_them(path):
         assert trace.activity_rows() == counted(path)
 
 
-def test_parquet_rows_from_the_footers_and_arrow_says_nothing():
-    folder = TRACES / "torch_decode_small_parquet"
-    expected = sum(pq.read_table(folder / f"{t}.parquet").num_rows for t in ACTIVITY
-                   if (folder / f"{t}.parquet").is_file())
+@pytest.mark.parametrize("folder,suffix", [("torch_decode_small_parquet", ".parquet"),
+                                           ("torch_decode_small_arrow", ".arrow"),
+                                           ("profile_torch_decode_graph_arrow", ".arrow")])
+def test_columnar_rows_from_footers_and_batch_headers(folder, suffix):
+    folder = TRACES / folder
+
+    def rows(path):  # the whole table, read plainly
+        if suffix == ".parquet":
+            return pq.read_table(path).num_rows
+        with pa.memory_map(str(path)) as source:
+            return pa.ipc.open_stream(source).read_all().num_rows
+
+    expected = sum(rows(folder / f"{t}{suffix}") for t in ACTIVITY if (folder / f"{t}{suffix}").is_file())
     with open_trace(folder) as trace:
         assert trace.activity_rows() == expected == len(trace.frames().activities)
-    with open_trace(TRACES / "torch_decode_small_arrow") as trace:
-        assert trace.activity_rows() is None
+
+
+def test_a_pytorch_profiler_trace_is_not_counted():
     with open_trace(TRACES / "torch_decode_small.pt.trace.json.gz") as trace:
         assert trace.activity_rows() is None
 

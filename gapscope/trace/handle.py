@@ -89,7 +89,7 @@ class Trace:
 
     def activity_rows(self) -> int | None:
         """How many GPU activity rows the trace holds, counted without reading them (None for
-        a format that cannot say so cheaply: an arrowdir export, a PyTorch profiler trace)."""
+        a format that cannot say so cheaply: a PyTorch profiler trace, one JSON stream)."""
         count = getattr(self._reader, "activity_rows", None)
         return count() if count is not None else None
 

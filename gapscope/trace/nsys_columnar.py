@@ -147,20 +147,21 @@ class NsysColumnar:
         except TypeError as exc:
             raise GapscopeError(f"{self._file(table)}: unknown export schema: {table}.{column} {exc}") from None
 
-    def activity_rows(self) -> int | None:
-        """The number of GPU activity rows (kernels, graph executions, copies, memsets) of a
-        parquetdir export, from its Parquet footers (no row is read); None for an arrowdir
-        (an Arrow stream says its length only by being read)."""
+    def activity_rows(self) -> int:
+        """The number of GPU activity rows (kernels, graph executions, copies, memsets), without
+        reading them: a parquetdir's Parquet footers, an arrowdir's record batch headers (the
+        file is memory-mapped, so the batches' bodies are not read)."""
         self._live()
-        if self.format != "nsys-parquet":
-            return None
-        import pyarrow.parquet as pq
-
         total = 0
         for table in ACTIVITY_TABLES:
             if table in self._tables:
                 try:
-                    total += pq.read_metadata(self._file(table)).num_rows
+                    if self.format == "nsys-parquet":
+                        import pyarrow.parquet as pq
+
+                        total += pq.read_metadata(self._file(table)).num_rows
+                    else:
+                        total += sum(batch.num_rows for batch in _arrow_reader(self._file(table)))
                 except (pa.ArrowException, OSError) as exc:
                     raise self._failed(table, exc) from None
         return total
