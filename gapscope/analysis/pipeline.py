@@ -292,7 +292,6 @@ def run_analysis(
     n_dev = device_ids.size
     pid, dev_code, stream = unpack_stream_key(acts.stream_keys)
     stream_keys = pd.DataFrame({"pid": pid, "device": device_ids[dev_code], "stream": stream})
-    n_str = len(stream_keys)
     n_pairs = n_ranges * n_dev
     member_pair = pair_code(member_range, acts.device_code[member_act], n_dev)
     # With a selection, the launch statistics cover the selected ranges' work only.
@@ -301,7 +300,7 @@ def run_analysis(
         stats_launch = np.full(launch.size, -1, dtype=np.int64)
         stats_launch[member_act] = launch[member_act]
     # The levels and the attribution's indexes on two threads: their numpy sorts and searches
-    # release the GIL. Without ``gaps`` the streams come last, once the other levels' gaps are gone.
+    # release the GIL. The streams come last, reusing the device level's gap split.
     with ThreadPoolExecutor(2) as pool:
         attributor = pool.submit(Attributor, frames, acts, launch, (name_codes, name_table),
                                  stall_threshold_ns=stall_threshold_ns) if attribution else None
@@ -310,13 +309,11 @@ def run_analysis(
         paired = pool.submit(level_stats, acts, member_act, member_pair, np.arange(n_pairs), n_pairs,
                              percentiles=False)
         devices = pool.submit(level_stats, acts, every, acts.device_code, np.arange(n_dev), n_dev)
-        streams = pool.submit(level_stats, acts, every, acts.stream_code, np.arange(n_str), n_str) if gaps else None
         pair_stats, pair_gaps = paired.result()
         device_stats, device_gaps = devices.result()
-        stream_stats, stream_gaps = streams.result() if streams else (None, None)
         attributor = attributor.result() if attributor else None
         launch_rows = launches.result()
-    del paired, devices, streams  # the futures hold the levels' gap lists
+    del paired, devices  # the futures hold the levels' gap lists
 
     pair_range = np.arange(n_pairs, dtype=np.int64) // max(n_dev, 1)
     rf = table.frame
@@ -335,7 +332,6 @@ def run_analysis(
     range_rows = _rows(range_keys, range_stats)
     name_rows = _rows(name_keys, name_stats)
     device_rows = _rows(pd.DataFrame({"device": np.asarray(device_ids)}), device_stats)
-    stream_rows = _rows(stream_keys, stream_stats) if gaps else None
 
     # Graph replays: graph kernels, replays, and gap time inside them, per range, name, device.
     graph_call = np.isin(name_table, list(GRAPH_LAUNCH_CALLS))[name_codes]
@@ -362,8 +358,6 @@ def run_analysis(
         # The range and stream levels reuse the device level's split for the gaps they share
         # (one classification of most gaps: less work than the streams classified on a thread).
         device_gaps, pair_gaps = attributor.attribute([device_gaps, pair_gaps])
-        if gaps:
-            stream_gaps = attributor.attribute([device_gaps, stream_gaps])[1]
         range_gaps = replace(pair_gaps, row=pair_range[pair_gaps.row])
         pair_cats = category_sums(pair_gaps, n_pairs)
         range_cats = pair_cats.reshape(n_ranges, n_dev, -1).sum(axis=1) if n_pairs else \
@@ -373,16 +367,15 @@ def run_analysis(
         np.add.at(name_cats, range_name, range_cats)
         name_rows = _with_categories(name_rows, name_cats, True)
         device_rows = _with_categories(device_rows, category_sums(device_gaps, n_dev), True)
-        if gaps:
-            stream_rows = _with_categories(stream_rows, category_sums(stream_gaps, n_str), False)
         payoff = measured_pairs(name_rows)
         # With a selection, the longest gaps are those of the selected ranges' work.
         top_gaps = longest_gaps(frames, distinct_gaps(range_gaps) if selected else device_gaps, launch,
                                 name_codes, name_table, acts.busy, top)
     if not gaps:  # the range level's gaps go before the streams' are made, the device level's after
         pair_gaps = range_gaps = None
-        stream_rows, _ = _stream_level(acts, stream_keys, attributor, device_gaps if attributor else None)
-        device_gaps = None
+    stream_rows, stream_gaps = _stream_level(acts, stream_keys, attributor, device_gaps if attributor else None)
+    if not gaps:
+        device_gaps = stream_gaps = None
     range_rows, name_rows, device_rows = map(_with_verdicts, (range_rows, name_rows, device_rows))
     comm = communication.find(frames)
     range_rows, name_rows, device_rows = communication.with_fields(
