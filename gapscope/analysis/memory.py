@@ -6,8 +6,9 @@ The estimate is a straight line fitted to measured peaks (``bench_scale.py``, 20
 SQLite tilings of a real PyTorch decode trace, the analysis without gap lists kept): 300 MB
 plus 550 bytes per GPU activity row (kernels, copies, memsets); measured 919 MB at 1.08 million
 rows, 6.0 GB at 10.8 million and 18.1 GB at 32.3 million (the line: 0.89, 6.2 and 18.1 GB). The
-CUDA API rows that come with the activities are in the per-row figure. ``GAPSCOPE_MEMORY_CHECK=0`` analyzes
-without the check (the estimate is an estimate; swap or a lighter trace may get through).
+CUDA API rows that come with the activities are in the per-row figure. ``GAPSCOPE_MEMORY_CHECK=0``
+analyzes without the check (the estimate is an estimate; swap or a lighter trace may get
+through).
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@ any mtime) takes those tables instead of running the queries; a file whose conte
 any byte has another key, so it never reads a stale copy.
 
 Every column file ends in the CRC-32 of its bytes and is written to a private name, then renamed
-into place and counted in the cache's running total (gapscope.cache.Ledger): an entry that fails its check (a damaged or truncated file) is removed and read from
-the export again, never trusted. Column and result entries together keep at most
+into place and counted in the cache's running total (gapscope.cache.Ledger): an entry that
+fails its check (a damaged or truncated file) is removed and read from the export again, never
+trusted. Column and result entries together keep at most
 ``GAPSCOPE_CACHE_SIZE`` bytes (gapscope.cache.size_limit), evicting the entries used least
 recently; ``GAPSCOPE_NO_CACHE=1`` (the commands' ``--no-cache``) turns it off.
 """
