@@ -53,6 +53,21 @@ def test_names_shrink_in_the_middle_before_columns_go():
     assert lay.headers == ("gap", "after") and lay.widths == (6, 22)  # the room left goes to the name
 
 
+def test_the_room_left_is_shared_evenly_between_names():
+    # Two names cut to NAME_MIN (16) in a 6 + 16 + 16 table with two separators: 42 wide.
+    cols = (Column("gap"), Column("before", False, priority=1), Column("after", False, priority=1))
+    cells = [["115 ms", "b" * 40, "a" * 30]]
+    names = frozenset({1, 2})
+    assert fit_columns(cols, cells, 42, names=names).widths == (6, 16, 16)
+    # 18 more characters: 9 each, not all of them to the first name.
+    assert fit_columns(cols, cells, 60, names=names).widths == (6, 25, 25)
+    # An odd one left over goes to the leftmost.
+    assert fit_columns(cols, cells, 61, names=names).widths == (6, 26, 25)
+    # Room for the shorter name whole (30): the longer gets the rest, up to its 40.
+    assert fit_columns(cols, cells, 6 + 2 + 36 + 2 + 30, names=names).widths == (6, 36, 30)
+    assert fit_columns(cols, cells, 6 + 2 + 40 + 2 + 30, names=names).widths == (6, 40, 30)
+
+
 def _lines(result, width=None, **options):
     out = io.StringIO()
     render(result, "table", out, width=width, **options)

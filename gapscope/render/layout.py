@@ -81,6 +81,31 @@ def _longest_word(texts: Sequence[str]) -> int:
     return max((len(w) for t in texts for w in t.split()), default=0)
 
 
+def _share_room(ws: list[int], wanted: list[int], room: int) -> list[int]:
+    """Widths ``ws`` grown towards ``wanted`` by ``room`` characters in all, evenly: the
+    narrowest of the columns that still want more grows first (water filling), so two shortened
+    names end up equally wide, or one whole and the other given the rest; leftover characters
+    go to the leftmost columns."""
+    ws = list(ws)
+    while room > 0:
+        growing = [j for j in range(len(ws)) if ws[j] < wanted[j]]
+        if not growing:
+            break
+        low = min(ws[j] for j in growing)
+        level = [j for j in growing if ws[j] == low]
+        # Raise the narrowest to the next width up (another column's, or one's full length).
+        higher = [ws[j] for j in growing if ws[j] > low] + [wanted[j] for j in level]
+        step = min(min(higher) - low, room // len(level)) if room >= len(level) else 0
+        if step == 0:  # fewer characters left than columns at this width: one each, leftmost first
+            for j in level[:room]:
+                ws[j] += 1
+            break
+        for j in level:
+            ws[j] += step
+        room -= step * len(level)
+    return ws
+
+
 def fit_columns(specs: Sequence[Column], cells: Sequence[Sequence[str]], width: int | None,
                 names: frozenset[int] = frozenset()) -> Layout:
     """The layout of a table of ``cells`` (rows of strings, one per column) in ``width``
@@ -123,16 +148,11 @@ def fit_columns(specs: Sequence[Column], cells: Sequence[Sequence[str]], width: 
                 squeeze = NAME_FLOOR
     ws = widths(shown, bool(short), squeeze)
     if width is not None and squeeze is not None:
-        # Give the room left to the names and wrapped text, up to their full length.
-        room = width - total(ws)
-        for j, i in enumerate(shown):
-            if room <= 0:
-                break
-            if i in names or specs[i].wrap:
-                grow = min(room, max(longest[i], len(specs[i].header)) - ws[j])
-                if grow > 0:
-                    ws[j] += grow
-                    room -= grow
+        # The room left goes to the names first (a cut name loses its middle), then to the text
+        # that wraps (it only takes more lines), each up to its full length.
+        for kind in (lambda i: i in names, lambda i: specs[i].wrap and i not in names):
+            ws = _share_room(ws, [max(longest[i], len(specs[i].header)) if kind(i) else ws[j]
+                                  for j, i in enumerate(shown)], width - total(ws))
     headers = tuple(specs[i].short if short and specs[i].short else specs[i].header for i in shown)
     abbreviated = tuple((specs[i].short, specs[i].header) for i in shown
                         if short and specs[i].short and specs[i].short != specs[i].header)
