@@ -137,8 +137,9 @@ def by_name(result: AnalysisResult, limit: int = 20) -> Section | None:
     shown, left = shown_names(result, limit)
     if not shown:
         return None
+    own = [r for r in result.by_name if not _folded(result, r)]  # libraries' names are counted in their section
     return Section(
-        "by_name", f"NVTX ranges by name ({len(_with_work(result.by_name)):,} of {len(result.by_name):,} "
+        "by_name", f"NVTX ranges by name ({len(_with_work(own)):,} of {len(own):,} "
         f"launched GPU work{_left_out(left, f'{len(shown):,}')})",
         (Column("name", False), Column("count", priority=2, short="n"), *STATS_COLUMNS, READING),
         [[Name(label(r)), fmt_count(r["count"]), *stats_cells(r), reading(r)] for r in shown],

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from rich import box
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
@@ -44,16 +45,16 @@ def _cell(cell: Any, width: int) -> Text:
     return Text(printable(cell))
 
 
-def fitted_table(title: str, columns: tuple[Column, ...], rows: list[list[Any]], width: int | None) -> Table:
+def fitted_table(title: str, columns: tuple[Column, ...], rows: list[list[Any]], width: int | None) -> Group:
     """A rich Table of these columns and rows (cells: str, Share, Name or rich Text) laid out for
-    ``width`` characters (None: every column); a note under it names what the layout changed."""
+    ``width`` characters (None: every column), under its title; a note under it names what the
+    layout changed. Title and note are lines of their own, as wide as the terminal, not folded to
+    the width of a narrow table."""
     names = frozenset(i for i in range(len(columns)) if any(isinstance(r[i], Name) for r in rows))
     lay = fit_columns(columns, [[c.plain if isinstance(c, Text) else str(c) for c in r] for r in rows],
                       width, names)
     note = lay.note()
-    t = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True,
-              title_justify="left", title_style="bold", caption=note, caption_justify="left",
-              caption_style="dim")
+    t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
     for i, header, w in zip(lay.shown, lay.headers, lay.widths):
         col = columns[i]
         t.add_column(header, justify="right" if col.number else "left", width=w, no_wrap=not col.wrap,
@@ -61,10 +62,11 @@ def fitted_table(title: str, columns: tuple[Column, ...], rows: list[list[Any]],
     for row in rows:
         t.add_row(*(row[i] if isinstance(row[i], Text) else _cell(row[i], w)
                     for i, w in zip(lay.shown, lay.widths)))
-    return t
+    parts = [Text(printable(title), style="bold")] if title else []
+    return Group(*parts, t, *([Text(note, style="dim")] if note else []))
 
 
-def section_table(section: Section, width: int | None = None) -> Table:
+def section_table(section: Section, width: int | None = None) -> Group:
     """A rich Table of one report section, fitted to ``width`` (None: every column)."""
     return fitted_table(section.title, section.columns, section.rows, width)
 
