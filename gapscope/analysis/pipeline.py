@@ -14,7 +14,7 @@ and the case figures use them instead of computing them again.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -411,19 +411,31 @@ def run_analysis(
     )
 
 
+#: What :func:`opened_analysis` tells its ``progress`` callback: the step starting ("reading",
+#: "analyzing") and the trace's GPU activity rows (None where the format does not say cheaply).
+Progress = Callable[[str, int | None], None]
+
+
 @contextmanager
-def opened_analysis(path: str | Path, *, all_calls: bool = False, **options: Any) -> Iterator[AnalysisArrays]:
+def opened_analysis(path: str | Path, *, all_calls: bool = False, progress: Progress | None = None,
+                    **options: Any) -> Iterator[AnalysisArrays]:
     """The analysis of one trace (:func:`run_analysis`'s ``options``) that stays open inside the
     ``with`` block, so that any name (every kernel's, for the timeline export) can still be looked
     up; ``all_calls``: also read every activity's name id and every CUDA API call (the figures
-    are the same). ``read_seconds`` says how long opening and reading took."""
+    are the same). ``read_seconds`` says how long opening and reading took; ``progress`` is
+    called as each step starts (the command line's status line on a terminal)."""
     from gapscope.trace.handle import open_trace
 
     started = time.perf_counter()
     with open_trace(path) as trace:
-        memory.check(trace.path, trace.activity_rows())  # a trace too large for the machine: refused now
+        rows = trace.activity_rows()
+        memory.check(trace.path, rows)  # a trace too large for the machine: refused now
+        if progress is not None:
+            progress("reading", rows)
         frames = trace.frames(syncs=options.get("attribution", True), all_calls=all_calls)
         read = time.perf_counter() - started
+        if progress is not None:
+            progress("analyzing", rows)
         yield replace(run_analysis(frames, **options), read_seconds=read)
 
 

@@ -42,8 +42,10 @@ def load_input(found: Input, given: frozenset[str] = frozenset(), *, gaps: bool 
     found = _run_input(found.require("trace", "analysis", "fleet", "run", command="analyze"))
     if found.kind == "trace":
         from gapscope.analysis.pipeline import analysis_of
+        from gapscope.cli.progress import TraceStatus
 
-        analysis = analysis_of(found.path, gaps=gaps, **options)
+        with TraceStatus(found.path, sys.stderr) as status:
+            analysis = analysis_of(found.path, gaps=gaps, progress=status, **options)
         return analysis.result, analysis
     for key, flag in TRACE_ONLY.items():
         if options.get(key) not in (None, (), DEFAULTS.get(key)):
@@ -82,8 +84,11 @@ def load_tables(found: Input, **options: Any) -> tuple[Any, Any, Any]:
                             "parquet and --gaps-csv need the trace")
     from gapscope.analysis.pipeline import opened_analysis
     from gapscope.analysis.tables import tables_of
+    from gapscope.cli.progress import TraceStatus
 
-    with opened_analysis(found.path, all_calls=True, **options) as analysis:
+    with TraceStatus(found.path, sys.stderr) as status, \
+            opened_analysis(found.path, all_calls=True, progress=status, **options) as analysis:
+        status("making the tables of", None)
         return analysis.result, analysis, tables_of(analysis)
 
 

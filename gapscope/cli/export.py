@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from gapscope.cli import cli
@@ -25,13 +27,16 @@ def export_command(trace: str, out: str, ranges: tuple[str, ...], count_memops: 
     output folder. See docs/perfetto.md.
     """
     from gapscope.analysis.pipeline import opened_analysis
+    from gapscope.cli.progress import TraceStatus
     from gapscope.inputs import resolve
     from gapscope.render import render
 
     found = resolve(trace).require("trace", "run", command="export")
     path = found.run_file("gapscope_run.sqlite") if found.kind == "run" else found.path
     refuse_overwriting([trace, path], [out])
-    with opened_analysis(path, ranges=ranges, count_memops=count_memops, all_calls=True) as analysis:
+    with TraceStatus(path, sys.stderr) as status, \
+            opened_analysis(path, ranges=ranges, count_memops=count_memops, all_calls=True, progress=status) as analysis:
+        status("writing the timeline of", None)
         with output_file(out) as fh:
             render(analysis, "perfetto", fh)
     if out != "-":
