@@ -53,6 +53,17 @@ def test_names_shrink_in_the_middle_before_columns_go():
     assert lay.headers == ("gap", "after") and lay.widths == (6, 22)  # the room left goes to the name
 
 
+def test_a_reading_is_squeezed_onto_three_lines_at_most():
+    cols = (Column("gap"), Column("reading", False, wrap=True), Column("p90", priority=1))
+    cells = [["115 ms", "host stalls: graphs won't", "1 us"], ["2 ms", "graphs: device turnaround", "2 us"]]
+    # Its longest word is 10 wide ("turnaround"), but at 10 "host stalls: graphs won't" takes four
+    # lines; at 12 it takes two ("host stalls:", "graphs won't") and the other three.
+    lay = fit_columns(cols, cells, 6 + 2 + 12 + 2 + 4)
+    assert lay.widths == (6, 12, 4) and lay.hidden == ()
+    lay = fit_columns(cols, cells, 6 + 2 + 12 + 2 + 3)  # one short: p90 goes, the reading keeps 12 and more
+    assert lay.hidden == ("p90",) and lay.widths == (6, 17)
+
+
 def test_the_room_left_is_shared_evenly_between_names():
     # Two names cut to NAME_MIN (16) in a 6 + 16 + 16 table with two separators: 42 wide.
     cols = (Column("gap"), Column("before", False, priority=1), Column("after", False, priority=1))

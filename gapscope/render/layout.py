@@ -6,7 +6,7 @@ order, until the table fits the width:
 
 1. every column under its full header, names and text at full length;
 2. short headers (the table's note then spells them out);
-3. text that may wrap (a reading) at its longest word, names shortened in the middle with an
+3. text that may wrap (a reading) onto WRAP_LINES lines, names shortened in the middle with an
    ellipsis down to NAME_MIN characters;
 4. leaving columns out, highest priority number first (the rightmost first among equals).
 
@@ -77,8 +77,31 @@ def middle_ellipsis(text: str, width: int) -> str:
     return text[:head] + ELLIPSIS + (text[-tail:] if tail else "")
 
 
-def _longest_word(texts: Sequence[str]) -> int:
-    return max((len(w) for t in texts for w in t.split()), default=0)
+#: Wrapped text (a reading) is squeezed no further than onto this many lines.
+WRAP_LINES = 3
+
+
+def _lines_at(text: str, width: int) -> int:
+    """How many lines ``text`` takes wrapped at spaces into ``width`` (greedy, as rich wraps)."""
+    lines, used = 1, 0
+    for word in text.split():
+        if used == 0:
+            used = len(word)
+        elif used + 1 + len(word) <= width:
+            used += 1 + len(word)
+        else:
+            lines, used = lines + 1, len(word)
+    return lines
+
+
+def _wrapped_width(texts: Sequence[str], lines: int = WRAP_LINES) -> int:
+    """The narrowest width at which every text wraps at spaces onto at most ``lines`` lines
+    (never narrower than its longest word)."""
+    distinct = set(texts)
+    width = max((len(w) for t in distinct for w in t.split()), default=0)
+    while any(_lines_at(t, width) > lines for t in distinct):
+        width += 1
+    return width
 
 
 def _share_room(ws: list[int], wanted: list[int], room: int) -> list[int]:
@@ -124,7 +147,7 @@ def fit_columns(specs: Sequence[Column], cells: Sequence[Sequence[str]], width: 
             if squeeze is not None and i in names:
                 body = min(body, squeeze)
             elif squeeze is not None and s.wrap:
-                body = _longest_word(cols[i])
+                body = _wrapped_width(cols[i])
             out.append(max(head, body))
         return out
 
