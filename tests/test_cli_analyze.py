@@ -173,6 +173,14 @@ def test_limit_shows_the_names_with_the_most_gap_time(tmp_path):
     assert "NVTX ranges by name" not in none and "Range instances" not in none and "Devices" in none
     data = json.loads(gapscope("analyze", str(path), "--limit", "3", "-f", "json").stdout)
     assert len(data["by_name"]) == 30  # JSON keeps every row
+    assert data["ranges"][29]["name"] == "op29, seq = 29, op_id = 29"
+    # The instance table names an instance as the by-name table groups it (its id tells them
+    # apart); with --no-normalize, by its full name, as the JSON does.
+    instances = out.split("Range instances")[1].split("\n\n")[0].splitlines()
+    assert [line.split()[:2] for line in instances if line.strip().startswith("29 ")] == [["29", "op29"]]
+    full = gapscope("analyze", str(path), "--limit", "3", "--no-normalize").stdout
+    instances = full.split("Range instances")[1].split("\n\n")[0]
+    assert "op29, seq = 29, op_id = 29" in instances
 
 
 def test_options_reach_the_analysis_and_saved_results_refuse_them(tmp_path):

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from gapscope.render import render
-from gapscope.render.layout import Column, fit_columns, middle_ellipsis
+from gapscope.render.layout import Column, fit_columns, middle_ellipsis, shorten_names
 from paths import ROOT, TRACES
 
 WIDTHS = (80, 100, 120)
@@ -62,6 +62,24 @@ def test_a_reading_is_squeezed_onto_three_lines_at_most():
     assert lay.widths == (6, 12, 4) and lay.hidden == ()
     lay = fit_columns(cols, cells, 6 + 2 + 12 + 2 + 3)  # one short: p90 goes, the reading keeps 12 and more
     assert lay.hidden == ("p90",) and lay.widths == (6, 17)
+
+
+def test_names_that_would_look_alike_show_where_they_differ():
+    blocks = [f"FSDP::pre_forward (blocks.{i}._checkpoint_wrapped_module)" for i in (3, 4, 10)]
+    post = "FSDP::post_forward (blocks.2._checkpoint_wrapped_module)"
+    names = [*blocks, post, "aten::cat"]
+    # Cut in the middle, the three blocks would all read "FSDP::pre…ed_module)" at 21.
+    assert len({middle_ellipsis(n, 21) for n in blocks}) == 1
+    # They share their first 26 characters ("FSDP::pre_forward (blocks."): 7 of the head (21 // 3),
+    # an ellipsis, then from the word holding the difference ("blocks", after the "(") 13 more,
+    # cut with an ellipsis. The others are cut in the middle as before; a short name stays whole.
+    assert shorten_names(names, 21) == ["FSDP::p…blocks.3._ch…", "FSDP::p…blocks.4._ch…", "FSDP::p…blocks.10._c…",
+                                        middle_ellipsis(post, 21), "aten::cat"]
+    for width in range(8, 60):
+        short = shorten_names(names, width)
+        assert all(len(x) <= width for x in short)
+        if width >= 16:
+            assert len(set(short)) == len(names), (width, short)
 
 
 def test_the_room_left_is_shared_evenly_between_names():

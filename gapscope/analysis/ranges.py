@@ -23,13 +23,11 @@ import pandas as pd
 
 from gapscope.analysis.domains import LIBRARY_DOMAINS, is_library_domain  # noqa: F401  (numpy-free, for renderers)
 from gapscope.analysis.intervals import expand_slices
+from gapscope.analysis.range_names import OP_SUFFIX  # noqa: F401  (numpy-free, for renderers)
 from gapscope.analysis.keys import TimeKeys, call_key
 from gapscope.errors import GapscopeError
 from gapscope.trace.frames import NVTX_DOMAIN_CREATE, TraceFrames
 
-#: The tail PyTorch's ``torch.autograd.profiler.emit_nvtx`` adds to an op's range name, in the
-#: order it writes the fields; grouping by name takes it off (docs/metrics.md, "Range names").
-OP_SUFFIX = r"(?:, seq = \d+)?(?:, op_id = \d+)?(?:, sizes = \[.*\])?(?:, input_op_ids = \[.*\])?$"
 
 #: How ranges get their GPU work (docs/metrics.md, "A range's GPU work").
 THREAD_MODES = ("same", "process")

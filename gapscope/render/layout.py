@@ -17,6 +17,7 @@ that must show still do not fit, names go down to NAME_FLOOR and the table is wi
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -75,6 +76,49 @@ def middle_ellipsis(text: str, width: int) -> str:
     head = (width - 1 + 1) // 2
     tail = width - 1 - head
     return text[:head] + ELLIPSIS + (text[-tail:] if tail else "")
+
+
+#: Where a name's distinct part may start: just after one of these, the first group first
+#: (``(blocks.3.`` starts at ``blocks``, not at ``3``).
+_SEPARATORS = (" ([<,", ".:/_-")
+
+
+def _around(text: str, width: int, differs: int) -> str:
+    """``text`` in ``width`` characters showing where it differs from names that shorten alike:
+    its first characters, an ellipsis, then the word holding position ``differs`` onwards (and
+    an ellipsis if that is cut too)."""
+    head = max(1, width // 3)
+    room = width - head - 1  # after the first ellipsis
+    if differs <= head or room < 3:
+        return text[:width - 1] + ELLIPSIS
+    lo = max(head, differs - 2 * room // 3)
+    start = lo  # where the word holding the difference starts, if it starts near enough
+    for marks in _SEPARATORS:
+        at = max(text.rfind(c, lo - 1, differs) for c in marks)
+        if at >= 0:
+            start = at + 1
+            break
+    start = min(start, max(head, len(text) - room))  # fill the width when the rest is short
+    rest = text[start:]
+    return text[:head] + ELLIPSIS + (rest if len(rest) <= room else rest[:room - 1] + ELLIPSIS)
+
+
+def shorten_names(names: Sequence[str], width: int) -> list[str]:
+    """Each name in at most ``width`` characters, its middle replaced by an ellipsis, except
+    where that makes different names look the same (``FSDP::pre_…ed_module)`` for every block
+    of a model): those show where they differ (``FSDP::p…blocks.3._che…``)."""
+    short = [middle_ellipsis(n, width) for n in names]
+    groups: dict[str, set[str]] = {}
+    for n, s in zip(names, short):
+        groups.setdefault(s, set()).add(n)
+    for s, alike in groups.items():
+        if len(alike) < 2:
+            continue
+        differs = len(os.path.commonprefix(sorted(alike)))
+        redone = {n: _around(n, width, differs) for n in alike}
+        if len(set(redone.values())) > 1:  # else (they differ only far apart) as they were
+            short = [redone.get(n, x) if x == s else x for n, x in zip(names, short)]
+    return short
 
 
 #: Wrapped text (a reading) is squeezed no further than onto this many lines.

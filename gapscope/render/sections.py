@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from gapscope.analysis.domains import is_library_domain
+from gapscope.analysis.range_names import group_name
 from gapscope.analysis.result import AnalysisResult
 from gapscope.analysis.verdicts import reading
 from gapscope.render.layout import Column
@@ -172,10 +173,14 @@ def ranges(result: AnalysisResult, limit: int) -> Section | None:
     shown = _top(work, limit)
     if not shown:
         return None
+    # Grouped as the by-name table groups them (unless --no-normalize): the id tells instances
+    # apart, not emit_nvtx's op_id, which would take the place of what the name says.
+    normalize = result.options.get("normalize_names", True)
+    names = [label({**r, "name": group_name(r["name"])}) if normalize else label(r) for r in shown]
     return Section(
         "ranges", f"Range instances ({len(work):,} with GPU work{_left_out(len(work) - len(shown), f'{len(shown):,}')})",
         (Column("id"), Column("name", False), Column("thread", priority=4, short="tid"), *STATS_COLUMNS),
-        [[str(r["id"]), Name(label(r)), str(r["thread"]), *stats_cells(r)] for r in shown],
+        [[str(r["id"]), Name(n), str(r["thread"]), *stats_cells(r)] for r, n in zip(shown, names)],
     )
 
 

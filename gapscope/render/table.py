@@ -20,7 +20,7 @@ from gapscope.analysis.result import AnalysisResult
 from gapscope.analysis.verdicts import AMORTIZED, LAUNCH_BOUND
 from gapscope.render import sections
 from gapscope.render.console import console_for
-from gapscope.render.layout import Column, fit_columns, middle_ellipsis
+from gapscope.render.layout import Column, fit_columns, shorten_names
 from gapscope.render.sections import Name, Section, Share
 from gapscope.text import printable
 
@@ -37,11 +37,9 @@ def share_text(f: float | None) -> Text:
     return Text(f"{100 * f:.1f}%", style=style)
 
 
-def _cell(cell: Any, width: int) -> Text:
+def _cell(cell: Any) -> Text:
     if isinstance(cell, Share):
         return share_text(cell.value)
-    if isinstance(cell, Name):
-        return Text(middle_ellipsis(str(cell), width))
     return Text(printable(cell))
 
 
@@ -59,9 +57,12 @@ def fitted_table(title: str, columns: tuple[Column, ...], rows: list[list[Any]],
         col = columns[i]
         t.add_column(header, justify="right" if col.number else "left", width=w, no_wrap=not col.wrap,
                      overflow="fold")
+    # Names are shortened column by column, so that different names never look the same.
+    short = {i: iter(shorten_names([str(r[i]) for r in rows if isinstance(r[i], Name)], w))
+             for i, w in zip(lay.shown, lay.widths) if i in names}
     for row in rows:
-        t.add_row(*(row[i] if isinstance(row[i], Text) else _cell(row[i], w)
-                    for i, w in zip(lay.shown, lay.widths)))
+        t.add_row(*(row[i] if isinstance(row[i], Text) else Text(next(short[i])) if isinstance(row[i], Name)
+                    else _cell(row[i]) for i in lay.shown))
     parts = [Text(printable(title), style="bold")] if title else []
     return Group(*parts, t, *([Text(note, style="dim")] if note else []))
 
