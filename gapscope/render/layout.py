@@ -115,7 +115,7 @@ def shorten_names(names: Sequence[str], width: int) -> list[str]:
         if len(alike) < 2:
             continue
         differs = len(os.path.commonprefix(sorted(alike)))
-        redone = {n: _around(n, width, differs) for n in alike}
+        redone = {n: _around(n, width, differs) if len(n) > width else n for n in alike}
         if len(set(redone.values())) > 1:  # else (they differ only far apart) as they were
             short = [redone.get(n, x) if x == s else x for n, x in zip(names, short)]
     return short
