@@ -421,7 +421,7 @@ def opened_analysis(path: str | Path, *, all_calls: bool = False, **options: Any
 
     started = time.perf_counter()
     with open_trace(path) as trace:
-        memory.check(trace.path, trace.activity_rows())  # a trace too large for the machine: refused now
+        memory.check(trace.path, trace.activity_rows(), gaps=options.get("gaps", True), all_calls=all_calls)
         frames = trace.frames(syncs=options.get("attribution", True), all_calls=all_calls)
         read = time.perf_counter() - started
         yield replace(run_analysis(frames, **options), read_seconds=read)
