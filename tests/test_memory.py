@@ -57,10 +57,13 @@ def test_a_pytorch_profiler_trace_is_not_counted():
         assert trace.activity_rows() is None
 
 
-def test_the_estimate_is_the_fitted_line():
+def test_the_estimate_is_the_fitted_line_of_each_path():
     assert memory.needed_bytes(0) == 300_000_000
-    assert memory.needed_bytes(1_000_000) == 300_000_000 + 550_000_000
-    assert memory.needed_bytes(-5) == 300_000_000
+    assert memory.needed_bytes(1_000_000) == 300_000_000 + 650_000_000  # gap lists let go
+    assert memory.needed_bytes(1_000_000, gaps=True) == 300_000_000 + 800_000_000  # gap lists kept
+    assert memory.needed_bytes(1_000_000, all_calls=True) == 300_000_000 + 1_350_000_000  # tables, export
+    assert memory.needed_bytes(1_000_000, gaps=True, all_calls=True) == 1_650_000_000
+    assert memory.needed_bytes(-5, all_calls=True) == 300_000_000
 
 
 def test_available_memory_is_mem_available_plus_free_swap(tmp_path):
@@ -74,21 +77,25 @@ def test_available_memory_is_mem_available_plus_free_swap(tmp_path):
 
 
 def test_a_trace_too_large_is_refused_in_one_line():
-    rows = 40_000_000  # needs 300e6 + 40e6 * 550 = 22.3e9 bytes
+    rows = 40_000_000  # needs 300e6 + 40e6 * 650 = 26.3e9 bytes
     with pytest.raises(GapscopeError) as err:
         memory.check("big.sqlite", rows, available=18_000_000_000, environ={})
     assert str(err.value) == (
-        "big.sqlite: analyzing its 40,000,000 GPU activities needs about 22.3 GB of memory, more than "
+        "big.sqlite: analyzing its 40,000,000 GPU activities needs about 26.3 GB of memory, more than "
         "the 18.0 GB this machine has free; record a shorter capture (`nsys profile --capture-range`, "
         "`--duration`) or analyze it on a larger machine (GAPSCOPE_MEMORY_CHECK=0 tries anyway)")
     assert err.value.exit_code == 2
-    memory.check("big.sqlite", rows, available=22_300_000_000, environ={})  # exactly enough: analyzed
+    memory.check("big.sqlite", rows, available=26_300_000_000, environ={})  # exactly enough: analyzed
+    with pytest.raises(GapscopeError, match="needs about 32.3 GB"):  # 300e6 + 40e6 * 800
+        memory.check("big.sqlite", rows, gaps=True, available=26_300_000_000, environ={})
+    with pytest.raises(GapscopeError, match="needs about 54.3 GB"):  # 300e6 + 40e6 * 1,350
+        memory.check("big.sqlite", rows, all_calls=True, available=32_300_000_000, environ={})
     memory.check("big.sqlite", rows, available=1, environ={"GAPSCOPE_MEMORY_CHECK": "0"})  # turned off
     memory.check("big.sqlite", None, available=1, environ={})  # rows unknown: nothing to check
 
 
 def test_the_command_refuses_before_reading(monkeypatch):
-    need = memory.needed_bytes(counted(TRACES / "torch_decode.sqlite"))
+    need = 300_000_000 + 650 * counted(TRACES / "torch_decode.sqlite")
     monkeypatch.delenv("GAPSCOPE_MEMORY_CHECK", raising=False)
     monkeypatch.setattr(memory, "available_bytes", lambda: need - 1)
     got = gapscope("analyze", "traces/torch_decode.sqlite", "--no-cache")
@@ -97,3 +104,110 @@ def test_the_command_refuses_before_reading(monkeypatch):
     assert got.stdout == ""
     monkeypatch.setattr(memory, "available_bytes", lambda: need)
     assert gapscope("analyze", "traces/torch_decode.sqlite", "--no-cache").returncode == 0
+
+
+DECODE = TRACES / "torch_decode.sqlite"
+#: Each path and what it asks the check for: its bytes per activity row (the gap lists let go:
+#: 650; kept: 800; every CUDA call read too: 1,350).
+PATHS = [
+    (650, ["analyze", "traces/torch_decode.sqlite", "--no-cache", "-f", "json"]),
+    (800, ["analyze", "traces/torch_decode.sqlite", "--no-cache", "--plot", "{tmp}/plots"]),
+    (800, ["report", "traces/torch_decode.sqlite", "--no-figures", "--html", "{tmp}/r.html"]),
+    (1350, ["analyze", "traces/torch_decode.sqlite", "--no-cache", "--gaps-csv", "{tmp}/gaps.csv"]),
+    (1350, ["analyze", "traces/torch_decode.sqlite", "--no-cache", "-f", "parquet", "-o", "{tmp}/tables"]),
+    (1350, ["export", "traces/torch_decode.sqlite", "--perfetto", "{tmp}/timeline.json"]),
+]
+
+
+@pytest.mark.parametrize("per_row,args", PATHS,
+                         ids=lambda v: " ".join(v[:1] + v[3:]) if isinstance(v, list) else str(v))
+def test_each_path_asks_for_its_own_figure(per_row, args, monkeypatch, tmp_path):
+    need = 300_000_000 + per_row * counted(DECODE)  # 5,633 activities
+    args = [a.format(tmp=tmp_path) for a in args]
+    monkeypatch.delenv("GAPSCOPE_MEMORY_CHECK", raising=False)
+    monkeypatch.setattr(memory, "available_bytes", lambda: need - 1)  # one byte short: refused
+    got = gapscope(*args)
+    assert (got.returncode, got.stderr.count("\n"), got.stdout) == (2, 1, "")
+    assert "analyzing its 5,633 GPU activities needs about" in got.stderr
+    monkeypatch.setattr(memory, "available_bytes", lambda: need)  # exactly enough: runs
+    got = gapscope(*args)
+    assert got.returncode == 0 and "needs about" not in got.stderr
+
+
+def test_the_api_and_a_fleet_worker_ask_for_theirs(monkeypatch):
+    import gapscope as api
+    from gapscope.fleet.ranks import analyze_rank_file
+
+    rows = counted(DECODE)
+    monkeypatch.delenv("GAPSCOPE_MEMORY_CHECK", raising=False)
+    monkeypatch.setattr(memory, "available_bytes", lambda: 300_000_000 + 1350 * rows - 1)
+    with pytest.raises(GapscopeError, match="needs about"):
+        api.analyze(DECODE)  # the tables: every CUDA call
+    assert api.analyze(DECODE, tables=False).trace["path"] == str(DECODE)  # the gap lists kept: fits
+    monkeypatch.setattr(memory, "available_bytes", lambda: 300_000_000 + 800 * rows - 1)
+    for analysis in (lambda: api.analyze(DECODE, tables=False), lambda: analyze_rank_file(str(DECODE))):
+        with pytest.raises(GapscopeError, match="needs about"):
+            analysis()
+
+
+@pytest.mark.parametrize("needs,jobs,available,expected", [
+    ([4, 3, 3, 2, None, 12], 4, 10, 3),  # 12 alone is too large, None unknown: 4 + 3 + 3 = 10 fits, + 2 not
+    ([4, 3, 3, 2, None, 12], 2, 10, 2),  # 4 + 3 fits: as asked
+    ([4, 3, 3, 2], 4, 9, 2),  # 4 + 3 = 7 fits, 4 + 3 + 3 = 10 not
+    ([4, 3, 3, 2], 4, 3.5, 1),  # 4 is too large alone; 3 + 3 = 6 is not 3.5
+    ([4, 3, 3, 2], 8, 12, 8),  # all four together fit: 8 workers, as asked (the pool takes 4)
+    ([4, 3], 2, 2, 2),  # none fits alone: each is refused by its own check, nothing to wait for
+    ([None, None], 3, 1, 3),  # nothing known: as asked
+    ([5, 5, 5], 3, 4.99, 3),
+    ([5, 5, 5], 3, 5, 1),
+])
+def test_jobs_are_lowered_until_the_largest_fit_together(needs, jobs, available, expected):
+    scaled = [None if n is None else int(n * 1e9) for n in needs]
+    assert memory.concurrent_jobs(scaled, jobs, int(available * 1e9)) == expected
+
+
+def test_several_traces_are_estimated_from_their_rows(tmp_path):
+    a, b = TRACES / "torch_decode.sqlite", TRACES / "cmp_base_1.sqlite"
+    need_a, need_b = (300_000_000 + 800 * counted(p) for p in (a, b))  # each worker keeps its gap lists
+    missing = str(tmp_path / "absent.sqlite")  # cannot be opened: left to fail in its worker
+    paths = [str(a), missing, str(b)]
+    assert memory.estimated_bytes(missing) is None
+    assert memory.side_by_side(paths, 3, available=need_a + need_b, environ={}) == (3, None)
+    jobs, line = memory.side_by_side(paths, 3, available=need_a + need_b - 1, environ={})
+    assert jobs == 1
+    assert line == (f"running 1 trace at a time, not 3: 3 at once would need about "
+                    f"{(need_a + need_b) / 1e9:.1f} GB, {(need_a + need_b - 1) / 1e9:.1f} GB is free")
+    assert memory.side_by_side(paths, 3, available=1, environ={"GAPSCOPE_MEMORY_CHECK": "0"}) == (3, None)
+    assert memory.side_by_side(paths, 1, available=1, environ={}) == (1, None)
+
+
+def test_the_command_says_it_runs_fewer_at_once(monkeypatch):
+    a, b = "traces/torch_decode.sqlite", "traces/cmp_base_1.sqlite"
+    both = sum(300_000_000 + 800 * counted(TRACES / p.split("/")[1]) for p in (a, b))
+    monkeypatch.delenv("GAPSCOPE_MEMORY_CHECK", raising=False)
+    monkeypatch.setattr(memory, "available_bytes", lambda: both - 1)  # the parent's view; workers see the machine
+    got = gapscope("analyze", a, b, "--jobs", "2", "-f", "json")
+    assert got.returncode == 0, got.stderr
+    assert got.stderr == (f"gapscope: running 1 trace at a time, not 2: 2 at once would need about "
+                          f"{both / 1e9:.1f} GB, {(both - 1) / 1e9:.1f} GB is free\n")
+    monkeypatch.setattr(memory, "available_bytes", lambda: both)
+    got = gapscope("analyze", a, b, "--jobs", "2", "-f", "json")
+    assert got.returncode == 0 and got.stderr == ""
+    monkeypatch.setenv("GAPSCOPE_MEMORY_CHECK", "0")
+    monkeypatch.setattr(memory, "available_bytes", lambda: 1)
+    got = gapscope("analyze", a, b, "--jobs", "2", "-f", "json")
+    assert got.returncode == 0 and got.stderr == ""
+
+
+def test_the_library_warns_where_the_command_prints(monkeypatch):
+    """analyze_fleet (the Python API's several traces) says it through a RuntimeWarning."""
+    from gapscope.fleet.executors import ProcessPool
+    from gapscope.fleet.merge import analyze_fleet
+
+    paths = [str(TRACES / "torch_decode.sqlite"), str(TRACES / "cmp_base_1.sqlite")]
+    both = sum(300_000_000 + 800 * counted(p) for p in paths)
+    monkeypatch.delenv("GAPSCOPE_MEMORY_CHECK", raising=False)
+    monkeypatch.setattr(memory, "available_bytes", lambda: both - 1)
+    with pytest.warns(RuntimeWarning, match="^gapscope: running 1 trace at a time, not 2: "):
+        fleet = analyze_fleet(paths, ProcessPool(2, ["gapscope.fleet.merge"]))
+    assert len(fleet.devices) == 2 and not fleet.failed

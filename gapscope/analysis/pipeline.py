@@ -429,7 +429,8 @@ def opened_analysis(path: str | Path, *, all_calls: bool = False, progress: Prog
     started = time.perf_counter()
     with open_trace(path) as trace:
         rows = trace.activity_rows()
-        memory.check(trace.path, rows)  # a trace too large for the machine: refused now
+        # A trace too large for the machine: refused now, by what this analysis keeps.
+        memory.check(trace.path, rows, gaps=options.get("gaps", True), all_calls=all_calls)
         if progress is not None:
             progress("reading", rows)
         frames = trace.frames(syncs=options.get("attribution", True), all_calls=all_calls)

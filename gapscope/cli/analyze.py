@@ -385,7 +385,8 @@ def _analyze_many(paths: list[str], ranges: tuple[str, ...], count_memops: bool,
     executor = choose_executor(len(paths), jobs, scheduler, preload=["gapscope.fleet.merge"])
     with FileProgress(len(paths), sys.stderr) as progress:
         fleet = analyze_fleet(paths, executor, ranges=ranges, count_memops=count_memops,
-                              attribution=attribution, stragglers=top, on_done=progress.done)
+                              attribution=attribution, stragglers=top, on_done=progress.done,
+                              on_note=progress.note)
     if not fleet.devices:
         raise GapscopeError(f"all {len(paths)} traces failed", 1)
     return fleet

@@ -42,6 +42,10 @@ class FileProgress:
                  tb: TracebackType | None) -> None:
         self._progress.stop()
 
+    def note(self, line: str) -> None:
+        """One ``gapscope: LINE`` on the stream, above the bar (how many files run at once)."""
+        self.console.print(f"gapscope: {printable(line)}", soft_wrap=True)
+
     def done(self, outcome: Outcome) -> None:
         """Advance the bar by one file; print the file's error if it failed."""
         if outcome.error:

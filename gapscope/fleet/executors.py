@@ -159,6 +159,21 @@ class DaskCluster:
             client.close()
 
 
+def within_memory(executor: Executor, paths: Sequence[str], note: Callable[[str], None]) -> Executor:
+    """``executor``, or for a local pool whose workers would not all fit in memory at once (each
+    file's estimated peak, gapscope.analysis.memory.side_by_side) a smaller pool, said through
+    ``note`` in one line. A Dask cluster's workers are elsewhere: not estimated here."""
+    if not isinstance(executor, ProcessPool):
+        return executor
+    from gapscope.analysis import memory
+
+    jobs, why = memory.side_by_side(paths, executor.jobs)
+    if why is None:
+        return executor
+    note(why)
+    return ProcessPool(jobs, executor.preload)
+
+
 def choose_executor(n_files: int, jobs: int | None = None, scheduler: str | None = None,
                     preload: Sequence[str] = ()) -> Executor:
     """In-process for one file or ``jobs == 1``; Dask when ``scheduler`` is given; otherwise a

@@ -8,6 +8,7 @@ docs/metrics.md ("Many traces at once") defines every merged figure, docs/schema
 
 from __future__ import annotations
 
+import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -20,7 +21,7 @@ import pandas as pd
 from gapscope.analysis.metrics import STATS_FIELDS, fraction
 from gapscope.analysis.result import clean_rows
 from gapscope.fleet import collectives
-from gapscope.fleet.executors import Executor, Outcome
+from gapscope.fleet.executors import Executor, Outcome, within_memory
 from gapscope.fleet.ranks import STEP_COLUMNS, analyze_rank_file
 from gapscope.fleet.result import FleetResult
 from gapscope.inputs import trace_stem
@@ -240,13 +241,21 @@ def _fleet_warnings(result: FleetResult) -> list[str]:
 # running it
 
 
+def _as_warning(line: str) -> None:
+    warnings.warn(f"gapscope: {line}", RuntimeWarning, stacklevel=3)
+
+
 def analyze_fleet(
     paths: Sequence[str], executor: Executor, *, ranges: Sequence[str] = (), count_memops: bool = False,
     attribution: bool = True, stragglers: int = 10, on_done: Callable[[Outcome], None] | None = None,
+    on_note: Callable[[str], None] | None = None,
 ) -> FleetResult:
-    """Analyze every file on ``executor`` (calling ``on_done`` as each finishes) and merge."""
+    """Analyze every file on ``executor`` (calling ``on_done`` as each finishes) and merge; a
+    local pool runs fewer files at once when they would not fit in memory together, said in one
+    line through ``on_note`` (default: a RuntimeWarning; the command line prints it on stderr)."""
     task = partial(analyze_rank_file, ranges=tuple(ranges), count_memops=count_memops,
                    attribution=attribution)
+    executor = within_memory(executor, paths, on_note or _as_warning)
     outcomes = []
     for outcome in executor.run(task, list(paths)):
         outcomes.append(outcome)
