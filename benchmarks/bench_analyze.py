@@ -105,7 +105,7 @@ def whole_processes(big: Path, repeat: int) -> None:
         runs["floor process"].append(run_process(floor))
         runs["gapscope analyze"].append(run_process(analyze))
     base = min(t for t, _ in runs["floor process"])
-    print(f"{'whole process':<22}{'min s':>9}{'max s':>9}{'peak MB':>10}{'x floor':>9}   load {os.getloadavg()[0]:.2f}")
+    print(f"{'whole process':<22}{'min s':>9}{'max s':>9}{'peak MiB':>10}{'x floor':>9}   load {os.getloadavg()[0]:.2f}")
     for step, got in runs.items():
         times = [t for t, _ in got]
         print(f"{step:<22}{min(times):>9.2f}{max(times):>9.2f}{max(m for _, m in got):>10.0f}"
@@ -117,7 +117,7 @@ def main() -> None:
     print(f"load average {os.getloadavg()[0]:.2f}")
     whole_processes(big, args.repeat)
     print("call: the library call alone; +imports: also importing gapscope (numpy, pandas, pyarrow)")
-    print(f"{'step':<22}{'rows':>12}{'call s':>9}{'+imports s':>12}{'peak MB':>10}")
+    print(f"{'step':<22}{'rows':>12}{'call s':>9}{'+imports s':>12}{'peak MiB':>10}")
     for step in ("select", "read", "analyze", "analyze+attribution"):
         runs = [run_step(big, step) for _ in range(args.repeat)]
         best = min(runs, key=lambda r: r["seconds"])

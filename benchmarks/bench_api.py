@@ -72,7 +72,7 @@ STEPS = ("import gapscope", "floor: analysis", "gapscope.analyze(tables=False)",
 def main() -> None:
     args, big = big_trace(__doc__)
     out_dir = args.workdir / "bench-api-tables"
-    print(f"{'step':<34}{'gaps':>11}{'s':>8}{'tables s':>10}{'write s':>9}{'peak MB':>9}")
+    print(f"{'step':<34}{'gaps':>11}{'s':>8}{'tables s':>10}{'write s':>9}{'peak MiB':>9}")
     for step in STEPS:
         runs = [run_child(CHILD, str(big), step, str(out_dir), what=step) for _ in range(args.repeat)]
         best = min(runs, key=lambda r: r["seconds"])

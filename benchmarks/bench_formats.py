@@ -110,7 +110,7 @@ def main() -> None:
           + f"; {os.cpu_count()} CPUs; best of {args.repeat}")
     print(f"the three give the same analysis: {same_analysis(list(big.values()))}")
     print("call: the library call alone; +imports: also importing gapscope (numpy, pandas, pyarrow)")
-    print(f"{'step':<30}{'rows':>12}{'call s':>9}{'+imports s':>12}{'peak MB':>10}")
+    print(f"{'step':<30}{'rows':>12}{'call s':>9}{'+imports s':>12}{'peak MiB':>10}")
     steps = [("floor", "parquet"), ("floor", "arrow")]
     steps += [(s, fmt) for s in ("read", "analyze", "analyze+attribution") for fmt in SOURCES]
     for step, fmt in steps:

@@ -112,7 +112,7 @@ def child_output(argv: list[str]) -> str:
 def timed(argv: list[str], repeat: int, env: dict[str, str] | None = None,
           before: Callable[[], object] | None = None) -> dict:
     """Best and worst seconds, the CPU seconds (user + system) of the best run and the largest
-    peak MB of ``repeat`` runs (``before`` each)."""
+    peak MiB (ru_maxrss / 1024) of ``repeat`` runs (``before`` each)."""
     runs = []
     for _ in range(repeat):
         if before is not None:
@@ -123,7 +123,7 @@ def timed(argv: list[str], repeat: int, env: dict[str, str] | None = None,
 
 
 def run_one(argv: list[str], env: dict[str, str] | None) -> tuple[float, float, float]:
-    """One run: its seconds, its own peak MB and its CPU seconds, user + system (wait4 on
+    """One run: its seconds, its own peak MiB and its CPU seconds, user + system (wait4 on
     this child alone)."""
     with tempfile.TemporaryFile() as errors:
         t = time.perf_counter()
@@ -289,7 +289,7 @@ def main() -> None:
     print(f"{os.cpu_count()} CPUs; SYNTHETIC tilings of {args.source.name} (and {RANGES_SOURCE.name}); "
           f"best of {args.repeat}; spread = worst - best; ratio = best / the floor above it; "
           f"CPU s = user + system seconds of the best run")
-    print(f"{'step':<24}{'size':>16}{'best s':>9}{'spread':>8}{'ratio':>9}{'peak MB':>9}{'CPU s':>8}")
+    print(f"{'step':<24}{'size':>16}{'best s':>9}{'spread':>8}{'ratio':>9}{'peak MiB':>9}{'CPU s':>8}")
     if sections & {"scale", "floor"}:
         for k in (int(x) for x in args.kernels.split(",") if x):
             scale_rows(args.source, k, args.workdir, args.repeat, plain="scale" not in sections)
