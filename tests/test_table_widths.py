@@ -189,3 +189,17 @@ def test_every_number_of_the_readme_example_shows_at_80_columns(analyzed):
     # The excerpt is the report itself, line for line (the tables it quotes).
     for line in excerpt.strip("\n").splitlines():
         assert line.rstrip() in {s.rstrip() for s in shown.splitlines()}, line
+
+
+def test_streams_without_busy_time_are_counted_in_the_title_not_listed(analyzed):
+    result = analyzed("jax_train")
+    idle = [s for s in result.streams if s["kernels"] == 0 and s["gpu_span_ns"] == 0]
+    assert idle and all(s["memops"] > 0 for s in idle)  # XLA's copy streams
+    lines = _lines(result)
+    at = next(i for i, line in enumerate(lines) if line.startswith("Streams"))
+    assert lines[at] == (f"Streams (whole trace; {len(idle)} more with copies only, not listed: "
+                         "--count-memops counts copies as busy)")
+    rows = lines[at + 3:lines.index("", at)]  # title, header, rule, then the rows up to the blank line
+    assert [row.split()[2] for row in rows] == [str(s["stream"]) for s in result.streams if s not in idle]
+    counted = _lines(analyzed("jax_train", count_memops=True))  # copies busy: every stream listed
+    assert "Streams (whole trace)" in counted

@@ -196,10 +196,20 @@ def streams(result: AnalysisResult) -> Section | None:
     """The whole trace's timeline per (process, device, stream)."""
     if not result.streams:
         return None
-    return Section("streams", "Streams (whole trace)",
+    # Streams with no busy time (copies only, while copies are not counted as busy) would be rows
+    # of zeros: the title counts them instead (the JSON has their rows).
+    working = [r for r in result.streams if r["gpu_span_ns"] > 0 or r["kernels"] > 0]
+    idle = len(result.streams) - len(working)
+    title = "Streams (whole trace)"
+    if working and idle:
+        copies = "copies only" if all(r.get("memops", 0) > 0 for r in result.streams if r not in working) \
+            else "no busy time"
+        title = (f"Streams (whole trace; {idle:,} more with {copies}, not listed"
+                 f"{': --count-memops counts copies as busy' if copies == 'copies only' else ''})")
+    return Section("streams", title,
                    (Column("pid", priority=3), Column("device", priority=2, short="dev"), Column("stream"),
                     *STATS_COLUMNS),
-                   [[str(r["pid"]), str(r["device"]), str(r["stream"]), *stats_cells(r)] for r in result.streams])
+                   [[str(r["pid"]), str(r["device"]), str(r["stream"]), *stats_cells(r)] for r in working or result.streams])
 
 
 #: Gap categories on a narrow terminal: launch and host always, unknown first out; short headers.
