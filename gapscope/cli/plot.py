@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from gapscope.cli import cli
@@ -35,6 +37,7 @@ def plot_command(sources: tuple[str, ...], out_dir: str, ranges: tuple[str, ...]
     from pathlib import Path
 
     from gapscope.cli.output import refuse_overwriting
+    from gapscope.cli.progress import TraceStatus
     from gapscope.cli.report import part_names
     from gapscope.inputs import expand
     from gapscope.plots import figure_paths, write_plots
@@ -43,5 +46,7 @@ def plot_command(sources: tuple[str, ...], out_dir: str, ranges: tuple[str, ...]
     folders = [Path(out_dir)] if len(paths) == 1 else [Path(out_dir) / n for n in part_names(paths)]
     refuse_overwriting(paths, [f for folder in folders for f in figure_paths(folder, fmt.split(","))])
     for source, folder in zip(paths, folders):
-        for path in write_plots(source, folder, fmt.split(","), range_name=ranges, window=window):
+        with TraceStatus(source, sys.stderr) as status:
+            written = write_plots(source, folder, fmt.split(","), range_name=ranges, window=window, progress=status)
+        for path in written:
             click.echo(printable(path))

@@ -4,6 +4,7 @@ HTML page (gapscope.render.markdown, gapscope.render.html)."""
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -86,7 +87,12 @@ def report_command(sources: tuple[str, ...], output: str | None, html_out: str |
     drawn = [f for fmt_, out in targets.items() if figures and fmt_ != "html"
              for name in names for f in figure_paths(_figure_dir(out, name), ("png",))]
     refuse_overwriting(paths, [*targets.values(), *drawn])
-    srcs = [load_source(p, ranges) for p in paths]
+    from gapscope.cli.progress import TraceStatus
+
+    srcs = []
+    for p in paths:
+        with TraceStatus(p, sys.stderr) as status:
+            srcs.append(load_source(p, ranges, progress=status))
     names = part_names([s.label for s in srcs]) if len(srcs) > 1 else [""]
     for fmt_, out in targets.items():
         links = [_figures(src, out, name, fmt_, spec) if figures else {} for src, name in zip(srcs, names)]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gapscope.errors import GapscopeError
 
@@ -35,9 +35,10 @@ def figure_paths(out_dir: str | Path, formats: Sequence[str]) -> list[Path]:
 
 def write_plots(source: str | Path, out_dir: str | Path, formats: Sequence[str] = ("png",), *,
                 range_name: str | Sequence[str] | None = None, window: str | None = None,
-                count_memops: bool = False) -> list[Path]:
+                count_memops: bool = False, progress: Any = None) -> list[Path]:
     """Draw every figure ``source`` allows into ``out_dir`` (created if missing) and return the
-    files written.
+    files written (``progress``: told the steps of a trace's analysis, as
+    gapscope.analysis.pipeline.opened_analysis tells them).
 
     ``source``: an nsys SQLite export (timeline.*, histogram.*, and crossover.* when its ranges
     are a `gapscope run` sweep), a `gapscope run` output folder or its run.json (crossover.*,
@@ -54,7 +55,7 @@ def write_plots(source: str | Path, out_dir: str | Path, formats: Sequence[str] 
     fmts = check_formats(formats)
     spec = parse_window(window)
     require_matplotlib()
-    src = load_source(source, range_name, count_memops=count_memops)
+    src = load_source(source, range_name, count_memops=count_memops, progress=progress)
     return draw_source(src, out_dir, fmts, spec)
 
 

@@ -29,7 +29,7 @@ from gapscope.errors import GapscopeError
 from gapscope.inputs import Input, resolve
 
 if TYPE_CHECKING:
-    from gapscope.analysis.pipeline import AnalysisArrays
+    from gapscope.analysis.pipeline import AnalysisArrays, Progress
     from gapscope.analysis.sweep import SweepRow
 
 _SWEEP_NAME = re.compile(r"^(?P<path>[^/]+)/k=(?P<us>[0-9.eE+-]+)us$")
@@ -62,11 +62,13 @@ def _patterns(ranges: Patterns) -> tuple[str, ...]:
     return (ranges,) if isinstance(ranges, str) else tuple(ranges)
 
 
-def analyze_trace(path: Path, ranges: Patterns, label: str | None = None, count_memops: bool = False) -> PlotSource:
-    """Load and analyze a trace, keeping the arrays and the gap categories."""
+def analyze_trace(path: Path, ranges: Patterns, label: str | None = None, count_memops: bool = False,
+                  progress: Progress | None = None) -> PlotSource:
+    """Load and analyze a trace, keeping the arrays and the gap categories (``progress``: as
+    gapscope.analysis.pipeline.opened_analysis calls it)."""
     from gapscope.analysis.pipeline import analysis_of
 
-    analysis = analysis_of(path, ranges=_patterns(ranges), count_memops=count_memops)
+    analysis = analysis_of(path, ranges=_patterns(ranges), count_memops=count_memops, progress=progress)
     return source_from_analysis(analysis, label or path.name, ranges)
 
 
@@ -126,9 +128,11 @@ def _run_source(data: dict[str, Any], where: Path, ranges: Patterns, count_memop
     return src
 
 
-def load_source(path: str | Path, ranges: Patterns = None, *, count_memops: bool = False) -> PlotSource:
+def load_source(path: str | Path, ranges: Patterns = None, *, count_memops: bool = False,
+                progress: Progress | None = None) -> PlotSource:
     """Read a trace, an analysis result JSON, a run.json or a `gapscope run` output folder;
-    ``ranges``: only the NVTX ranges matching this name or glob (or these)."""
+    ``ranges``: only the NVTX ranges matching this name or glob (or these); ``progress``: told
+    the steps of a trace's analysis."""
     found = resolve(path).require("trace", "analysis", "run", command="plot and report")
     if found.kind == "run":
         return _run_source(found.json(), found.path, ranges, count_memops)
@@ -137,4 +141,4 @@ def load_source(path: str | Path, ranges: Patterns = None, *, count_memops: bool
             raise GapscopeError("--range applies to traces, not to a saved result JSON")
         result = AnalysisResult.from_dict(found.json(), found.given)
         return PlotSource(label=found.label, result=result, sweep=sweep_from_ranges(result.ranges))
-    return analyze_trace(found.path, ranges, count_memops=count_memops)
+    return analyze_trace(found.path, ranges, count_memops=count_memops, progress=progress)
