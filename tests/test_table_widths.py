@@ -203,3 +203,16 @@ def test_streams_without_busy_time_are_counted_in_the_title_not_listed(analyzed)
     assert [row.split()[2] for row in rows] == [str(s["stream"]) for s in result.streams if s not in idle]
     counted = _lines(analyzed("jax_train", count_memops=True))  # copies busy: every stream listed
     assert "Streams (whole trace)" in counted
+
+
+def test_the_idle_table_leaves_out_timelines_without_gap_time():
+    from gapscope.analysis.pipeline import analyze
+    from paths import SAXPY_NAME, thirdparty
+
+    result = analyze(thirdparty(SAXPY_NAME))
+    gapless = [r["name"] for r in result.by_name if r["kernels"] > 0 and r["gap_ns"] == 0]
+    assert gapless == ["saxpy"]  # five 17.7 ms kernels, one per range: no gap inside any
+    lines = _lines(result)
+    at = next(i for i, line in enumerate(lines) if line.startswith("Why the GPU sat idle"))
+    rows = lines[at + 3:lines.index("", at)]
+    assert [row.split()[:2] for row in rows] == [["device", str(d["device"])] for d in result.devices]

@@ -221,9 +221,11 @@ def idle(result: AnalysisResult, limit: int = 20) -> Section | None:
     """Why the GPU sat idle: the shown range names' and each device's gap time split by
     category, and its CUDA Graph ceiling."""
     shown, left = shown_names(result, limit)
+    # A timeline without gap time has nothing to explain: its row would be dashes.
     labelled: list[tuple[Cell, dict[str, Any]]] = [
-        (Name(f"{label(r)} (x{r['count']})"), r) for r in shown if "gap_by_category_ns" in r and r["kernels"] > 0]
-    labelled += [(f"device {r['device']}", r) for r in result.devices if "gap_by_category_ns" in r]
+        (Name(f"{label(r)} (x{r['count']})"), r) for r in shown
+        if "gap_by_category_ns" in r and r["kernels"] > 0 and r["gap_ns"] > 0]
+    labelled += [(f"device {r['device']}", r) for r in result.devices if "gap_by_category_ns" in r and r["gap_ns"] > 0]
     if not labelled:
         return None
     rows: list[list[Cell]] = []
