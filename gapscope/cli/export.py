@@ -34,8 +34,8 @@ def export_command(trace: str, out: str, ranges: tuple[str, ...], count_memops: 
     found = resolve(trace).require("trace", "run", command="export")
     path = found.run_file("gapscope_run.sqlite") if found.kind == "run" else found.path
     refuse_overwriting([trace, path], [out])
-    with TraceStatus(path, sys.stderr) as status, \
-            opened_analysis(path, ranges=ranges, count_memops=count_memops, all_calls=True, progress=status) as analysis:
+    with TraceStatus(path, sys.stderr) as status, opened_analysis(
+            path, ranges=ranges, count_memops=count_memops, all_calls=True, progress=status) as analysis:
         status("writing the timeline of", None)
         with output_file(out) as fh:
             render(analysis, "perfetto", fh)

@@ -107,18 +107,18 @@ def shorten_names(names: Sequence[str], width: int) -> list[str]:
     """Each name in at most ``width`` characters, its middle replaced by an ellipsis, except
     where that makes different names look the same (``FSDP::pre_…ed_module)`` for every block
     of a model): those show where they differ (``FSDP::p…blocks.3._che…``)."""
-    short = [middle_ellipsis(n, width) for n in names]
-    groups: dict[str, set[str]] = {}
-    for n, s in zip(names, short):
-        groups.setdefault(s, set()).add(n)
-    for s, alike in groups.items():
+    cut = {n: middle_ellipsis(n, width) for n in dict.fromkeys(names)}  # each distinct name once
+    groups: dict[str, list[str]] = {}
+    for n, s in cut.items():
+        groups.setdefault(s, []).append(n)
+    for alike in groups.values():
         if len(alike) < 2:
             continue
-        differs = len(os.path.commonprefix(sorted(alike)))
+        differs = len(os.path.commonprefix(alike))
         redone = {n: _around(n, width, differs) if len(n) > width else n for n in alike}
         if len(set(redone.values())) > 1:  # else (they differ only far apart) as they were
-            short = [redone.get(n, x) if x == s else x for n, x in zip(names, short)]
-    return short
+            cut.update(redone)
+    return [cut[n] for n in names]
 
 
 #: Wrapped text (a reading) is squeezed no further than onto this many lines.
