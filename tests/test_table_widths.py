@@ -216,3 +216,27 @@ def test_the_idle_table_leaves_out_timelines_without_gap_time():
     at = next(i for i, line in enumerate(lines) if line.startswith("Why the GPU sat idle"))
     rows = lines[at + 3:lines.index("", at)]
     assert [row.split()[:2] for row in rows] == [["device", str(d["device"])] for d in result.devices]
+
+
+def test_a_report_that_is_not_on_a_terminal_has_no_trailing_spaces(analyzed):
+    from gapscope.regression.comparison import compare
+
+    result = analyzed("torch_decode")
+    padded = io.StringIO()
+    render(result, "table", padded, width=100)  # a width asked for, as on a terminal: rich pads cells
+    plain = padded.getvalue().splitlines()
+    assert all(line == line.rstrip(" ") for line in plain)
+    comparison = compare([result.to_dict()], [analyzed("torch_decode_sync").to_dict()])
+    for report in (result, comparison):
+        for width in (None, 80):
+            lines = _lines(report, width)
+            assert lines and all(line == line.rstrip(" ") for line in lines), width
+    # Only a line's trailing spaces go, whatever pieces it is written in.
+    from gapscope.render.console import _WithoutTrailingSpaces
+
+    out = io.StringIO()
+    file = _WithoutTrailingSpaces(out)
+    for piece in ("name  gap  ", " \nx  y", "  \n\n", "last  "):
+        file.write(piece)
+    file.flush()
+    assert out.getvalue() == "name  gap\nx  y\n\nlast  "  # a line left open is written as it is
