@@ -6,6 +6,7 @@ Exit codes: 0 = done; 1 = a regression (compare) or some inputs failed; 2 = bad 
 
 from __future__ import annotations
 
+import os
 import traceback
 
 from gapscope.text import one_line, printable
@@ -35,14 +36,20 @@ class GapscopeError(Exception):
         return self.message
 
 
+#: The folder of the gapscope package: a bug's place is the last frame inside it.
+_PACKAGE = os.path.dirname(os.path.abspath(__file__))
+
+
 def internal_error_line(exc: BaseException, version: str) -> str:
     """The one line printed for a bug: what was raised, where in gapscope, and where to report it."""
     where = ""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "gapscope" in f.filename]
+    # Frames in the package itself, not any file whose path says "gapscope" (a checkout named
+    # gapscope, the user's own ~/gapscope-runs/script.py).
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if os.path.abspath(f.filename).startswith(_PACKAGE + os.sep)]
     if frames:
         last = frames[-1]
-        path = last.filename.replace("\\", "/")
-        path = path[path.rfind("gapscope/"):] if "gapscope/" in path else path
+        path = "gapscope/" + os.path.relpath(os.path.abspath(last.filename), _PACKAGE).replace("\\", "/")
         where = f" at {path}:{last.lineno}"
     what = printable(f"{type(exc).__name__}: {exc}", 300)
     return (f"gapscope: internal error (a bug in gapscope {version}, not in your input): {what}{where}; "

@@ -314,6 +314,25 @@ def test_a_bug_exits_3_with_one_line_naming_the_tracker(monkeypatch):
     assert line.endswith("please report it on the gapscope issue tracker with this line and the command you ran")
 
 
+def test_the_bug_line_names_no_frame_outside_the_package(tmp_path):
+    """A file whose path merely says gapscope (a checkout named gapscope, the user's own
+    ~/gapscope-runs/) is not where gapscope's bug is."""
+    from gapscope.errors import internal_error_line
+
+    ns: dict = {}
+    exec(compile("def outside(f):\n    f()\n", str(tmp_path / "gapscope" / "tests" / "helper.py"), "exec"), ns)
+
+    def boom():
+        raise ZeroDivisionError("division by zero")
+
+    with pytest.raises(ZeroDivisionError) as caught:
+        ns["outside"](boom)
+    line = internal_error_line(caught.value, "0.1.0")
+    assert line == ("gapscope: internal error (a bug in gapscope 0.1.0, not in your input): ZeroDivisionError: "
+                    "division by zero; please report it on the gapscope issue tracker with this line and the "
+                    "command you ran")
+
+
 # -- hangs ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("command", [("analyze", "{fifo}"), ("compare", "{fifo}", "{fifo}"),
