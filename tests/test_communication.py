@@ -344,3 +344,39 @@ def test_every_new_field_is_documented():
         assert f"`{field}`" in schema, field
     for field in (*FIELDS, "wait_ns", "transfer_ns", "waited_for", "caused_from_gaps_ns", "clock_offset_ns"):
         assert f"`{field}`" in metrics, field
+
+
+def test_fsdp_report_across_ranks_is_cut_to_what_matters(fsdp_fleet):
+    """Per-op ranges make dozens of names: one warning for the uneven instance counts, and the
+    names and stragglers tables cut to --limit, those with the most gap time first."""
+    import io
+
+    from gapscope.render import render
+
+    path, fleet = fsdp_fleet
+    per_rank: dict = {}
+    for r in fleet.rank_names:
+        per_rank.setdefault(r["name"], []).append(r["count"])
+    uneven = [n for n, c in per_rank.items() if len(c) > 1 and min(c) != max(c)]
+    assert len(uneven) == 14
+    lines = [w for w in fleet.warnings if "instance" in w]
+    lo, hi = min(per_rank[uneven[0]]), max(per_rank[uneven[0]])
+    assert lines == [f"14 range names have different instance counts per rank ({uneven[0]!r} {lo} to {hi}, "
+                     f"{uneven[1]!r} {min(per_rank[uneven[1]])} to {max(per_rank[uneven[1]])}, "
+                     f"{uneven[2]!r} {min(per_rank[uneven[2]])} to {max(per_rank[uneven[2]])} and 11 more); "
+                     "each name's steps past its smallest count are compared among fewer ranks"]
+    out = io.StringIO()
+    render(fleet, "table", out, limit=5, wide=True)
+    text = out.getvalue().splitlines()
+
+    def rows_after(title: str) -> list[str]:
+        at = next(i for i, line in enumerate(text) if line.startswith(title))
+        return text[at + 3:text.index("", at)]
+
+    top5 = sorted(fleet.by_name, key=lambda n: -n["gap_ns"])[:5]
+    names = rows_after("Range names across ranks")
+    assert len(names) == 5 and [row.split("  ")[0] for row in names] == \
+        [n["name"] for n in fleet.by_name if n in top5]  # in the result's own order
+    worst = sorted(fleet.stragglers, key=lambda s: -s["excess_gap_ns"])[:5]
+    assert [row.split("  ")[0] for row in rows_after("Stragglers")] == [s["name"] for s in worst]
+    assert f"5 of {len(fleet.stragglers)}: --limit N" in "\n".join(text)

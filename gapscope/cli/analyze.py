@@ -162,7 +162,7 @@ def _honoured(saved: Any, given: frozenset[str], *, count_memops: bool, attribut
               help="Group range names without PyTorch emit_nvtx suffixes (', seq = N', ', op_id = N', ...).")
 @click.option("--limit", type=click.IntRange(min=0), default=20, show_default=True, metavar="N",
               help="Range names and instances shown in the table, those with the most gap time "
-                   "(0: none); several traces: steps and ranks.")
+                   "(0: none); several traces: range names, stragglers, steps and ranks.")
 @click.option("--top", type=click.IntRange(min=0), default=10, show_default=True, metavar="N",
               help="Longest gaps listed; several traces: stragglers per range name.")
 @click.option("--attribution/--no-attribution", default=True, show_default=True,

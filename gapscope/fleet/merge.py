@@ -217,6 +217,11 @@ def _merge_ranges(result: FleetResult, name_parts: list[pd.DataFrame], step_part
         })
 
 
+#: Range names with uneven instance counts named one per warning line up to this many; more are
+#: one line naming this many.
+UNEVEN_NAMED = 3
+
+
 def _fleet_warnings(result: FleetResult) -> list[str]:
     out = []
     failed = result.failed
@@ -230,10 +235,15 @@ def _fleet_warnings(result: FleetResult) -> list[str]:
     counts: dict[str, list[int]] = {}
     for r in result.rank_names:
         counts.setdefault(r["name"], []).append(r["count"])
-    for name, c in counts.items():
-        if len(c) > 1 and min(c) != max(c):
-            out.append(f"range {name!r}: {min(c)} to {max(c)} instances per rank; steps past the "
-                       f"first {min(c)} are compared among fewer ranks")
+    uneven = [(name, min(c), max(c)) for name, c in counts.items() if len(c) > 1 and min(c) != max(c)]
+    if len(uneven) <= UNEVEN_NAMED:
+        out += [f"range {name!r}: {lo} to {hi} instances per rank; steps past the first {lo} are compared "
+                "among fewer ranks" for name, lo, hi in uneven]
+    else:  # per-op ranges (emit_nvtx) differ by a few on many names: one line, not one each
+        named = ", ".join(f"{name!r} {lo} to {hi}" for name, lo, hi in uneven[:UNEVEN_NAMED])
+        out.append(f"{len(uneven)} range names have different instance counts per rank ({named} and "
+                   f"{len(uneven) - UNEVEN_NAMED} more); each name's steps past its smallest count are "
+                   "compared among fewer ranks")
     return out
 
 

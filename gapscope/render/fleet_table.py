@@ -15,7 +15,7 @@ from gapscope.fleet.collectives import reading as wait_reading
 from gapscope.fleet.result import FleetResult
 from gapscope.render.console import Console, console_for
 from gapscope.render.layout import Column
-from gapscope.render.sections import READING, Name
+from gapscope.render.sections import READING, Name, _left_out, _top
 from gapscope.render.table import fitted_table
 from gapscope.render.table import share_text as fmt_frac
 from gapscope.render.units import fmt_ns
@@ -56,10 +56,10 @@ def render(fleet: FleetResult, file: TextIO, *, limit: int = 20, width: int | No
         console.print(Text.assemble(("warning:", "yellow"), f" {printable(w)}"))
     labels = [r["label"] for r in fleet.devices]
     if fleet.by_name:
-        _names(out, fleet, labels)
+        _names(out, fleet, labels, limit)
     _waits(out, fleet, limit)
     if fleet.by_name:
-        _stragglers(out, fleet)
+        _stragglers(out, fleet, limit)
         _steps(out, fleet, limit)
         _matrix(out, fleet, limit)
     _ranks(out, fleet, limit)
@@ -77,7 +77,11 @@ def _spread_cells(s: dict[str, Any] | None, labels: list[str], fmt: Callable[[An
     return [fmt(s["min"]), fmt(s["median"]), top + Text(f" {labels[s['max_rank']]}", style="dim")]
 
 
-def _names(out: _Printer, fleet: FleetResult, labels: list[str]) -> None:
+def _names(out: _Printer, fleet: FleetResult, labels: list[str], limit: int) -> None:
+    """The ``limit`` range names with the most gap time over all ranks, in their own order."""
+    shown = _top(fleet.by_name, limit)
+    if not shown:
+        return
     spread = {s["name"]: s for s in fleet.spread if s["scope"] == "range"}
     columns = (Column("name", False), Column("ranks", priority=2), Column("instances", priority=3, short="inst"),
                Column("gap % (all)", short="gap %"), Column("gap % min", priority=2, short="min"),
@@ -86,12 +90,13 @@ def _names(out: _Printer, fleet: FleetResult, labels: list[str]) -> None:
                Column("gap/rank median", priority=2, short="g/r med"),
                Column("gap/rank max", priority=1, short="g/r max"))
     rows = []
-    for n in fleet.by_name:
+    for n in shown:
         s = spread.get(n["name"], {})
         rows.append([Name(str(n["name"])), str(n["ranks"]), str(n["count"]), fmt_frac(n["gap_fraction"]),
                      *_spread_cells(s.get("gap_fraction"), labels, fmt_frac),
                      *_spread_cells(s.get("gap_ns"), labels, fmt_ns)])
-    out.table("Range names across ranks (min, median, max over ranks; the rank with the max)", columns, rows)
+    out.table("Range names across ranks (min, median, max over ranks; the rank with the max"
+              f"{_left_out(len(fleet.by_name) - len(shown), f'{len(shown):,}')})", columns, rows)
 
 
 def _share(part: int, whole: int) -> str:
@@ -129,9 +134,11 @@ def _waits(out: _Printer, fleet: FleetResult, limit: int) -> None:
     out.table(f"Collectives with the longest waits (kernel sequence#occurrence{more})", columns, rows)
 
 
-def _stragglers(out: _Printer, fleet: FleetResult) -> None:
-    if not fleet.stragglers:
+def _stragglers(out: _Printer, fleet: FleetResult, limit: int) -> None:
+    """The ``limit`` stragglers with the most excess gap time, largest first."""
+    if not fleet.stragglers or limit <= 0:
         return
+    shown = sorted(fleet.stragglers, key=lambda s: -(s["excess_gap_ns"] or 0))[:limit]
     cats = {(r["rank"], r["name"]): r.get("gap_by_category_ns") for r in fleet.rank_names}
     columns = (Column("name", False), Column("rank", False), Column("excess gap", short="excess"),
                Column("slowest steps", priority=2, short="slowest"), Column("worst step", priority=3, short="worst"),
@@ -140,8 +147,10 @@ def _stragglers(out: _Printer, fleet: FleetResult) -> None:
     rows = [[Name(str(s["name"])), Name(str(s["label"])), fmt_ns(s["excess_gap_ns"]),
              f"{s['slowest_steps']} of {s['steps']}", f"#{s['worst_step']}", fmt_ns(s["worst_step_excess_ns"]),
              fmt_frac(s["gap_fraction"]), _dominant(cats.get((s["rank"], s["name"])), s["gap_ns"])]
-            for s in fleet.stragglers]
-    out.table("Stragglers: gap time above the step medians (the ranks that keep the others waiting)",
+            for s in shown]
+    more = f"; largest first, {len(shown)} of {len(fleet.stragglers)}: --limit N or --format json for more" \
+        if len(shown) < len(fleet.stragglers) else ""
+    out.table(f"Stragglers: gap time above the step medians (the ranks that keep the others waiting{more})",
               columns, rows)
 
 
