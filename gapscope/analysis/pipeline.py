@@ -244,13 +244,12 @@ def _with_verdicts(rows: list[dict]) -> list[dict]:
     return rows
 
 
-def _stream_level(acts: ActivityArrays, stream_keys: pd.DataFrame, attributor: Attributor | None,
+def _stream_level(acts: ActivityArrays, every: np.ndarray, stream_keys: pd.DataFrame, attributor: Attributor | None,
                   device_gaps: GapList) -> tuple[list[dict], GapList]:
     """The stream rows (with their gap categories when ``attributor`` is given) and the
-    streams' gap list; a stream gap that is also one of the (attributed) ``device_gaps`` takes
-    its split."""
+    streams' gap list (``every``: the index of every activity); a stream gap that is also one
+    of the (attributed) ``device_gaps`` takes its split."""
     n_str = len(stream_keys)
-    every = np.arange(acts.start.size, dtype=np.int64)
     stats, gaps = level_stats(acts, every, acts.stream_code, np.arange(n_str), n_str)
     rows = _rows(stream_keys, stats)
     if attributor is not None:
@@ -372,7 +371,7 @@ def run_analysis(
                                 name_codes, name_table, acts.busy, top)
     if not gaps:  # the range level's gaps go before the streams' are made, the device level's after
         pair_gaps = range_gaps = None
-    stream_rows, stream_gaps = _stream_level(acts, stream_keys, attributor, device_gaps)
+    stream_rows, stream_gaps = _stream_level(acts, every, stream_keys, attributor, device_gaps)
     if not gaps:
         device_gaps = stream_gaps = None
     range_rows, name_rows, device_rows = map(_with_verdicts, (range_rows, name_rows, device_rows))

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gapscope.errors import GapscopeError
 
 if TYPE_CHECKING:
+    from gapscope.analysis.pipeline import Progress
     from gapscope.plots.source import PlotSource
 
 __all__ = ["write_plots", "draw_source", "figure_paths", "FIGURES", "FORMATS"]
@@ -35,7 +36,7 @@ def figure_paths(out_dir: str | Path, formats: Sequence[str]) -> list[Path]:
 
 def write_plots(source: str | Path, out_dir: str | Path, formats: Sequence[str] = ("png",), *,
                 range_name: str | Sequence[str] | None = None, window: str | None = None,
-                count_memops: bool = False, progress: Any = None) -> list[Path]:
+                count_memops: bool = False, progress: Progress | None = None) -> list[Path]:
     """Draw every figure ``source`` allows into ``out_dir`` (created if missing) and return the
     files written (``progress``: told the steps of a trace's analysis, as
     gapscope.analysis.pipeline.opened_analysis tells them).

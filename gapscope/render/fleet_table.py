@@ -15,7 +15,7 @@ from gapscope.fleet.collectives import reading as wait_reading
 from gapscope.fleet.result import FleetResult
 from gapscope.render.console import Console, console_for
 from gapscope.render.layout import Column
-from gapscope.render.sections import READING, Name, _left_out, _top
+from gapscope.render.sections import READING, Name, left_out, top_rows
 from gapscope.render.table import fitted_table
 from gapscope.render.table import share_text as fmt_frac
 from gapscope.render.units import fmt_ns
@@ -79,7 +79,7 @@ def _spread_cells(s: dict[str, Any] | None, labels: list[str], fmt: Callable[[An
 
 def _names(out: _Printer, fleet: FleetResult, labels: list[str], limit: int) -> None:
     """The ``limit`` range names with the most gap time over all ranks, in their own order."""
-    shown = _top(fleet.by_name, limit)
+    shown = top_rows(fleet.by_name, limit)
     if not shown:
         return
     spread = {s["name"]: s for s in fleet.spread if s["scope"] == "range"}
@@ -96,7 +96,7 @@ def _names(out: _Printer, fleet: FleetResult, labels: list[str], limit: int) -> 
                      *_spread_cells(s.get("gap_fraction"), labels, fmt_frac),
                      *_spread_cells(s.get("gap_ns"), labels, fmt_ns)])
     out.table("Range names across ranks (min, median, max over ranks; the rank with the max"
-              f"{_left_out(len(fleet.by_name) - len(shown), f'{len(shown):,}')})", columns, rows)
+              f"{left_out(len(fleet.by_name) - len(shown), f'{len(shown):,}')})", columns, rows)
 
 
 def _share(part: int, whole: int) -> str:

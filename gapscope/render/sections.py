@@ -104,7 +104,7 @@ def _folded(result: AnalysisResult, row: dict[str, Any]) -> bool:
     return not result.options.get("domain_filter") and is_library_domain(row.get("domain"))
 
 
-def _top(rows: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+def top_rows(rows: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
     """The ``limit`` rows with the most gap time (the first on a tie), in their own order."""
     if len(rows) <= limit:
         return rows
@@ -122,11 +122,13 @@ def shown_names(result: AnalysisResult, limit: int) -> tuple[list[dict[str, Any]
     when none has any) outside library domains, the ``limit`` with the most gap time."""
     rows = [r for r in result.by_name if not _folded(result, r)]
     rows = _with_work(rows) or rows
-    shown = _top(rows, limit)
+    shown = top_rows(rows, limit)
     return shown, len(rows) - len(shown)
 
 
-def _left_out(left: int, what: str) -> str:
+def left_out(left: int, what: str) -> str:
+    """A title's tail saying that ``left`` rows were left out, the ``what`` shown being those with the
+    most gap time (empty when none was)."""
     return f"; the {what} with the most gap time, {left:,} left out: --limit N or --format json for more" \
         if left else ""
 
@@ -141,7 +143,7 @@ def by_name(result: AnalysisResult, limit: int = 20) -> Section | None:
     own = [r for r in result.by_name if not _folded(result, r)]  # libraries' names are counted in their section
     return Section(
         "by_name", f"NVTX ranges by name ({len(_with_work(own)):,} of {len(own):,} "
-        f"launched GPU work{_left_out(left, f'{len(shown):,}')})",
+        f"launched GPU work{left_out(left, f'{len(shown):,}')})",
         (Column("name", False), Column("count", priority=2, short="n"), *STATS_COLUMNS, READING),
         [[Name(label(r)), fmt_count(r["count"]), *stats_cells(r), reading(r)] for r in shown],
     )
@@ -170,7 +172,7 @@ def domains(result: AnalysisResult) -> Section | None:
 def ranges(result: AnalysisResult, limit: int) -> Section | None:
     """The ``limit`` range instances with GPU work and the most gap time, in start order."""
     work = _with_work([r for r in result.ranges if not _folded(result, r)])
-    shown = _top(work, limit)
+    shown = top_rows(work, limit)
     if not shown:
         return None
     # Grouped as the by-name table groups them (unless --no-normalize): the id tells instances
@@ -178,7 +180,7 @@ def ranges(result: AnalysisResult, limit: int) -> Section | None:
     normalize = result.options.get("normalize_names", True)
     names = [label({**r, "name": group_name(r["name"])}) if normalize else label(r) for r in shown]
     return Section(
-        "ranges", f"Range instances ({len(work):,} with GPU work{_left_out(len(work) - len(shown), f'{len(shown):,}')})",
+        "ranges", f"Range instances ({len(work):,} with GPU work{left_out(len(work) - len(shown), f'{len(shown):,}')})",
         (Column("id"), Column("name", False), Column("thread", priority=4, short="tid"), *STATS_COLUMNS),
         [[str(r["id"]), Name(n), str(r["thread"]), *stats_cells(r)] for r, n in zip(shown, names)],
     )
@@ -198,13 +200,13 @@ def streams(result: AnalysisResult) -> Section | None:
         return None
     # Streams with no busy time (copies only, while copies are not counted as busy) would be rows
     # of zeros: the title counts them instead (the JSON has their rows).
-    working = [r for r in result.streams if r["gpu_span_ns"] > 0 or r["kernels"] > 0]
-    idle = len(result.streams) - len(working)
+    working, quiet = [], []
+    for r in result.streams:
+        (working if r["gpu_span_ns"] > 0 or r["kernels"] > 0 else quiet).append(r)
     title = "Streams (whole trace)"
-    if working and idle:
-        copies = "copies only" if all(r.get("memops", 0) > 0 for r in result.streams if r not in working) \
-            else "no busy time"
-        title = (f"Streams (whole trace; {idle:,} more with {copies}, not listed"
+    if working and quiet:
+        copies = "copies only" if all(r.get("memops", 0) > 0 for r in quiet) else "no busy time"
+        title = (f"Streams (whole trace; {len(quiet):,} more with {copies}, not listed"
                  f"{': --count-memops counts copies as busy' if copies == 'copies only' else ''})")
     return Section("streams", title,
                    (Column("pid", priority=3), Column("device", priority=2, short="dev"), Column("stream"),
