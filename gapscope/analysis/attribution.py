@@ -79,6 +79,17 @@ class GapSplit:
         """The split of the gaps ``idx``."""
         return GapSplit(self.whole[idx], self.state_row[idx], self.states, self.category[idx])
 
+    @staticmethod
+    def concat(parts: list["GapSplit"]) -> "GapSplit":
+        """The splits of several gap lists, one after another, as one."""
+        offset = np.cumsum([0] + [p.states.shape[0] for p in parts[:-1]])
+        return GapSplit(
+            whole=np.concatenate([p.whole for p in parts]),
+            state_row=np.concatenate([np.where(p.state_row >= 0, p.state_row + o, -1) for p, o in zip(parts, offset)]),
+            states=np.concatenate([p.states for p in parts]),
+            category=np.concatenate([p.category for p in parts]),
+        )
+
     def matrix(self, idx: np.ndarray, length: np.ndarray) -> np.ndarray:
         """Time per IdleCategory of the gaps ``idx`` (``length``: every gap's length), shape
         (len(idx), N_CATEGORIES)."""
@@ -220,31 +231,37 @@ class Attributor:
 
     # -- per activity -----------------------------------------------------------------------
     def _index_activities(self) -> None:
-        """What the rules need per activity, computed once for every level's gaps: its call's
-        end and thread, and whether a stream wait was issued on its stream since the previous
-        launch there."""
-        call = self.launch
+        """What the rules need per activity, kept small: each activity's launching call and its
+        predecessor on its stream (the rest, :meth:`_facts`, is read for the gaps' activities only)."""
+        self.has_calls = bool((self.launch >= 0).any())
+
+    def _facts(self, k: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(linked, call end, calling thread, waited, previous copy's end) of the activities
+        ``k``: whether a launching call is in the trace, its end and thread code (the lowest
+        int64 and -1 without one), whether a stream wait was issued on the activity's stream
+        since the previous launch there, and the end of the previous operation on its stream when
+        that is a copy (else the lowest int64)."""
+        lowest = np.iinfo(np.int64).min
+        call = self.launch[k]
         linked = call >= 0
-        self.linked = linked
-        self.call_end = np.full(call.size, np.iinfo(np.int64).min, dtype=np.int64)
-        self.waited = np.zeros(call.size, dtype=bool)
-        self.call_thread = np.full(call.size, -1, dtype=np.int64)
-        if not linked.any():  # no API calls in the trace: every gap is `unknown`
-            self.prev_copy_end = self.call_end
-            return
+        if not self.has_calls:  # no API calls in the trace: every gap is `unknown`
+            none = np.full(k.size, lowest, dtype=np.int64)
+            return linked, none, np.full(k.size, -1, dtype=np.int64), np.zeros(k.size, dtype=bool), none
         c = np.maximum(call, 0)
-        self.call_end = np.where(linked, self.api_end[c], self.call_end)
-        self.call_thread = np.where(linked, self.timeline.call_thread[c], -1)
-        prev = self.prev_on_stream
+        call_end = np.where(linked, self.api_end[c], lowest)
+        call_thread = np.where(linked, self.timeline.call_thread[c], -1)
+        prev = self.prev_on_stream[k]
         p = np.maximum(prev, 0)
-        self.prev_copy_end = np.where((prev >= 0) & self.is_memop[p], self.acts.end[p], np.iinfo(np.int64).min)
+        prev_copy_end = np.where((prev >= 0) & self.is_memop[p], self.acts.end[p], lowest)
+        waited = np.zeros(k.size, dtype=bool)
         if self.wait_keys is not None:
-            sc = self.acts.stream_code
+            sc = self.acts.stream_code[k]
             prev_call = np.where(prev >= 0, self.launch[p], -1)
             t_prev = np.where(prev_call >= 0, self.api_start[np.maximum(prev_call, 0)], self.lo)
             hi = np.searchsorted(self.wait_keys, self.tk.key(sc, self.api_start[c]), "right")
             lo = np.searchsorted(self.wait_keys, self.tk.key(sc, t_prev), "right")
-            self.waited = linked & (hi > lo)
+            waited = linked & (hi > lo)
+        return linked, call_end, call_thread, waited, prev_copy_end
 
     # -- classification -------------------------------------------------------------------
     def classify(self, gaps: GapList) -> GapSplit:
@@ -260,15 +277,8 @@ class Attributor:
         n = length.size
         if n <= CLASSIFY_BLOCK:
             return self._classified_block(g0, length, k)
-        parts = [self._classified_block(g0[a:a + CLASSIFY_BLOCK], length[a:a + CLASSIFY_BLOCK],
-                                        k[a:a + CLASSIFY_BLOCK]) for a in range(0, n, CLASSIFY_BLOCK)]
-        offset = np.cumsum([0] + [p.states.shape[0] for p in parts[:-1]])
-        return GapSplit(
-            whole=np.concatenate([p.whole for p in parts]),
-            state_row=np.concatenate([np.where(p.state_row >= 0, p.state_row + o, -1) for p, o in zip(parts, offset)]),
-            states=np.concatenate([p.states for p in parts]),
-            category=np.concatenate([p.category for p in parts]),
-        )
+        return GapSplit.concat([self._classified_block(g0[a:a + CLASSIFY_BLOCK], length[a:a + CLASSIFY_BLOCK],
+                                                       k[a:a + CLASSIFY_BLOCK]) for a in range(0, n, CLASSIFY_BLOCK)])
 
     def _classified_block(self, g0: np.ndarray, length: np.ndarray, k: np.ndarray) -> GapSplit:
         n = length.size
@@ -276,11 +286,13 @@ class Attributor:
             empty = np.zeros(0, dtype=np.int8)
             return GapSplit(empty, np.zeros(0, dtype=np.int64), np.zeros((0, ht.N_STATES), dtype=np.int64), empty)
         whole = np.full(n, IdleCategory.PIPELINE, dtype=np.int8)
+        linked, call_end, call_thread, waited, prev_copy_end = self._facts(k)
         # dependency: a stream wait issued between the previous launch on K's stream and L,
         # or the previous operation on K's stream is a copy that ended inside the gap.
-        whole[self.waited[k] | (self.prev_copy_end[k] > g0)] = IdleCategory.DEPENDENCY
-        host_side = self.call_end[k] > g0  # L had not returned: the GPU waited on the host
-        unlinked = ~self.linked[k]
+        whole[waited | (prev_copy_end > g0)] = IdleCategory.DEPENDENCY
+        del waited, prev_copy_end
+        host_side = call_end > g0  # L had not returned: the GPU waited on the host
+        unlinked = ~linked
         whole[unlinked] = IdleCategory.UNKNOWN
         host_side &= ~unlinked
         if self.mem_keys is not None:
@@ -295,7 +307,7 @@ class Attributor:
             whole[mem] = IdleCategory.MEMOP
             host_side[mem] = False
         hs = np.flatnonzero(host_side)
-        states = self._host_side(g0[hs], length[hs], k[hs])
+        states = self._host_side(g0[hs], length[hs], call_end[hs], call_thread[hs])
         category = whole.copy()
         category[hs] = np.argmax(states, axis=1) if hs.size else category[hs]
         whole[hs] = -1
@@ -311,14 +323,13 @@ class Attributor:
         first = levels[0]
         base = first.split if first.split is not None else self.classify(first)
         out = [replace(first, split=base, category=base.category)]
-        row_of = np.full(self.acts.start.size, -1, dtype=np.int64)  # the first level's gap ended by each activity
-        row_of[first.next_act] = np.arange(first.next_act.size)
+        gap_ended_by = self._gap_ended_by(first.next_act)
         for g in levels[1:]:
             if first.length.size == 0:  # no gap at the first level (one kernel spans it): on their own
                 split = self.classify(g)
                 out.append(replace(g, split=split, category=split.category))
                 continue
-            j = row_of[g.next_act]
+            j = gap_ended_by(g.next_act)
             j0 = np.maximum(j, 0)
             same = (j >= 0) & (first.start[j0] == g.start) & (first.length[j0] == g.length)
             split = base.take(j0)
@@ -333,12 +344,28 @@ class Attributor:
             out.append(replace(g, split=split, category=split.category))
         return out
 
-    def _host_side(self, g0: np.ndarray, length: np.ndarray, k: np.ndarray) -> np.ndarray:
-        """Rules 3 and 4 for gaps whose launching call had not returned at their start: their
-        time per thread state, shape (len(g0), N_STATES)."""
-        thread = self.call_thread[k]
+    def _gap_ended_by(self, next_act: np.ndarray) -> Any:
+        """A function from activities to the index of the gap (of a level whose gaps each end
+        at a distinct activity, ``next_act``) that each ends, -1 for none: a table over every
+        activity for a whole level, a search in a sorted copy for a window's few."""
+        if next_act.size * 8 >= self.acts.start.size:
+            row_of = np.full(self.acts.start.size, -1, dtype=np.int64)
+            row_of[next_act] = np.arange(next_act.size)
+            return lambda k: row_of[k]
+        order = np.argsort(next_act, kind="stable")
+        ends = next_act[order]
+
+        def lookup(k: np.ndarray) -> np.ndarray:
+            at = np.minimum(np.searchsorted(ends, k), max(ends.size - 1, 0))
+            return np.where(ends[at] == k, order[at], -1) if ends.size else np.full(k.size, -1, dtype=np.int64)
+        return lookup
+
+    def _host_side(self, g0: np.ndarray, length: np.ndarray, call_end: np.ndarray, thread: np.ndarray) -> np.ndarray:
+        """Rules 3 and 4 for gaps whose launching call (ending at ``call_end``, on the thread
+        ``thread``) had not returned at their start: their time per thread state, shape
+        (len(g0), N_STATES)."""
         g1 = g0 + length
-        upto = np.minimum(g1, self.call_end[k])  # after L returned, the work was in flight
+        upto = np.minimum(g1, call_end)  # after L returned, the work was in flight
         states, at_g0 = self.timeline.split(thread, g0, upto)
         states[:, ht.STATE_LAUNCH] += g1 - upto
         at_sync = np.flatnonzero(at_g0 == ht.STATE_SYNC)
@@ -352,7 +379,7 @@ class Attributor:
         return states
 
 
-def _subset(gaps: GapList, idx: np.ndarray) -> GapList:
+def gap_subset(gaps: GapList, idx: np.ndarray) -> GapList:
     """The gaps ``idx`` of a gap list."""
     def part(value: Any) -> Any:
         return None if value is None else value.take(idx) if isinstance(value, GapSplit) else value[idx]
@@ -389,7 +416,7 @@ def distinct_gaps(gaps: GapList) -> GapList:
     if gaps.length.size == 0:
         return gaps
     key = pd.DataFrame({"d": gaps.device, "s": gaps.start, "k": gaps.next_act})
-    return _subset(gaps, np.flatnonzero(~key.duplicated().to_numpy()))
+    return gap_subset(gaps, np.flatnonzero(~key.duplicated().to_numpy()))
 
 
 def activities_before(frames: TraceFrames, gaps: GapList, idx: np.ndarray, busy: np.ndarray) -> np.ndarray:

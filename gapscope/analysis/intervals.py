@@ -198,7 +198,6 @@ def grouped_quantiles(
     if np.asarray(values).size == 0:
         return out
     count, v = sort_within_groups(groups, values, n_groups)
-    v = v.astype(np.float64)
     offset = np.concatenate(([0], np.cumsum(count)[:-1]))
     present = np.flatnonzero(count)
     n = count[present]
@@ -208,7 +207,8 @@ def grouped_quantiles(
         lo = np.floor(pos).astype(np.int64)
         hi = np.minimum(lo + 1, n - 1)
         frac = pos - lo
-        out[present, j] = v[base + lo] + (v[base + hi] - v[base + lo]) * frac
+        v_lo = v[base + lo].astype(np.float64)  # as floats, as numpy's quantile takes them
+        out[present, j] = v_lo + (v[base + hi].astype(np.float64) - v_lo) * frac
     return out
 
 
@@ -256,3 +256,87 @@ def covered_ns(keys: np.ndarray, starts: np.ndarray, ends: np.ndarray, q_keys: n
         return np.where(mine, before[jj] - before[first] + inside, 0)
 
     return upto(q_hi) - upto(q_lo)
+
+
+@dataclass(frozen=True)
+class WindowGaps:
+    """The gaps one window of intervals added to :class:`RunningTimelines`: group, length,
+    start, the position (in the window's arrays) of the interval that ends each and the index
+    (the caller's ``ids``) of the interval whose end starts it."""
+
+    group: np.ndarray
+    length: np.ndarray
+    start: np.ndarray
+    next_pos: np.ndarray
+    prev_id: np.ndarray
+
+
+class RunningTimelines:
+    """:func:`group_timelines` fed one window of intervals at a time, in memory that does not
+    grow with the intervals: per group it carries the count, the first start, the running end
+    and the interval holding it (the last, in order, whose own end is the running end), so a
+    gap that straddles two windows is found once, with the same length and endpoints as one
+    pass over all the intervals would give it.
+
+    Each window must come sorted by (group, start) with every group's intervals after those it
+    had in earlier windows, in the order one pass would sort them."""
+
+    def __init__(self, n_groups: int) -> None:
+        self.n_groups = n_groups
+        self.count = np.zeros(n_groups, dtype=np.int64)
+        self.first_start = np.zeros(n_groups, dtype=np.int64)
+        self.last_end = np.zeros(n_groups, dtype=np.int64)  # the running end, once count > 0
+        self.holder = np.full(n_groups, -1, dtype=np.int64)
+        self.gap_ns = np.zeros(n_groups, dtype=np.int64)
+        self.gap_count = np.zeros(n_groups, dtype=np.int64)
+
+    @property
+    def span_ns(self) -> np.ndarray:
+        """First start to last end per group (0 for a group with no interval)."""
+        return np.where(self.count > 0, self.last_end - self.first_start, 0)
+
+    def feed(self, groups: np.ndarray, start: np.ndarray, end: np.ndarray, ids: np.ndarray) -> WindowGaps:
+        """Add one window's intervals (``ids``: what :attr:`WindowGaps.prev_id` and the carried
+        holders name them by); the gaps they end."""
+        g = np.asarray(groups, dtype=np.int64)
+        s = np.asarray(start, dtype=np.int64)
+        e = np.maximum(np.asarray(end, dtype=np.int64), s)
+        empty = np.zeros(0, dtype=np.int64)
+        if g.size == 0:
+            return WindowGaps(empty, empty, empty, empty, empty)
+        new_group = np.empty(g.size, dtype=bool)
+        new_group[0] = True
+        np.not_equal(g[1:], g[:-1], out=new_group[1:])
+        heads = np.flatnonzero(new_group)
+        tails = np.append(heads[1:], g.size) - 1
+        present = g[heads]
+        seen = self.count[present] > 0
+        sizes = tails - heads + 1
+        # Each interval's group's running end from earlier windows (the lowest int64 for none).
+        carried = np.repeat(np.where(seen, self.last_end[present], np.iinfo(np.int64).min), sizes)
+        running = np.maximum(grouped_running_max(e, g), carried)
+        is_mark = e == running
+        before = np.empty(g.size, dtype=np.int64)  # the running end before each interval
+        before[1:] = running[:-1]
+        before[heads] = np.where(seen, carried[heads], s[heads])  # a group's very first interval opens its span
+        gap = s - before
+        is_gap = gap > 0
+        idx = np.flatnonzero(is_gap)
+        # The holder of a gap's start: the last mark before it in its group, else the carried one.
+        # The position of the last mark at or before each interval (-1 for none), forward-filled.
+        last_mark = np.where(is_mark, np.arange(g.size, dtype=np.int64), -1)
+        np.maximum.accumulate(last_mark, out=last_mark)
+        ids = np.asarray(ids, dtype=np.int64)
+        mark = last_mark[idx - 1] if idx.size else empty  # a gap at a group's head has no interval before it in the group
+        in_group = (idx > 0) & (mark >= np.repeat(heads, sizes)[idx])
+        prev_id = np.where(in_group, ids[np.maximum(mark, 0)], self.holder[g[idx]])
+        # The state carried to the next window.
+        self.first_start[present[~seen]] = s[heads[~seen]]
+        self.count += np.bincount(g, minlength=self.n_groups)
+        self.last_end[present] = running[tails]
+        tail_mark = last_mark[tails]
+        has_mark = tail_mark >= heads
+        self.holder[present[has_mark]] = ids[tail_mark[has_mark]]
+        self.gap_ns[present] += np.add.reduceat(np.maximum(gap, 0), heads)
+        self.gap_count[present] += np.add.reduceat(is_gap, heads, dtype=np.int64)
+        return WindowGaps(g[idx], gap[idx], before[idx], idx, prev_id)

@@ -114,19 +114,30 @@ def level_stats(
         prev_act=b_act[tl.gaps_prev],
     )
     del tl, b_act, busy_m  # the timelines' own index arrays, no longer needed
-    member_row = pair_row[member_pair]
+    table = level_table(acts, member_act, pair_row[member_pair], n_rows, span, gap, gap_count,
+                        (gaps.row, gaps.length) if percentiles else None)
+    return table, gaps
+
+
+def level_table(acts: ActivityArrays, member_act: np.ndarray, member_row: np.ndarray, n_rows: int,
+                span: np.ndarray, gap: np.ndarray, gap_count: np.ndarray,
+                gaps: tuple[np.ndarray, np.ndarray] | None) -> pd.DataFrame:
+    """STATS columns for ``n_rows`` rows from their span, gap and gap count sums, their members
+    (``member_act[i]`` is in row ``member_row[i]``: kernel and copy counts, the kernel median)
+    and ``gaps``, every gap's (row, length), for the percentiles (None: left NaN, as
+    :func:`level_stats` without ``percentiles``)."""
     kern_m = acts.is_kernel[member_act]
     mem_m = acts.is_memop[member_act]
     kernels = np.bincount(member_row[kern_m], minlength=n_rows).astype(np.int64)
     memops = np.bincount(member_row[mem_m], minlength=n_rows).astype(np.int64)
     memop_ns = _sum_to(member_row[mem_m], acts.duration_of(member_act[mem_m]), n_rows)
 
-    if percentiles:
-        gq = grouped_quantiles(gaps.row, gaps.length, n_rows, QUANTILES)
+    if gaps is not None:
+        gq = grouped_quantiles(gaps[0], gaps[1], n_rows, QUANTILES)
         kq = grouped_quantiles(member_row[kern_m], acts.duration_of(member_act[kern_m]), n_rows, (0.5,))
     else:
         gq, kq = np.full((n_rows, len(QUANTILES)), np.nan), np.full((n_rows, 1), np.nan)
-    table = pd.DataFrame(
+    return pd.DataFrame(
         {
             "kernels": kernels,
             "memops": memops,
@@ -143,25 +154,25 @@ def level_stats(
             "kernel_median_ns": kq[:, 0],
         }
     )
-    return table, gaps
 
 
 def rollup_stats(
     rows: pd.DataFrame,
     row_group: np.ndarray,
     n_groups: int,
-    gaps: GapList,
+    gaps: tuple[np.ndarray, np.ndarray],
     acts: ActivityArrays,
     member_act: np.ndarray,
     member_row: np.ndarray,
 ) -> pd.DataFrame:
     """STATS for groups of rows (ranges grouped by name): sums of the rows' totals, with
-    percentiles and the kernel median taken over all the rows' gaps and kernels."""
+    percentiles and the kernel median taken over all the rows' gaps (``gaps``: every gap's row
+    and length) and kernels."""
     sums = {
         col: _sum_to(row_group, rows[col].to_numpy(), n_groups)
         for col in ("kernels", "memops", "memop_ns", "gpu_span_ns", "busy_ns", "gap_ns", "gap_count")
     }
-    gq = grouped_quantiles(row_group[gaps.row], gaps.length, n_groups, QUANTILES)
+    gq = grouped_quantiles(row_group[gaps[0]], gaps[1], n_groups, QUANTILES)
     kern_m = acts.is_kernel[member_act]
     kq = grouped_quantiles(
         row_group[member_row[kern_m]], acts.duration_of(member_act[kern_m]), n_groups, (0.5,)

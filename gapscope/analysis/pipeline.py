@@ -24,14 +24,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gapscope.analysis import communication, memory
+from gapscope.analysis import communication, memory, windows
 from gapscope.analysis.attribution import (
     Attributor, api_names, as_dicts, category_sums, distinct_gaps, longest_gaps,
 )
 from gapscope.analysis.host_timeline import DEFAULT_STALL_THRESHOLD_NS
 from gapscope.analysis.keys import pair_code, stream_key, unpack_stream_key
 from gapscope.analysis.launches import launch_stats
-from gapscope.analysis.metrics import STATS_FIELDS, ActivityArrays, GapList, level_stats, rollup_stats
+from gapscope.analysis.metrics import STATS_FIELDS, ActivityArrays, GapList, level_stats, level_table, rollup_stats
 from gapscope.analysis.payoff import ceiling, measured_pairs
 from gapscope.analysis.ranges import (
     CallIndex, RangeTable, is_library_domain, link_launches, process_work_counts, range_members, range_table,
@@ -244,18 +244,109 @@ def _with_verdicts(rows: list[dict]) -> list[dict]:
     return rows
 
 
-def _stream_level(acts: ActivityArrays, every: np.ndarray, stream_keys: pd.DataFrame, attributor: Attributor | None,
-                  device_gaps: GapList) -> tuple[list[dict], GapList]:
-    """The stream rows (with their gap categories when ``attributor`` is given) and the
-    streams' gap list (``every``: the index of every activity); a stream gap that is also one
-    of the (attributed) ``device_gaps`` takes its split."""
-    n_str = len(stream_keys)
-    stats, gaps = level_stats(acts, every, acts.stream_code, np.arange(n_str), n_str)
-    rows = _rows(stream_keys, stats)
+@dataclass(frozen=True)
+class Levels:
+    """What the three timeline levels give the result: STATS per range pair (percentiles NaN),
+    device and stream, every range pair gap's (row, length) for the rollups' percentiles, gap
+    time inside graph replays per range and device, gap time per category per pair, device and
+    stream (None without attribution), the longest gaps and the launch statistics; the gap lists
+    themselves only when they were kept (``gaps``)."""
+
+    pair_stats: pd.DataFrame
+    pair_gap_lengths: tuple[np.ndarray, np.ndarray]
+    device_stats: pd.DataFrame
+    stream_stats: pd.DataFrame
+    range_inside: np.ndarray
+    device_inside: np.ndarray
+    pair_cats: np.ndarray | None
+    device_cats: np.ndarray | None
+    stream_cats: np.ndarray | None
+    top_gaps: list[dict] | None
+    launch_rows: list[dict]
+    pair_gaps: GapList | None = None
+    range_gaps: GapList | None = None
+    device_gaps: GapList | None = None
+    stream_gaps: GapList | None = None
+
+
+def _levels_kept(frames: TraceFrames, acts: ActivityArrays, launch: np.ndarray, every: np.ndarray,
+                 member_act: np.ndarray, member_pair: np.ndarray, n_pairs: int, pair_range: np.ndarray,
+                 n_ranges: int, stream_keys: pd.DataFrame, rp: Replays, names: tuple[np.ndarray, np.ndarray],
+                 stats_launch: np.ndarray, attribution: bool, stall_threshold_ns: int, top: int,
+                 selected: bool) -> Levels:
+    """The levels measured over the whole trace at once, every gap list kept (with its
+    categories): what plots, the per-gap tables and the many-trace merge read."""
+    name_codes, name_table = names
+    n_dev, n_str = acts.device_ids.size, len(stream_keys)
+    # The levels and the attribution's indexes on two threads: their numpy sorts and searches
+    # release the GIL. The streams come last, reusing the device level's gap split.
+    with ThreadPoolExecutor(2) as pool:
+        attributor = pool.submit(Attributor, frames, acts, launch, names,
+                                 stall_threshold_ns=stall_threshold_ns) if attribution else None
+        launches = pool.submit(launch_stats, stats_launch, acts.start, frames.api["start"].to_numpy(),
+                               frames.api["end"].to_numpy(), name_codes, name_table)
+        paired = pool.submit(level_stats, acts, member_act, member_pair, np.arange(n_pairs), n_pairs,
+                             percentiles=False)
+        devices = pool.submit(level_stats, acts, every, acts.device_code, np.arange(n_dev), n_dev)
+        pair_stats, pair_gaps = paired.result()
+        device_stats, device_gaps = devices.result()
+        attributor = attributor.result() if attributor else None
+        launch_rows = launches.result()
+    del paired, devices  # the futures hold the levels' gap lists
+    stream_stats, stream_gaps = level_stats(acts, every, acts.stream_code, np.arange(n_str), n_str)
+    pair_cats = device_cats = stream_cats = top_gaps = None
     if attributor is not None:
-        gaps = attributor.attribute([device_gaps, gaps])[1]
-        rows = _with_categories(rows, category_sums(gaps, n_str), False)
-    return rows, gaps
+        # The range and stream levels reuse the device level's split for the gaps they share
+        # (one classification of most gaps).
+        device_gaps, pair_gaps = attributor.attribute([device_gaps, pair_gaps])
+        stream_gaps = attributor.attribute([device_gaps, stream_gaps])[1]
+        pair_cats = category_sums(pair_gaps, n_pairs)
+        device_cats = category_sums(device_gaps, n_dev)
+        stream_cats = category_sums(stream_gaps, n_str)
+    range_gaps = replace(pair_gaps, row=pair_range[pair_gaps.row])
+    if attributor is not None:
+        # With a selection, the longest gaps are those of the selected ranges' work.
+        top_gaps = longest_gaps(frames, distinct_gaps(range_gaps) if selected else device_gaps, launch,
+                                name_codes, name_table, acts.busy, top)
+    return Levels(pair_stats, (pair_gaps.row, pair_gaps.length), device_stats, stream_stats,
+                  rp.inside_ns(range_gaps, n_ranges), rp.inside_ns(device_gaps, n_dev), pair_cats, device_cats,
+                  stream_cats, top_gaps, launch_rows, pair_gaps, range_gaps, device_gaps, stream_gaps)
+
+
+def _levels_windowed(frames: TraceFrames, acts: ActivityArrays, launch: np.ndarray, every: np.ndarray,
+                     member_act: np.ndarray, member_pair: np.ndarray, n_pairs: int, pair_range: np.ndarray,
+                     n_ranges: int, stream_keys: pd.DataFrame, rp: Replays, names: tuple[np.ndarray, np.ndarray],
+                     stats_launch: np.ndarray, attribution: bool, stall_threshold_ns: int, top: int,
+                     selected: bool) -> Levels:
+    """The levels measured one window of activities at a time (gapscope.analysis.windows), no
+    gap list held whole: the same figures as :func:`_levels_kept`, in less memory."""
+    name_codes, name_table = names
+    n_dev, n_str = acts.device_ids.size, len(stream_keys)
+    # The attribution's indexes and the launch statistics on two threads, the first window's
+    # gaps found meanwhile.
+    with ThreadPoolExecutor(2) as pool:
+        attributor = pool.submit(Attributor, frames, acts, launch, names,
+                                 stall_threshold_ns=stall_threshold_ns) if attribution else None
+        launches = pool.submit(launch_stats, stats_launch, acts.start, frames.api["start"].to_numpy(),
+                               frames.api["end"].to_numpy(), name_codes, name_table)
+        pairs, devices, streams, longest = windows.measure(acts, member_act, member_pair, n_pairs, pair_range,
+                                                           n_ranges, rp, attributor, top, selected)
+        launch_rows = launches.result()
+
+    def stats(level: windows.LevelSums, m_act: np.ndarray, m_row: np.ndarray, n: int,
+              percentiles: bool) -> pd.DataFrame:
+        tl = level.timelines
+        return level_table(acts, m_act, m_row, n, tl.span_ns, tl.gap_ns, tl.gap_count,
+                           level.lengths() if percentiles else None)
+
+    top_gaps = None
+    if longest is not None:
+        top_gaps = longest_gaps(frames, longest[0], launch, name_codes, name_table, acts.busy, top)
+    return Levels(stats(pairs, member_act, member_pair, n_pairs, False), pairs.lengths(),
+                  stats(devices, every, acts.device_code, n_dev, True),
+                  stats(streams, every, acts.stream_code, n_str, True),
+                  pairs.inside, devices.inside, pairs.categories, devices.categories, streams.categories,
+                  top_gaps, launch_rows)
 
 
 def run_analysis(
@@ -271,9 +362,10 @@ def run_analysis(
 
     ``gaps``: keep every level's gap list in the returned arrays (plots, the per-gap tables,
     the timeline export and the many-trace merge read them). Without, the levels are measured
-    one after another and each level's gaps are let go once its figures are summed, which
-    lowers the peak memory (docs/performance.md); ``pairs``, ``range_gaps``, ``device_gaps``
-    and ``stream_gaps`` are then None. The result is the same either way."""
+    one window of activities at a time (gapscope.analysis.windows) and each window's gaps are
+    let go once its figures are summed, which lowers the peak memory (docs/performance.md);
+    ``pairs``, ``range_gaps``, ``device_gaps`` and ``stream_gaps`` are then None. The result is
+    the same either way."""
     if stall_threshold_ns < 0:
         raise GapscopeError(f"the stall threshold must be 0 or more, not {stall_threshold_ns} ns")
     acts = activity_arrays(frames, count_memops)
@@ -297,29 +389,19 @@ def run_analysis(
     if selected:
         stats_launch = np.full(launch.size, -1, dtype=np.int64)
         stats_launch[member_act] = launch[member_act]
-    # The levels and the attribution's indexes on two threads: their numpy sorts and searches
-    # release the GIL. The streams come last, reusing the device level's gap split.
-    with ThreadPoolExecutor(2) as pool:
-        attributor = pool.submit(Attributor, frames, acts, launch, (name_codes, name_table),
-                                 stall_threshold_ns=stall_threshold_ns) if attribution else None
-        launches = pool.submit(launch_stats, stats_launch, acts.start, frames.api["start"].to_numpy(),
-                               frames.api["end"].to_numpy(), name_codes, name_table)
-        paired = pool.submit(level_stats, acts, member_act, member_pair, np.arange(n_pairs), n_pairs,
-                             percentiles=False)
-        devices = pool.submit(level_stats, acts, every, acts.device_code, np.arange(n_dev), n_dev)
-        pair_stats, pair_gaps = paired.result()
-        device_stats, device_gaps = devices.result()
-        attributor = attributor.result() if attributor else None
-        launch_rows = launches.result()
-    del paired, devices  # the futures hold the levels' gap lists
-
     pair_range = np.arange(n_pairs, dtype=np.int64) // max(n_dev, 1)
+    graph_call = np.isin(name_table, list(GRAPH_LAUNCH_CALLS))[name_codes]
+    rp = Replays(frames.activities["kind"].to_numpy(), launch, graph_call)
+    measured = _levels_kept if gaps else _levels_windowed
+    lv = measured(frames, acts, launch, every, member_act, member_pair, n_pairs, pair_range, n_ranges, stream_keys,
+                  rp, (name_codes, name_table), stats_launch, attribution, stall_threshold_ns, top, selected)
+
     rf = table.frame
     range_name, name_keys = _name_groups(rf)
     n_names = len(name_keys)
-    range_stats = rollup_stats(pair_stats, pair_range, n_ranges, pair_gaps, acts, member_act, member_pair)
-    name_stats = rollup_stats(pair_stats, range_name[pair_range] if n_pairs else pair_range, n_names,
-                              pair_gaps, acts, member_act, member_pair)
+    range_stats = rollup_stats(lv.pair_stats, pair_range, n_ranges, lv.pair_gap_lengths, acts, member_act, member_pair)
+    name_stats = rollup_stats(lv.pair_stats, range_name[pair_range] if n_pairs else pair_range, n_names,
+                              lv.pair_gap_lengths, acts, member_act, member_pair)
     if selected and not (range_stats["kernels"].to_numpy() > 0).any():
         chosen = [*(repr(r) for r in ranges), *(f"domain {d!r}" for d in domains)]
         raise GapscopeError(f"the ranges matching {', '.join(chosen)} launched no GPU work")
@@ -329,14 +411,11 @@ def run_analysis(
     range_keys.insert(0, "id", np.arange(n_ranges))
     range_rows = _rows(range_keys, range_stats)
     name_rows = _rows(name_keys, name_stats)
-    device_rows = _rows(pd.DataFrame({"device": np.asarray(device_ids)}), device_stats)
+    device_rows = _rows(pd.DataFrame({"device": np.asarray(device_ids)}), lv.device_stats)
+    stream_rows = _rows(stream_keys, lv.stream_stats)
 
     # Graph replays: graph kernels, replays, and gap time inside them, per range, name, device.
-    graph_call = np.isin(name_table, list(GRAPH_LAUNCH_CALLS))[name_codes]
-    rp = Replays(frames.activities["kind"].to_numpy(), launch, graph_call)
-    range_gaps = replace(pair_gaps, row=pair_range[pair_gaps.row])
     r_kernels, r_replays = rp.counts(member_act, member_range, n_ranges)
-    r_inside = rp.inside_ns(range_gaps, n_ranges)
     d_kernels, d_replays = rp.counts(every, acts.device_code, n_dev)
 
     def by_name_sum(values: np.ndarray) -> np.ndarray:
@@ -344,36 +423,24 @@ def run_analysis(
             else np.zeros(n_names, dtype=np.int64)
 
     range_rows = _with_replays(range_rows, replay_figures(
-        r_kernels, r_replays, range_stats["gap_ns"].to_numpy(), r_inside))
+        r_kernels, r_replays, range_stats["gap_ns"].to_numpy(), lv.range_inside))
     name_rows = _with_replays(name_rows, replay_figures(
-        by_name_sum(r_kernels), by_name_sum(r_replays), name_stats["gap_ns"].to_numpy(), by_name_sum(r_inside)))
+        by_name_sum(r_kernels), by_name_sum(r_replays), name_stats["gap_ns"].to_numpy(), by_name_sum(lv.range_inside)))
     device_rows = _with_replays(device_rows, replay_figures(
-        d_kernels, d_replays, device_stats["gap_ns"].to_numpy(), rp.inside_ns(device_gaps, n_dev)))
+        d_kernels, d_replays, lv.device_stats["gap_ns"].to_numpy(), lv.device_inside))
 
-    pair_cats = None
-    payoff = top_gaps = None
-    if attributor is not None:
-        # The range and stream levels reuse the device level's split for the gaps they share
-        # (one classification of most gaps: less work than the streams classified on a thread).
-        device_gaps, pair_gaps = attributor.attribute([device_gaps, pair_gaps])
-        range_gaps = replace(pair_gaps, row=pair_range[pair_gaps.row])
-        pair_cats = category_sums(pair_gaps, n_pairs)
+    payoff = None
+    if lv.pair_cats is not None:
+        pair_cats = lv.pair_cats
         range_cats = pair_cats.reshape(n_ranges, n_dev, -1).sum(axis=1) if n_pairs else \
             np.zeros((n_ranges, pair_cats.shape[1]), dtype=np.int64)
         range_rows = _with_categories(range_rows, range_cats, True)
         name_cats = np.zeros((n_names, range_cats.shape[1]), dtype=np.int64)
         np.add.at(name_cats, range_name, range_cats)
         name_rows = _with_categories(name_rows, name_cats, True)
-        device_rows = _with_categories(device_rows, category_sums(device_gaps, n_dev), True)
+        device_rows = _with_categories(device_rows, lv.device_cats, True)
+        stream_rows = _with_categories(stream_rows, lv.stream_cats, False)
         payoff = measured_pairs(name_rows)
-        # With a selection, the longest gaps are those of the selected ranges' work.
-        top_gaps = longest_gaps(frames, distinct_gaps(range_gaps) if selected else device_gaps, launch,
-                                name_codes, name_table, acts.busy, top)
-    if not gaps:  # the range level's gaps go before the streams' are made, the device level's after
-        pair_gaps = range_gaps = None
-    stream_rows, stream_gaps = _stream_level(acts, every, stream_keys, attributor, device_gaps)
-    if not gaps:
-        device_gaps = stream_gaps = None
     range_rows, name_rows, device_rows = map(_with_verdicts, (range_rows, name_rows, device_rows))
     comm = communication.find(frames)
     range_rows, name_rows, device_rows = communication.with_fields(
@@ -398,14 +465,14 @@ def run_analysis(
         by_name=name_rows,
         devices=device_rows,
         streams=stream_rows,
-        launch=launch_rows,
+        launch=lv.launch_rows,
         payoff=payoff,
-        top_gaps=top_gaps,
+        top_gaps=lv.top_gaps,
     )
     return AnalysisArrays(
         frames=frames, acts=acts, launch=launch, ranges=table, name_of_range=range_name, member_range=member_range,
-        member_act=member_act, pairs=RangePairs(n_dev, pair_stats, pair_gaps, pair_cats) if gaps else None,
-        range_gaps=range_gaps, device_gaps=device_gaps, stream_keys=stream_keys, stream_gaps=stream_gaps,
+        member_act=member_act, pairs=RangePairs(n_dev, lv.pair_stats, lv.pair_gaps, lv.pair_cats) if gaps else None,
+        range_gaps=lv.range_gaps, device_gaps=lv.device_gaps, stream_keys=stream_keys, stream_gaps=lv.stream_gaps,
         result=result, comm=comm,
     )
 

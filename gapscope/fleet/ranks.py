@@ -61,7 +61,8 @@ def per_device(a: AnalysisArrays) -> tuple[list[dict[str, Any]], dict[str, np.nd
     pair_range, pair_dev = pairs.range_of, pairs.device_code_of
     group = pair_dev * n_names + name_codes[pair_range]  # (device, name), device first
     n_groups = n_dev * n_names
-    rolled = rollup_stats(pairs.stats, group, n_groups, pairs.gaps, acts, a.member_act, member_pair)
+    rolled = rollup_stats(pairs.stats, group, n_groups, (pairs.gaps.row, pairs.gaps.length), acts, a.member_act,
+                          member_pair)
 
     work = np.bincount(member_pair, minlength=n_pairs) > 0  # the instance launched work on the device
     count = np.bincount(group[work], minlength=n_groups)

@@ -1,0 +1,225 @@
+"""The three timeline levels (range pairs, devices, streams) measured one window of activities
+at a time, so that no level's gap list is ever held whole (docs/performance.md, "Bounded
+memory").
+
+Activities are taken in (start, index) order and cut into windows of about
+:func:`window_size` activities, only where the start changes. Each level's
+:class:`~gapscope.analysis.intervals.RunningTimelines` carries its groups' running ends from one
+window to the next, so a window yields exactly the gaps that its activities end, as one pass
+over the whole trace would find them; they are attributed (the range and stream levels reusing
+the device level's split, as in one pass), summed into their rows and let go. What is kept per
+gap is its row and length, for the exact percentiles, and the longest gaps so far.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pandas as pd
+
+from gapscope.analysis.attribution import N_CATEGORIES, Attributor, GapSplit, gap_subset, longest_indices
+from gapscope.analysis.host_timeline import N_STATES
+from gapscope.analysis.intervals import RunningTimelines, WindowGaps
+from gapscope.analysis.metrics import ActivityArrays, GapList
+from gapscope.analysis.replays import Replays
+
+#: Activities per window: about 40 MB of a window's temporaries.
+WINDOW_ACTIVITIES = 1 << 18
+#: Overrides WINDOW_ACTIVITIES (the tests force windows of a few activities with it).
+WINDOW_ENV = "GAPSCOPE_WINDOW_ACTIVITIES"
+
+
+def window_size() -> int:
+    """Activities per window: WINDOW_ACTIVITIES, or the positive integer in GAPSCOPE_WINDOW_ACTIVITIES."""
+    value = os.environ.get(WINDOW_ENV, "")
+    return int(value) if value.isdigit() and int(value) > 0 else WINDOW_ACTIVITIES
+
+
+def activity_windows(start: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(order, bounds): the activities in (start, index) order, and the positions in it where
+    windows begin and the last ends; a window of ``size`` activities or more is cut only where
+    the start changes, so that activities starting together share one."""
+    order = np.argsort(start, kind="stable")
+    n = order.size
+    if n <= size:
+        return order, np.array([0, n], dtype=np.int64)
+    s = start[order]
+    change = np.flatnonzero(s[1:] != s[:-1]) + 1  # positions whose start differs from the one before
+    cuts = np.searchsorted(change, np.arange(size, n, size))
+    cuts = change[cuts[cuts < change.size]]
+    return order, np.unique(np.r_[0, cuts, n]).astype(np.int64)
+
+
+@dataclass
+class LevelSums:
+    """One level's figures summed over windows: its timelines, gap time per (row, category) and
+    inside graph replays, and every gap's row and length (for the percentiles)."""
+
+    timelines: RunningTimelines
+    categories: np.ndarray | None
+    inside: np.ndarray
+    gap_row: list[np.ndarray]
+    gap_length: list[np.ndarray]
+
+    @classmethod
+    def empty(cls, n_groups: int, n_inside: int, attributed: bool) -> "LevelSums":
+        cats = np.zeros((n_groups, N_CATEGORIES), dtype=np.int64) if attributed else None
+        return cls(RunningTimelines(n_groups), cats, np.zeros(n_inside, dtype=np.int64), [], [])
+
+    def lengths(self) -> tuple[np.ndarray, np.ndarray]:
+        """(row, length) of every gap of the level, taken out of it (read once)."""
+        if not self.gap_row:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        row = np.concatenate(self.gap_row)
+        self.gap_row.clear()
+        length = np.concatenate(self.gap_length)
+        self.gap_length.clear()
+        return row, length
+
+
+def _add_categories(out: np.ndarray, gaps: GapList) -> None:
+    """Add attributed gaps' time per category into ``out`` (rows x categories), summing over
+    the rows present only (a level can have millions of rows)."""
+    if gaps.length.size == 0:
+        return
+    rows, local = np.unique(gaps.row, return_inverse=True)
+    out[rows] += gaps.split.sums(local, gaps.length, rows.size)
+
+
+@dataclass
+class Candidates:
+    """The longest gaps met so far, with the key that orders them as one pass lists them."""
+
+    gaps: list[GapList]
+    keys: list[np.ndarray]  # (row, next start, position): one pass's order of the level's gaps
+
+
+def _gap_list(w: WindowGaps, rows: np.ndarray, acts: ActivityArrays, act: np.ndarray) -> GapList:
+    """The GapList of a window's gaps (``act``: the activity of each of the window's intervals)."""
+    next_act = act[w.next_pos]
+    return GapList(row=rows, device=acts.device[next_act], length=w.length, start=w.start,
+                   next_act=next_act, prev_act=w.prev_id)
+
+
+@dataclass(frozen=True)
+class _WindowLevels:
+    """One window's gaps at each level, and what orders its range gaps as one pass would."""
+
+    devices: GapList
+    pairs: GapList
+    streams: GapList
+    pair_member: np.ndarray  # the range membership row of the interval ending each range pair gap
+
+
+def measure(acts: ActivityArrays, member_act: np.ndarray, member_pair: np.ndarray, n_pairs: int,
+            pair_range: np.ndarray, n_ranges: int, replays: Replays, attributor: "Future[Attributor] | None",
+            top: int, selected: bool) -> tuple[LevelSums, LevelSums, LevelSums, tuple[GapList, np.ndarray] | None]:
+    """(pairs, devices, streams, longest): every level's sums over the windows; ``longest``:
+    (the ``top`` longest candidates of the device gaps, or with ``selected`` of the distinct
+    range gaps, in one pass's order; their order key) when ``attributor`` (being built) is given.
+    Range pair ``inside`` is summed per range (``pair_range``). The next window's gaps are found
+    on a thread while this one's are attributed and summed."""
+    n_dev, n_str = acts.device_ids.size, acts.stream_keys.size
+    attributed = attributor is not None
+    pairs = LevelSums.empty(n_pairs, n_ranges, attributed)
+    devices = LevelSums.empty(n_dev, n_dev, attributed)
+    streams = LevelSums.empty(n_str, 0, attributed)
+    order, bounds = activity_windows(acts.start, window_size())
+    busy = acts.busy
+    # Range members grouped by window, each window's in one pass's order: (pair, start, member).
+    m_busy = np.flatnonzero(busy[member_act])
+    rank = np.empty(order.size, dtype=np.int64)
+    rank[order] = np.arange(order.size)
+    m_window = np.searchsorted(bounds, rank[member_act[m_busy]], side="right") - 1
+    del rank
+    by_window = np.argsort(m_window, kind="stable")
+    m_order = m_busy[by_window]
+    m_bounds = np.searchsorted(m_window[by_window], np.arange(bounds.size))
+    del m_window, m_busy, by_window
+
+    def level(timelines: RunningTimelines, codes: np.ndarray, a: np.ndarray) -> GapList:
+        a = a[np.argsort(codes[a], kind="stable")]  # (group, start, index)
+        w = timelines.feed(codes[a], acts.start[a], acts.end[a], a)
+        return _gap_list(w, w.group, acts, a)
+
+    def found(w: int) -> _WindowLevels:
+        a = order[bounds[w]:bounds[w + 1]]
+        a = a[busy[a]]
+        m = m_order[m_bounds[w]:m_bounds[w + 1]]
+        m = m[np.lexsort((m, acts.start[member_act[m]], member_pair[m]))]
+        m_act = member_act[m]
+        pw = pairs.timelines.feed(member_pair[m], acts.start[m_act], acts.end[m_act], m_act)
+        return _WindowLevels(level(devices.timelines, acts.device_code, a), _gap_list(pw, pw.group, acts, m_act),
+                             level(streams.timelines, acts.stream_code, a), m[pw.next_pos])
+
+    cand = Candidates([], [])
+    n_windows = bounds.size - 1
+    with ThreadPoolExecutor(1) as finder:
+        coming = finder.submit(found, 0)
+        attributor = attributor.result() if attributor is not None else None
+        for w in range(n_windows):
+            lv = coming.result()
+            if w + 1 < n_windows:
+                coming = finder.submit(found, w + 1)
+            d_gaps, p_gaps, s_gaps = lv.devices, lv.pairs, lv.streams
+            if attributed:
+                d_gaps, p_gaps = attributor.attribute([d_gaps, p_gaps])
+                s_gaps = attributor.attribute([d_gaps, s_gaps])[1]
+                for sums, g in ((devices, d_gaps), (pairs, p_gaps), (streams, s_gaps)):
+                    _add_categories(sums.categories, g)
+                if selected:
+                    r_gaps = replace(p_gaps, row=pair_range[p_gaps.row])
+                    key = pd.DataFrame({"d": r_gaps.device, "s": r_gaps.start, "k": r_gaps.next_act})
+                    first = np.flatnonzero(~key.duplicated().to_numpy())  # a gap's first range in one pass's order
+                    _keep_longest(cand, r_gaps, first, (p_gaps.row, acts.start[p_gaps.next_act], lv.pair_member), top)
+                else:
+                    _keep_longest(cand, d_gaps, np.arange(d_gaps.length.size),
+                                  (d_gaps.row, acts.start[d_gaps.next_act], d_gaps.next_act), top)
+            inside = replays.inside(d_gaps)
+            np.add.at(devices.inside, d_gaps.row[inside], d_gaps.length[inside])
+            inside = replays.inside(p_gaps)
+            np.add.at(pairs.inside, pair_range[p_gaps.row[inside]], p_gaps.length[inside])
+            for sums, g in ((devices, d_gaps), (pairs, p_gaps), (streams, s_gaps)):
+                sums.gap_row.append(g.row.astype(np.int32) if sums.timelines.n_groups < 2**31 else g.row)
+                sums.gap_length.append(g.length)
+            del lv, d_gaps, p_gaps, s_gaps
+    longest = _merged(cand) if attributed else None
+    return pairs, devices, streams, longest
+
+
+def _keep_longest(cand: Candidates, gaps: GapList, pick: np.ndarray, key: tuple[np.ndarray, ...], top: int) -> None:
+    """Keep the ``top`` longest of the gaps ``pick`` (ties by one pass's order, ``key``)."""
+    if top <= 0 or pick.size == 0:
+        return
+    k = np.stack([x[pick] for x in key], axis=1)  # a window's gaps come in one pass's order
+    best = longest_indices(gaps.length[pick], top)
+    cand.gaps.append(gap_subset(gaps, pick[best]))
+    cand.keys.append(k[best])
+    if len(cand.gaps) > 1:  # fold into one list, so that it never holds more than 2 x top gaps
+        merged, keys = _merged(cand)
+        best = longest_indices(merged.length, top)
+        cand.gaps[:] = [gap_subset(merged, best)]
+        cand.keys[:] = [keys[best]]
+
+
+def _merged(cand: Candidates) -> tuple[GapList, np.ndarray]:
+    """The candidates as one list in one pass's order, and their keys."""
+    if not cand.gaps:
+        empty = np.zeros(0, dtype=np.int64)
+        split = GapSplit(np.zeros(0, dtype=np.int8), empty, np.zeros((0, N_STATES), dtype=np.int64), np.zeros(0, dtype=np.int8))
+        return GapList(empty, empty, empty, empty, empty, empty, split.category, split), np.zeros((0, 3), dtype=np.int64)
+    gaps = _concat(cand.gaps)
+    keys = np.concatenate(cand.keys)
+    order = np.lexsort((keys[:, 2], keys[:, 1], keys[:, 0]))
+    return gap_subset(gaps, order), keys[order]
+
+
+def _concat(lists: list[GapList]) -> GapList:
+    """Attributed gap lists as one."""
+    split = GapSplit.concat([g.split for g in lists])
+    fields = {f: np.concatenate([getattr(g, f) for g in lists])
+              for f in ("row", "device", "length", "start", "next_act", "prev_act")}
+    return GapList(**fields, category=split.category, split=split)

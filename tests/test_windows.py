@@ -1,0 +1,129 @@
+"""The levels measured window by window (gapscope.analysis.windows): a gap that straddles two
+windows is found once, exactly as one pass finds it, and the whole result does not depend on
+where the windows are cut."""
+
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gapscope.analysis.intervals import RunningTimelines, group_timelines
+from gapscope.analysis.pipeline import run_analysis
+from gapscope.analysis.windows import WINDOW_ENV, activity_windows
+from gapscope.trace.handle import open_trace
+from tests.paths import CLOVERLEAF_NAME, FSDP_NAME, SAXPY_NAME, TRACES, thirdparty
+from tests.reference import merge
+
+
+def _feed_in_windows(g, s, e, cuts):
+    """Feed intervals to RunningTimelines in (start, index) order cut at ``cuts``, each window
+    sorted by (group, start, index); the gaps as (group, length, start, next id, prev id)."""
+    order = np.lexsort((np.arange(g.size), s))
+    rt = RunningTimelines(int(g.max()) + 1 if g.size else 0)
+    found = []
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        w = order[a:b]
+        w = w[np.argsort(g[w], kind="stable")]
+        gaps = rt.feed(g[w], s[w], e[w], w)
+        found += zip(gaps.group.tolist(), gaps.length.tolist(), gaps.start.tolist(),
+                     w[gaps.next_pos].tolist(), gaps.prev_id.tolist())
+    return rt, found
+
+
+def test_a_gap_straddling_two_windows_is_found_once_with_its_holder():
+    # Group 0: [0,10) [5,20) [30,40) | [35,38) [50,60); group 1: [100,110) | [105,130).
+    g = np.array([0, 0, 0, 1, 0, 0, 1])
+    s = np.array([0, 5, 30, 100, 35, 50, 105])
+    e = np.array([10, 20, 40, 110, 38, 60, 130])
+    # (start, index) order: 0, 1, 2, 4, 5, 3, 6; the first window holds the first three.
+    rt, found = _feed_in_windows(g, s, e, [0, 3, 7])
+    # The gap 40 -> 50 starts in the first window at the end of [30,40) (id 2), which still
+    # holds the running end after [35,38) (id 4) of the second window.
+    assert found == [(0, 10, 20, 2, 1), (0, 10, 40, 5, 2)]
+    assert rt.gap_ns.tolist() == [20, 0] and rt.gap_count.tolist() == [2, 0]
+    assert rt.span_ns.tolist() == [60, 30] and rt.count.tolist() == [5, 2]
+    assert rt.holder.tolist() == [5, 6]
+    # An independent sort-and-merge of each group's intervals.
+    for group, (span, gap, _) in ((0, merge([(0, 10), (5, 20), (30, 40), (35, 38), (50, 60)])),
+                                  (1, merge([(100, 110), (105, 130)]))):
+        assert (rt.span_ns[group], rt.gap_ns[group]) == (span, gap)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_windows_find_the_gaps_one_pass_finds(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 300))
+    g = rng.integers(0, 5, n)
+    s = rng.integers(0, 400, n)
+    e = s + rng.integers(-3, 50, n)  # some end before they start: counted as empty
+    order = np.lexsort((np.arange(n), s))
+    change = [i for i in range(1, n) if s[order[i]] != s[order[i - 1]]]  # cuts only where the start changes
+    cuts = [0, *sorted(rng.choice(change, size=min(len(change), 6), replace=False).tolist()), n] if change else [0, n]
+    rt, found = _feed_in_windows(g, s, e, cuts)
+    by_group = defaultdict(list)
+    for gi, si, ei in zip(g.tolist(), s.tolist(), e.tolist()):
+        by_group[gi].append((si, max(si, ei)))
+    for group, intervals in by_group.items():
+        span, gap, lengths = merge(intervals)
+        assert (rt.span_ns[group], rt.gap_ns[group], rt.gap_count[group]) == (span, gap, len(lengths))
+        assert sorted(f[1] for f in found if f[0] == group) == sorted(lengths)
+    # The same gaps, endpoints and holders as one pass over every interval.
+    one = group_timelines(g, s, e, 5)
+    expected = sorted(zip(one.gaps_group.tolist(), one.gaps_len.tolist(), one.gaps_start.tolist(),
+                          one.gaps_next.tolist(), one.gaps_prev.tolist()))
+    assert sorted(found) == expected
+
+
+def test_windows_are_cut_only_where_the_start_changes():
+    start = np.array([5, 1, 1, 1, 3, 3, 9, 9])
+    order, bounds = activity_windows(start, 2)
+    assert order.tolist() == [1, 2, 3, 4, 5, 0, 6, 7]
+    # In start order 1 1 1 3 3 5 9 9, cuts are asked at 2, 4 and 6: 2 falls inside the three 1s
+    # (moved to 3, the first 3), 4 inside the 3s (to 5, the 5), 6 is where the 9s begin.
+    assert bounds.tolist() == [0, 3, 5, 6, 8]
+    assert activity_windows(start, 3)[1].tolist() == [0, 3, 6, 8]
+    assert activity_windows(start, 8)[1].tolist() == [0, 8]
+
+
+LEVEL_TRACES = sorted([*TRACES.glob("*.sqlite"), *TRACES.glob("*.pt.trace.json.gz"),
+                       TRACES / "torch_decode_small_parquet"]) + [CLOVERLEAF_NAME, FSDP_NAME, SAXPY_NAME]
+
+
+@pytest.mark.parametrize("path", LEVEL_TRACES, ids=lambda p: Path(p).name)
+def test_the_result_does_not_depend_on_the_windows(path, monkeypatch):
+    """Windows of 50 activities against the whole trace in one pass (``gaps=True`` keeps every
+    gap list: no window): the same result, field for field, with the defaults, with every
+    thread's launches, and with one range name selected; with the defaults also windows of one
+    start time each."""
+    path = path if isinstance(path, Path) else thirdparty(path)
+    with open_trace(path) as trace:
+        frames = trace.frames(syncs=True)
+        kept = run_analysis(frames)
+        working = [r["name"] for r in kept.result.by_name if r["kernels"] > 0]
+        variants = [{}, {"threads": "process", "top": 3}]
+        if working:
+            variants.append({"ranges": (working[-1],)})
+        for options in variants:
+            expected = (kept if not options else run_analysis(frames, **options)).result.to_dict()
+            for size in ("1", "50") if not options else ("50",):
+                monkeypatch.setenv(WINDOW_ENV, size)
+                assert run_analysis(frames, gaps=False, **options).result.to_dict() == expected, (options, size)
+
+
+def test_a_tiled_trace_gives_the_same_result_in_windows(tmp_path, monkeypatch):
+    """A SYNTHETIC tiling (benchmarks/tile_trace.py) of a shipped trace, 20 copies end to end:
+    windows of 1,000 activities against one pass."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from tile_trace import tile
+
+    tiled = tmp_path / "decode_x20.sqlite"
+    assert tile(TRACES / "torch_decode_small.sqlite", tiled, 20 * 1488) == 20
+    with open_trace(tiled) as trace:
+        frames = trace.frames(syncs=True)
+        expected = run_analysis(frames).result.to_dict()
+        monkeypatch.setenv(WINDOW_ENV, "1000")
+        windowed = run_analysis(frames, gaps=False).result.to_dict()
+    assert windowed == expected
+    assert expected["devices"][0]["kernels"] == 20 * 1488
