@@ -201,7 +201,7 @@ def test_unknown_schema_major_still_loads_with_a_warning(tmp_path):
     assert "export schema 4.1.0 is not one gapscope was checked on (2.x, 3.x)" in r.warnings
 
 
-# ------------------------------------------- gap lists let go: the same result, less memory
+# ------------------------------------ no gap list kept (the levels in windows): the same result
 
 SHIPPED = sorted([*TRACES.glob("*.sqlite"), *TRACES.glob("*.pt.trace.json.gz"),
                   TRACES / "torch_decode_small_parquet", TRACES / "profile_torch_decode_graph_arrow"])
@@ -209,9 +209,10 @@ SHIPPED = sorted([*TRACES.glob("*.sqlite"), *TRACES.glob("*.pt.trace.json.gz"),
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
 def test_analysis_without_gap_lists_gives_the_same_result(path):
-    """run_analysis(gaps=False) measures the levels one after another and drops each level's
-    gaps once summed; its result must be the in-memory path's, field for field, with the
-    defaults, without attribution, with memops busy and with one range name selected."""
+    """run_analysis(gaps=False) measures the levels window by window (gapscope.analysis.windows)
+    and drops each window's gaps once summed; its result must be the in-memory path's, field for
+    field, with the defaults, without attribution, with memops busy and with one range name
+    selected (tests/test_windows.py forces small windows)."""
     from gapscope.analysis.pipeline import run_analysis
     from gapscope.trace.handle import open_trace
 

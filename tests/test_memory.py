@@ -59,7 +59,7 @@ def test_a_pytorch_profiler_trace_is_not_counted():
 
 def test_the_estimate_is_the_fitted_line_of_each_path():
     assert memory.needed_bytes(0) == 300_000_000
-    assert memory.needed_bytes(1_000_000) == 300_000_000 + 650_000_000  # gap lists let go
+    assert memory.needed_bytes(1_000_000) == 300_000_000 + 480_000_000  # no gap list kept
     assert memory.needed_bytes(1_000_000, gaps=True) == 300_000_000 + 800_000_000  # gap lists kept
     assert memory.needed_bytes(1_000_000, all_calls=True) == 300_000_000 + 1_350_000_000  # tables, export
     assert memory.needed_bytes(1_000_000, gaps=True, all_calls=True) == 1_650_000_000
@@ -77,17 +77,17 @@ def test_available_memory_is_mem_available_plus_free_swap(tmp_path):
 
 
 def test_a_trace_too_large_is_refused_in_one_line():
-    rows = 40_000_000  # needs 300e6 + 40e6 * 650 = 26.3e9 bytes
+    rows = 40_000_000  # needs 300e6 + 40e6 * 480 = 19.5e9 bytes
     with pytest.raises(GapscopeError) as err:
         memory.check("big.sqlite", rows, available=18_000_000_000, environ={})
     assert str(err.value) == (
-        "big.sqlite: analyzing its 40,000,000 GPU activities needs about 26.3 GB of memory, more than "
+        "big.sqlite: analyzing its 40,000,000 GPU activities needs about 19.5 GB of memory, more than "
         "the 18.0 GB this machine has free; record a shorter capture (`nsys profile --capture-range`, "
         "`--duration`) or analyze it on a larger machine (GAPSCOPE_MEMORY_CHECK=0 tries anyway)")
     assert err.value.exit_code == 2
-    memory.check("big.sqlite", rows, available=26_300_000_000, environ={})  # exactly enough: analyzed
+    memory.check("big.sqlite", rows, available=19_500_000_000, environ={})  # exactly enough: analyzed
     with pytest.raises(GapscopeError, match="needs about 32.3 GB"):  # 300e6 + 40e6 * 800
-        memory.check("big.sqlite", rows, gaps=True, available=26_300_000_000, environ={})
+        memory.check("big.sqlite", rows, gaps=True, available=19_500_000_000, environ={})
     with pytest.raises(GapscopeError, match="needs about 54.3 GB"):  # 300e6 + 40e6 * 1,350
         memory.check("big.sqlite", rows, all_calls=True, available=32_300_000_000, environ={})
     memory.check("big.sqlite", rows, available=1, environ={"GAPSCOPE_MEMORY_CHECK": "0"})  # turned off
@@ -95,7 +95,7 @@ def test_a_trace_too_large_is_refused_in_one_line():
 
 
 def test_the_command_refuses_before_reading(monkeypatch):
-    need = 300_000_000 + 650 * counted(TRACES / "torch_decode.sqlite")
+    need = 300_000_000 + 480 * counted(TRACES / "torch_decode.sqlite")
     monkeypatch.delenv("GAPSCOPE_MEMORY_CHECK", raising=False)
     monkeypatch.setattr(memory, "available_bytes", lambda: need - 1)
     got = gapscope("analyze", "traces/torch_decode.sqlite", "--no-cache")
@@ -107,10 +107,10 @@ def test_the_command_refuses_before_reading(monkeypatch):
 
 
 DECODE = TRACES / "torch_decode.sqlite"
-#: Each path and what it asks the check for: its bytes per activity row (the gap lists let go:
-#: 650; kept: 800; every CUDA call read too: 1,350).
+#: Each path and what it asks the check for: its bytes per activity row (no gap list kept:
+#: 480; kept: 800; every CUDA call read too: 1,350).
 PATHS = [
-    (650, ["analyze", "traces/torch_decode.sqlite", "--no-cache", "-f", "json"]),
+    (480, ["analyze", "traces/torch_decode.sqlite", "--no-cache", "-f", "json"]),
     (800, ["analyze", "traces/torch_decode.sqlite", "--no-cache", "--plot", "{tmp}/plots"]),
     (800, ["report", "traces/torch_decode.sqlite", "--no-figures", "--html", "{tmp}/r.html"]),
     (1350, ["analyze", "traces/torch_decode.sqlite", "--no-cache", "--gaps-csv", "{tmp}/gaps.csv"]),

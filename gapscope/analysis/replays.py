@@ -31,15 +31,18 @@ class Replays:
         is_kernel = kind == ActivityKind.KERNEL
         #: per activity: issued by a graph launch call (a kernel of a replay, or a graph execution)
         self.graph_work = (is_kernel & by_graph_call) | (kind == ActivityKind.GRAPH)
-        #: per activity: the graph launch call that issued it, -1 for any other work
-        self.replay_call = np.where(self.graph_work & (launch >= 0), launch, -1)
         self.n_calls = int(graph_call.size)
+
+    def replay_call(self, act: np.ndarray) -> np.ndarray:
+        """The graph launch call that issued each of the activities ``act``, -1 for any other work."""
+        call = self.launch[act]
+        return np.where(self.graph_work[act] & (call >= 0), call, -1)
 
     def counts(self, member_act: np.ndarray, member_row: np.ndarray, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
         """(graph kernels, distinct graph launch calls) per row of a membership."""
         g = self.graph_work[member_act]
         kernels = np.bincount(member_row[g], minlength=n_rows).astype(np.int64)
-        call = self.replay_call[member_act]
+        call = self.replay_call(member_act)
         has = call >= 0
         key = member_row[has].astype(np.int64) * (self.n_calls + 1) + call[has]
         rows = np.unique(key) // (self.n_calls + 1)
@@ -47,8 +50,8 @@ class Replays:
 
     def inside(self, gaps: GapList) -> np.ndarray:
         """Per gap, whether its two sides were issued by one graph launch call."""
-        prev = self.replay_call[gaps.prev_act]
-        return (prev >= 0) & (prev == self.replay_call[gaps.next_act])
+        prev = self.replay_call(gaps.prev_act)
+        return (prev >= 0) & (prev == self.replay_call(gaps.next_act))
 
     def inside_ns(self, gaps: GapList, n_rows: int) -> np.ndarray:
         """Gap time per row whose two sides were issued by one graph launch call."""

@@ -26,8 +26,9 @@ from gapscope.analysis.intervals import RunningTimelines, WindowGaps
 from gapscope.analysis.metrics import ActivityArrays, GapList
 from gapscope.analysis.replays import Replays
 
-#: Activities per window: about 40 MB of a window's temporaries.
-WINDOW_ACTIVITIES = 1 << 18
+#: Activities per window: some 10-20 MB of temporaries each, two windows at a time (one found
+#: on a thread while the other is attributed); smaller windows only add Python overhead.
+WINDOW_ACTIVITIES = 1 << 16
 #: Overrides WINDOW_ACTIVITIES (the tests force windows of a few activities with it).
 WINDOW_ENV = "GAPSCOPE_WINDOW_ACTIVITIES"
 
@@ -97,10 +98,11 @@ class Candidates:
     keys: list[np.ndarray]  # (row, next start, position): one pass's order of the level's gaps
 
 
-def _gap_list(w: WindowGaps, rows: np.ndarray, acts: ActivityArrays, act: np.ndarray) -> GapList:
-    """The GapList of a window's gaps (``act``: the activity of each of the window's intervals)."""
+def _gap_list(w: WindowGaps, acts: ActivityArrays, act: np.ndarray) -> GapList:
+    """The GapList of a window's gaps, their rows the groups (``act``: the activity of each of
+    the window's intervals)."""
     next_act = act[w.next_pos]
-    return GapList(row=rows, device=acts.device[next_act], length=w.length, start=w.start,
+    return GapList(row=w.group, device=acts.device[next_act], length=w.length, start=w.start,
                    next_act=next_act, prev_act=w.prev_id)
 
 
@@ -143,7 +145,7 @@ def measure(acts: ActivityArrays, member_act: np.ndarray, member_pair: np.ndarra
     def level(timelines: RunningTimelines, codes: np.ndarray, a: np.ndarray) -> GapList:
         a = a[np.argsort(codes[a], kind="stable")]  # (group, start, index)
         w = timelines.feed(codes[a], acts.start[a], acts.end[a], a)
-        return _gap_list(w, w.group, acts, a)
+        return _gap_list(w, acts, a)
 
     def found(w: int) -> _WindowLevels:
         a = order[bounds[w]:bounds[w + 1]]
@@ -152,7 +154,7 @@ def measure(acts: ActivityArrays, member_act: np.ndarray, member_pair: np.ndarra
         m = m[np.lexsort((m, acts.start[member_act[m]], member_pair[m]))]
         m_act = member_act[m]
         pw = pairs.timelines.feed(member_pair[m], acts.start[m_act], acts.end[m_act], m_act)
-        return _WindowLevels(level(devices.timelines, acts.device_code, a), _gap_list(pw, pw.group, acts, m_act),
+        return _WindowLevels(level(devices.timelines, acts.device_code, a), _gap_list(pw, acts, m_act),
                              level(streams.timelines, acts.stream_code, a), m[pw.next_pos])
 
     cand = Candidates([], [])
