@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -269,6 +269,18 @@ class Levels:
     stream_gaps: GapList | None = None
 
 
+def _started(pool: ThreadPoolExecutor, frames: TraceFrames, acts: ActivityArrays, launch: np.ndarray,
+             names: tuple[np.ndarray, np.ndarray], stats_launch: np.ndarray, attribution: bool,
+             stall_threshold_ns: int) -> tuple["Future[Attributor] | None", "Future[list[dict]]"]:
+    """(the attribution's indexes, when ``attribution``, and the launch statistics of the calls
+    ``stats_launch`` links), both being computed on ``pool``."""
+    attributor = pool.submit(Attributor, frames, acts, launch, names,
+                             stall_threshold_ns=stall_threshold_ns) if attribution else None
+    launches = pool.submit(launch_stats, stats_launch, acts.start, frames.api["start"].to_numpy(),
+                           frames.api["end"].to_numpy(), *names)
+    return attributor, launches
+
+
 def _levels_kept(frames: TraceFrames, acts: ActivityArrays, launch: np.ndarray, every: np.ndarray,
                  member_act: np.ndarray, member_pair: np.ndarray, n_pairs: int, pair_range: np.ndarray,
                  n_ranges: int, stream_keys: pd.DataFrame, rp: Replays, names: tuple[np.ndarray, np.ndarray],
@@ -281,10 +293,8 @@ def _levels_kept(frames: TraceFrames, acts: ActivityArrays, launch: np.ndarray, 
     # The levels and the attribution's indexes on two threads: their numpy sorts and searches
     # release the GIL. The streams come last, reusing the device level's gap split.
     with ThreadPoolExecutor(2) as pool:
-        attributor = pool.submit(Attributor, frames, acts, launch, names,
-                                 stall_threshold_ns=stall_threshold_ns) if attribution else None
-        launches = pool.submit(launch_stats, stats_launch, acts.start, frames.api["start"].to_numpy(),
-                               frames.api["end"].to_numpy(), name_codes, name_table)
+        attributor, launches = _started(pool, frames, acts, launch, names, stats_launch, attribution,
+                                        stall_threshold_ns)
         paired = pool.submit(level_stats, acts, member_act, member_pair, np.arange(n_pairs), n_pairs,
                              percentiles=False)
         devices = pool.submit(level_stats, acts, every, acts.device_code, np.arange(n_dev), n_dev)
@@ -325,10 +335,8 @@ def _levels_windowed(frames: TraceFrames, acts: ActivityArrays, launch: np.ndarr
     # The attribution's indexes and the launch statistics on two threads, the first window's
     # gaps found meanwhile.
     with ThreadPoolExecutor(2) as pool:
-        attributor = pool.submit(Attributor, frames, acts, launch, names,
-                                 stall_threshold_ns=stall_threshold_ns) if attribution else None
-        launches = pool.submit(launch_stats, stats_launch, acts.start, frames.api["start"].to_numpy(),
-                               frames.api["end"].to_numpy(), name_codes, name_table)
+        attributor, launches = _started(pool, frames, acts, launch, names, stats_launch, attribution,
+                                        stall_threshold_ns)
         pairs, devices, streams, longest = windows.measure(acts, member_act, member_pair, n_pairs, pair_range,
                                                            n_ranges, rp, attributor, top, selected)
         launch_rows = launches.result()
