@@ -133,3 +133,20 @@ def test_a_tiled_trace_gives_the_same_result_in_windows(tmp_path, monkeypatch):
         windowed = run_analysis(frames, gaps=False).result.to_dict()
     assert windowed == expected
     assert expected["devices"][0]["kernels"] == 20 * 1488
+
+
+def test_the_longest_gaps_kept_hold_only_their_own_state_rows():
+    """A window's longest gaps are kept with the state rows they use, not with every state row
+    of their window (which, kept for each window, grew with the trace)."""
+    from gapscope.analysis.attribution import GapSplit
+
+    states = np.arange(4 * 5, dtype=np.int64).reshape(4, 5)  # 4 split gaps' time per thread state
+    split = GapSplit(whole=np.array([-1, 6, -1, -1, 7, -1], dtype=np.int8),
+                     state_row=np.array([0, -1, 1, 2, -1, 3]), states=states,
+                     category=np.array([4, 6, 4, 4, 7, 4], dtype=np.int8))
+    some = split.take(np.array([5, 1, 2]))
+    assert some.states.shape == (4, 5)  # take() shares the whole table
+    small = some.compacted()
+    assert small.state_row.tolist() == [0, -1, 1] and small.states.tolist() == [states[3].tolist(), states[1].tolist()]
+    length = np.array([100, 30, 100, 100, 50, 100])
+    assert np.array_equal(small.matrix(np.arange(3), length[[5, 1, 2]]), some.matrix(np.arange(3), length[[5, 1, 2]]))

@@ -79,6 +79,14 @@ class GapSplit:
         """The split of the gaps ``idx``."""
         return GapSplit(self.whole[idx], self.state_row[idx], self.states, self.category[idx])
 
+    def compacted(self) -> "GapSplit":
+        """The same split with only the state rows its gaps use (a subset of a level's gaps,
+        :meth:`take`, still shares the level's whole ``states``)."""
+        used = np.flatnonzero(self.state_row >= 0)
+        state_row = np.full(self.state_row.size, -1, dtype=np.int64)
+        state_row[used] = np.arange(used.size)
+        return GapSplit(self.whole, state_row, self.states[self.state_row[used]], self.category)
+
     @staticmethod
     def concat(parts: list["GapSplit"]) -> "GapSplit":
         """The splits of several gap lists, one after another, as one."""

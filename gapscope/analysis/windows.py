@@ -198,13 +198,19 @@ def _keep_longest(cand: Candidates, gaps: GapList, pick: np.ndarray, key: tuple[
         return
     k = np.stack([x[pick] for x in key], axis=1)  # a window's gaps come in one pass's order
     best = longest_indices(gaps.length[pick], top)
-    cand.gaps.append(gap_subset(gaps, pick[best]))
+    cand.gaps.append(_kept(gaps, pick[best]))
     cand.keys.append(k[best])
     if len(cand.gaps) > 1:  # fold into one list, so that it never holds more than 2 x top gaps
         merged, keys = _merged(cand)
         best = longest_indices(merged.length, top)
-        cand.gaps[:] = [gap_subset(merged, best)]
+        cand.gaps[:] = [_kept(merged, best)]
         cand.keys[:] = [keys[best]]
+
+
+def _kept(gaps: GapList, idx: np.ndarray) -> GapList:
+    """The attributed gaps ``idx``, holding only their own state rows (not their window's all)."""
+    kept = gap_subset(gaps, idx)
+    return replace(kept, split=kept.split.compacted())
 
 
 def _merged(cand: Candidates) -> tuple[GapList, np.ndarray]:
