@@ -206,9 +206,11 @@ class Attributor:
         issued on it (to see whether a wait came between two launches)."""
         acts = self.acts
         order = np.lexsort((acts.start, acts.stream_code))
+        code = acts.stream_code[order]
+        same = code[1:] == code[:-1]
+        del code
         prev = np.full(order.size, -1, dtype=np.int64)
-        same = acts.stream_code[order][1:] == acts.stream_code[order][:-1]
-        prev[order[1:]] = np.where(same, order[:-1], -1)
+        prev[order[1:][same]] = order[:-1][same]  # the activity before each on its stream
         self.prev_on_stream = prev
 
         self.wait_keys = None

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -271,14 +271,19 @@ class Levels:
 
 def _started(pool: ThreadPoolExecutor, frames: TraceFrames, acts: ActivityArrays, launch: np.ndarray,
              names: tuple[np.ndarray, np.ndarray], stats_launch: np.ndarray, attribution: bool,
-             stall_threshold_ns: int) -> tuple["Future[Attributor] | None", "Future[list[dict]]"]:
+             stall_threshold_ns: int, after: bool = False) -> tuple["Future[Attributor] | None", "Future[list[dict]]"]:
     """(the attribution's indexes, when ``attribution``, and the launch statistics of the calls
-    ``stats_launch`` links), both being computed on ``pool``."""
+    ``stats_launch`` links), both being computed on ``pool``; ``after``: the statistics once the
+    indexes are built, so that the two builds' temporaries are never held at once."""
     attributor = pool.submit(Attributor, frames, acts, launch, names,
                              stall_threshold_ns=stall_threshold_ns) if attribution else None
-    launches = pool.submit(launch_stats, stats_launch, acts.start, frames.api["start"].to_numpy(),
-                           frames.api["end"].to_numpy(), *names)
-    return attributor, launches
+
+    def statistics() -> list[dict]:
+        if after and attributor is not None:
+            wait([attributor])
+        return launch_stats(stats_launch, acts.start, frames.api["start"].to_numpy(), frames.api["end"].to_numpy(),
+                            *names)
+    return attributor, pool.submit(statistics)
 
 
 def _levels_kept(frames: TraceFrames, acts: ActivityArrays, launch: np.ndarray, every: np.ndarray,
@@ -332,11 +337,11 @@ def _levels_windowed(frames: TraceFrames, acts: ActivityArrays, launch: np.ndarr
     gap list held whole: the same figures as :func:`_levels_kept`, in less memory."""
     name_codes, name_table = names
     n_dev, n_str = acts.device_ids.size, len(stream_keys)
-    # The attribution's indexes and the launch statistics on two threads, the first window's
-    # gaps found meanwhile.
+    # The attribution's indexes built on a thread while the first window's gaps are found, then
+    # the launch statistics beside the windows' attribution.
     with ThreadPoolExecutor(2) as pool:
         attributor, launches = _started(pool, frames, acts, launch, names, stats_launch, attribution,
-                                        stall_threshold_ns)
+                                        stall_threshold_ns, after=True)
         pairs, devices, streams, longest = windows.measure(acts, member_act, member_pair, n_pairs, pair_range,
                                                            n_ranges, rp, attributor, top, selected)
         launch_rows = launches.result()
