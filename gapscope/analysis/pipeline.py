@@ -308,15 +308,16 @@ def _levels_kept(frames: TraceFrames, acts: ActivityArrays, launch: np.ndarray, 
         attributor = attributor.result() if attributor else None
         launch_rows = launches.result()
     del paired, devices  # the futures hold the levels' gap lists
-    stream_stats, stream_gaps = level_stats(acts, every, acts.stream_code, np.arange(n_str), n_str)
     pair_cats = device_cats = stream_cats = top_gaps = None
     if attributor is not None:
         # The range and stream levels reuse the device level's split for the gaps they share
         # (one classification of most gaps).
         device_gaps, pair_gaps = attributor.attribute([device_gaps, pair_gaps])
-        stream_gaps = attributor.attribute([device_gaps, stream_gaps])[1]
         pair_cats = category_sums(pair_gaps, n_pairs)
         device_cats = category_sums(device_gaps, n_dev)
+    stream_stats, stream_gaps = level_stats(acts, every, acts.stream_code, np.arange(n_str), n_str)
+    if attributor is not None:
+        stream_gaps = attributor.attribute([device_gaps, stream_gaps])[1]
         stream_cats = category_sums(stream_gaps, n_str)
     range_gaps = replace(pair_gaps, row=pair_range[pair_gaps.row])
     if attributor is not None:
