@@ -332,7 +332,7 @@ class RunningTimelines:
         prev_id = np.where(in_group, ids[np.maximum(mark, 0)], self.holder[g[idx]])
         # The state carried to the next window.
         self.first_start[present[~seen]] = s[heads[~seen]]
-        self.count += np.bincount(g, minlength=self.n_groups)
+        self.count[present] += sizes  # the groups present only: a level can have millions
         self.last_end[present] = running[tails]
         tail_mark = last_mark[tails]
         has_mark = tail_mark >= heads
