@@ -61,6 +61,8 @@ def test_the_estimate_is_the_fitted_line_of_each_path():
     assert memory.needed_bytes(0) == 300_000_000
     assert memory.needed_bytes(1_000_000) == 300_000_000 + 480_000_000  # no gap list kept
     assert memory.needed_bytes(1_000_000, gaps=True) == 300_000_000 + 800_000_000  # gap lists kept
+    assert memory.needed_bytes(1_000_000, merge=True) == 300_000_000 + 560_000_000  # range pairs, device gaps
+    assert memory.needed_bytes(1_000_000, gaps=True, merge=True) == 300_000_000 + 800_000_000
     assert memory.needed_bytes(1_000_000, all_calls=True) == 300_000_000 + 1_350_000_000  # tables, export
     assert memory.needed_bytes(1_000_000, gaps=True, all_calls=True) == 1_650_000_000
     assert memory.needed_bytes(-5, all_calls=True) == 300_000_000
@@ -108,7 +110,7 @@ def test_the_command_refuses_before_reading(monkeypatch):
 
 DECODE = TRACES / "torch_decode.sqlite"
 #: Each path and what it asks the check for: its bytes per activity row (no gap list kept:
-#: 480; kept: 800; every CUDA call read too: 1,350).
+#: 480; kept: 800; every CUDA call read too: 1,350; a file of several: 560).
 PATHS = [
     (480, ["analyze", "traces/torch_decode.sqlite", "--no-cache", "-f", "json"]),
     (800, ["analyze", "traces/torch_decode.sqlite", "--no-cache", "--plot", "{tmp}/plots"]),
@@ -145,9 +147,14 @@ def test_the_api_and_a_fleet_worker_ask_for_theirs(monkeypatch):
         api.analyze(DECODE)  # the tables: every CUDA call
     assert api.analyze(DECODE, tables=False).trace["path"] == str(DECODE)  # the gap lists kept: fits
     monkeypatch.setattr(memory, "available_bytes", lambda: 300_000_000 + 800 * rows - 1)
-    for analysis in (lambda: api.analyze(DECODE, tables=False), lambda: analyze_rank_file(str(DECODE))):
-        with pytest.raises(GapscopeError, match="needs about"):
-            analysis()
+    with pytest.raises(GapscopeError, match="needs about"):
+        api.analyze(DECODE, tables=False)
+    assert analyze_rank_file(str(DECODE))["devices"]  # the range pairs and device gaps kept: fits
+    monkeypatch.setattr(memory, "available_bytes", lambda: 300_000_000 + 560 * rows - 1)
+    with pytest.raises(GapscopeError, match="needs about"):
+        analyze_rank_file(str(DECODE))
+    monkeypatch.setattr(memory, "available_bytes", lambda: 300_000_000 + 560 * rows)
+    assert analyze_rank_file(str(DECODE))["devices"]
 
 
 @pytest.mark.parametrize("needs,jobs,available,expected", [
@@ -168,7 +175,7 @@ def test_jobs_are_lowered_until_the_largest_fit_together(needs, jobs, available,
 
 def test_several_traces_are_estimated_from_their_rows(tmp_path):
     a, b = TRACES / "torch_decode.sqlite", TRACES / "cmp_base_1.sqlite"
-    need_a, need_b = (300_000_000 + 800 * counted(p) for p in (a, b))  # each worker keeps its gap lists
+    need_a, need_b = (300_000_000 + 560 * counted(p) for p in (a, b))  # each worker keeps what the merge reads
     missing = str(tmp_path / "absent.sqlite")  # cannot be opened: left to fail in its worker
     paths = [str(a), missing, str(b)]
     assert memory.estimated_bytes(missing) is None
@@ -183,7 +190,7 @@ def test_several_traces_are_estimated_from_their_rows(tmp_path):
 
 def test_the_command_says_it_runs_fewer_at_once(monkeypatch):
     a, b = "traces/torch_decode.sqlite", "traces/cmp_base_1.sqlite"
-    both = sum(300_000_000 + 800 * counted(TRACES / p.split("/")[1]) for p in (a, b))
+    both = sum(300_000_000 + 560 * counted(TRACES / p.split("/")[1]) for p in (a, b))
     monkeypatch.delenv("GAPSCOPE_MEMORY_CHECK", raising=False)
     monkeypatch.setattr(memory, "available_bytes", lambda: both - 1)  # the parent's view; workers see the machine
     got = gapscope("analyze", a, b, "--jobs", "2", "-f", "json")
@@ -205,7 +212,7 @@ def test_the_library_warns_where_the_command_prints(monkeypatch):
     from gapscope.fleet.merge import analyze_fleet
 
     paths = [str(TRACES / "torch_decode.sqlite"), str(TRACES / "cmp_base_1.sqlite")]
-    both = sum(300_000_000 + 800 * counted(p) for p in paths)
+    both = sum(300_000_000 + 560 * counted(p) for p in paths)
     monkeypatch.delenv("GAPSCOPE_MEMORY_CHECK", raising=False)
     monkeypatch.setattr(memory, "available_bytes", lambda: both - 1)
     with pytest.warns(RuntimeWarning, match="^gapscope: running 1 trace at a time, not 2: "):

@@ -150,3 +150,32 @@ def test_the_longest_gaps_kept_hold_only_their_own_state_rows():
     assert small.state_row.tolist() == [0, -1, 1] and small.states.tolist() == [states[3].tolist(), states[1].tolist()]
     length = np.array([100, 30, 100, 100, 50, 100])
     assert np.array_equal(small.matrix(np.arange(3), length[[5, 1, 2]]), some.matrix(np.arange(3), length[[5, 1, 2]]))
+
+
+MERGED = ["torch_decode_small.sqlite", "case_multi_gpu.sqlite", "jax_train.sqlite", FSDP_NAME]
+
+
+@pytest.mark.parametrize("name", MERGED)
+def test_each_file_of_several_gives_the_merge_what_one_pass_gives(name, monkeypatch):
+    """analyze_rank_file (each file of several, the many-trace merge) measures its levels in
+    windows, keeping only the range pairs and the device gaps: its per-device names, range
+    steps and communication kernels are those of one pass that keeps every gap list."""
+    from gapscope.analysis.communication import instances
+    from gapscope.analysis.pipeline import analysis_of
+    from gapscope.analysis.result import clean_rows
+    from gapscope.fleet.ranks import analyze_rank_file, per_device
+
+    path = thirdparty(name) if name == FSDP_NAME else TRACES / name
+    one_pass = analysis_of(path, top=0)
+    names, steps = per_device(one_pass)
+    collectives = instances(one_pass)
+    monkeypatch.setenv(WINDOW_ENV, "50")
+    got = analyze_rank_file(str(path))
+    assert got["names"] == names
+    assert steps.keys() == got["steps"].keys()
+    assert all(np.array_equal(steps[k], got["steps"][k]) for k in steps)
+    assert (collectives is None) == (got["collectives"] is None)
+    if collectives is not None:
+        assert collectives.keys() == got["collectives"].keys()
+        assert all(np.array_equal(collectives[k], got["collectives"][k]) for k in collectives)
+    assert got["devices"] and got["devices"] == clean_rows(one_pass.result.devices)

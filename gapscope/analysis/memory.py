@@ -6,8 +6,9 @@ analysis needs"); and several traces analyzed side by side run only as many at o
 The estimate is a straight line per path, fitted to measured peak resident bytes (SYNTHETIC
 tilings of a real PyTorch decode trace, 0.11 to 32.3 million GPU activity rows; the table is in
 docs/performance.md): 300 MB plus, per GPU activity row (kernels, copies, memsets), 480 bytes
-when the levels are measured window by window and no gap list is kept (`gapscope analyze`), 800 when they are kept
-(plots, `gapscope report`, the Python API, each file of several), 1,350 when every CUDA call and
+when the levels are measured window by window and no gap list is kept (`gapscope analyze`), 560
+for each file of several (the range pairs and the device gaps kept for the merge), 800 when every
+gap list is kept (plots, `gapscope report`, the Python API), 1,350 when every CUDA call and
 activity name is read too (the per-gap tables, the timeline export). The CUDA API rows that come
 with the activities are in the per-row figures. ``GAPSCOPE_MEMORY_CHECK=0`` turns the check and
 the lowering of the job count off (the estimate is an estimate; swap or a lighter trace may get
@@ -28,18 +29,20 @@ from gapscope.errors import GapscopeError
 #: bytes per row by what the analysis keeps.
 BASE_BYTES = 300 * 10**6
 BYTES_PER_ACTIVITY = 480  # the levels in windows, no gap list kept (gapscope analyze without --plot)
+BYTES_PER_ACTIVITY_MERGE = 560  # the range pairs and device gaps kept (each file of several: merge=True)
 BYTES_PER_ACTIVITY_GAPS = 800  # every level's gap lists kept (run_analysis(gaps=True))
 BYTES_PER_ACTIVITY_ALL_CALLS = 1350  # and every CUDA call and activity name read (all_calls=True)
 #: The environment variable that turns the check off ("0").
 CHECK_ENV = "GAPSCOPE_MEMORY_CHECK"
 
 
-def needed_bytes(activity_rows: int, *, gaps: bool = False, all_calls: bool = False) -> int:
+def needed_bytes(activity_rows: int, *, gaps: bool = False, all_calls: bool = False, merge: bool = False) -> int:
     """The estimated peak resident bytes of analyzing a trace of ``activity_rows`` GPU activities;
-    ``gaps``: every gap list kept, ``all_calls``: every CUDA call read as well (the tables, the
-    timeline export: the largest figure, whatever ``gaps`` says)."""
-    per_row = (BYTES_PER_ACTIVITY_ALL_CALLS if all_calls else
-               BYTES_PER_ACTIVITY_GAPS if gaps else BYTES_PER_ACTIVITY)
+    ``gaps``: every gap list kept, ``merge``: (without ``gaps``) what the many-trace merge reads
+    kept, ``all_calls``: every CUDA call read as well (the tables, the timeline export: the
+    largest figure, whatever the others say)."""
+    per_row = (BYTES_PER_ACTIVITY_ALL_CALLS if all_calls else BYTES_PER_ACTIVITY_GAPS if gaps else
+               BYTES_PER_ACTIVITY_MERGE if merge else BYTES_PER_ACTIVITY)
     return BASE_BYTES + per_row * max(int(activity_rows), 0)
 
 
@@ -63,15 +66,15 @@ def _off(environ: Mapping[str, str] | None) -> bool:
 
 
 def check(path: str, activity_rows: int | None, *, gaps: bool = False, all_calls: bool = False,
-          available: int | None = None, environ: Mapping[str, str] | None = None) -> None:
+          merge: bool = False, available: int | None = None, environ: Mapping[str, str] | None = None) -> None:
     """Raise GapscopeError (exit 2) when analyzing ``activity_rows`` GPU activities (``gaps``,
-    ``all_calls``: as :func:`needed_bytes`) needs more memory than is ``available`` (default:
+    ``all_calls``, ``merge``: as :func:`needed_bytes`) needs more memory than is ``available`` (default:
     what the machine has now). Nothing is checked when the rows are unknown (None), the machine
     does not say, or the check is turned off."""
     if activity_rows is None or _off(environ):
         return
     have = available_bytes() if available is None else available
-    need = needed_bytes(activity_rows, gaps=gaps, all_calls=all_calls)
+    need = needed_bytes(activity_rows, gaps=gaps, all_calls=all_calls, merge=merge)
     if have is None or need <= have:
         return
     raise GapscopeError(
@@ -95,8 +98,8 @@ def concurrent_jobs(needs: Sequence[int | None], jobs: int, available: int) -> i
 
 
 def estimated_bytes(path: str) -> int | None:
-    """The estimated peak of analyzing one file of several (every gap list kept, as each file's
-    worker does), from its row count; None when the file cannot be opened (its worker reports
+    """The estimated peak of analyzing one file of several (the range pairs and the device gaps
+    kept, as each file's worker does), from its row count; None when the file cannot be opened (its worker reports
     why), its format cannot count rows, or it is an Nsight Systems report (opening one exports it,
     which is the worker's job)."""
     from gapscope.inputs import resolve
@@ -110,7 +113,7 @@ def estimated_bytes(path: str) -> int | None:
             rows = trace.activity_rows()
     except Exception:  # anything wrong with the file: its worker says what, in its own line
         return None
-    return None if rows is None else needed_bytes(rows, gaps=True)
+    return None if rows is None else needed_bytes(rows, merge=True)
 
 
 def side_by_side(paths: Sequence[str], jobs: int, *, available: int | None = None,

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -50,12 +51,12 @@ class RangePairs:
     """Range work split by device: one *pair* per (range instance, device), numbered
     ``range * n_devices + device code``. ``stats``: STATS per pair (span, busy, gap, counts;
     percentiles left NaN, as they only make sense over the groups pairs roll up into);
-    ``gaps``: every range-level gap with ``row`` = its pair; ``categories``: gap time per pair
-    and IdleCategory (None without attribution)."""
+    ``gap_lengths``: every range-level gap's (row = its pair, length); ``categories``: gap time
+    per pair and IdleCategory (None without attribution)."""
 
     n_devices: int
     stats: pd.DataFrame
-    gaps: GapList
+    gap_lengths: tuple[np.ndarray, np.ndarray]
     categories: np.ndarray | None
 
     @property
@@ -81,7 +82,7 @@ class AnalysisArrays:
     name_of_range: np.ndarray  # the result's by_name row of each range
     member_range: np.ndarray
     member_act: np.ndarray
-    pairs: RangePairs | None  # None for an analysis run without ``gaps`` (run_analysis)
+    pairs: RangePairs | None  # None for an analysis run without ``gaps`` or ``merge`` (run_analysis)
     range_gaps: GapList | None
     device_gaps: GapList | None
     stream_keys: pd.DataFrame
@@ -333,9 +334,10 @@ def _levels_windowed(frames: TraceFrames, acts: ActivityArrays, launch: np.ndarr
                      member_act: np.ndarray, member_pair: np.ndarray, n_pairs: int, pair_range: np.ndarray,
                      n_ranges: int, stream_keys: pd.DataFrame, rp: Replays, names: tuple[np.ndarray, np.ndarray],
                      stats_launch: np.ndarray, attribution: bool, stall_threshold_ns: int, top: int,
-                     selected: bool) -> Levels:
+                     selected: bool, device_gaps: bool = False) -> Levels:
     """The levels measured one window of activities at a time (gapscope.analysis.windows), no
-    gap list held whole: the same figures as :func:`_levels_kept`, in less memory."""
+    gap list held whole but, with ``device_gaps``, the device level's: the same figures as
+    :func:`_levels_kept`, in less memory."""
     name_codes, name_table = names
     n_dev, n_str = acts.device_ids.size, len(stream_keys)
     # The attribution's indexes built on a thread while the first window's gaps are found, then
@@ -344,7 +346,8 @@ def _levels_windowed(frames: TraceFrames, acts: ActivityArrays, launch: np.ndarr
         attributor, launches = _started(pool, frames, acts, launch, names, stats_launch, attribution,
                                         stall_threshold_ns, after=True)
         pairs, devices, streams, longest = windows.measure(acts, member_act, member_pair, n_pairs, pair_range,
-                                                           n_ranges, rp, attributor, top, selected)
+                                                           n_ranges, rp, attributor, top, selected,
+                                                           keep_device_gaps=device_gaps)
         launch_rows = launches.result()
 
     def stats(level: windows.LevelSums, m_act: np.ndarray, m_row: np.ndarray, n: int,
@@ -360,14 +363,14 @@ def _levels_windowed(frames: TraceFrames, acts: ActivityArrays, launch: np.ndarr
                   stats(devices, every, acts.device_code, n_dev, True),
                   stats(streams, every, acts.stream_code, n_str, True),
                   pairs.inside, devices.inside, pairs.categories, devices.categories, streams.categories,
-                  top_gaps, launch_rows)
+                  top_gaps, launch_rows, device_gaps=devices.kept())
 
 
 def run_analysis(
     frames: TraceFrames, *, ranges: Sequence[str] = (), domains: Sequence[str] = (),
     count_memops: bool = False, attribution: bool = True, top: int = 10,
     stall_threshold_ns: int = DEFAULT_STALL_THRESHOLD_NS, threads: str = "same", normalize: bool = True,
-    gaps: bool = True,
+    gaps: bool = True, merge: bool = False,
 ) -> AnalysisArrays:
     """Compute every metric of docs/metrics.md on loaded frames (``attribution``: also the
     gap categories, graph payoff and the ``top`` longest gaps). ``ranges``/``domains`` select
@@ -378,8 +381,9 @@ def run_analysis(
     the timeline export and the many-trace merge read them). Without, the levels are measured
     one window of activities at a time (gapscope.analysis.windows) and each window's gaps are
     let go once its figures are summed, which lowers the peak memory (docs/performance.md);
-    ``pairs``, ``range_gaps``, ``device_gaps`` and ``stream_gaps`` are then None. The result is
-    the same either way."""
+    ``pairs``, ``range_gaps``, ``device_gaps`` and ``stream_gaps`` are then None, except with
+    ``merge``: ``pairs`` and ``device_gaps`` kept, what the many-trace merge reads. The result
+    is the same either way."""
     if stall_threshold_ns < 0:
         raise GapscopeError(f"the stall threshold must be 0 or more, not {stall_threshold_ns} ns")
     acts = activity_arrays(frames, count_memops)
@@ -406,7 +410,7 @@ def run_analysis(
     pair_range = np.arange(n_pairs, dtype=np.int64) // max(n_dev, 1)
     graph_call = np.isin(name_table, list(GRAPH_LAUNCH_CALLS))[name_codes]
     rp = Replays(frames.activities["kind"].to_numpy(), launch, graph_call)
-    measured = _levels_kept if gaps else _levels_windowed
+    measured = _levels_kept if gaps else partial(_levels_windowed, device_gaps=merge)
     lv = measured(frames, acts, launch, every, member_act, member_pair, n_pairs, pair_range, n_ranges, stream_keys,
                   rp, (name_codes, name_table), stats_launch, attribution, stall_threshold_ns, top, selected)
 
@@ -485,7 +489,8 @@ def run_analysis(
     )
     return AnalysisArrays(
         frames=frames, acts=acts, launch=launch, ranges=table, name_of_range=range_name, member_range=member_range,
-        member_act=member_act, pairs=RangePairs(n_dev, lv.pair_stats, lv.pair_gaps, lv.pair_cats) if gaps else None,
+        member_act=member_act,
+        pairs=RangePairs(n_dev, lv.pair_stats, lv.pair_gap_lengths, lv.pair_cats) if gaps or merge else None,
         range_gaps=lv.range_gaps, device_gaps=lv.device_gaps, stream_keys=stream_keys, stream_gaps=lv.stream_gaps,
         result=result, comm=comm,
     )
@@ -510,7 +515,8 @@ def opened_analysis(path: str | Path, *, all_calls: bool = False, progress: Prog
     with open_trace(path) as trace:
         rows = trace.activity_rows()
         # A trace too large for the machine: refused now, by what this analysis keeps.
-        memory.check(trace.path, rows, gaps=options.get("gaps", True), all_calls=all_calls)
+        memory.check(trace.path, rows, gaps=options.get("gaps", True), all_calls=all_calls,
+                     merge=options.get("merge", False))
         if progress is not None:
             progress("reading", rows)
         frames = trace.frames(syncs=options.get("attribution", True), all_calls=all_calls)

@@ -64,11 +64,21 @@ class LevelSums:
     inside: np.ndarray
     gap_row: list[np.ndarray]
     gap_length: list[np.ndarray]
+    gap_lists: list[GapList] | None = None  # each window's (attributed) gaps, when they are kept
 
     @classmethod
-    def empty(cls, n_groups: int, n_inside: int, attributed: bool) -> "LevelSums":
+    def empty(cls, n_groups: int, n_inside: int, attributed: bool, keep: bool = False) -> "LevelSums":
         cats = np.zeros((n_groups, N_CATEGORIES), dtype=np.int64) if attributed else None
-        return cls(RunningTimelines(n_groups), cats, np.zeros(n_inside, dtype=np.int64), [], [])
+        return cls(RunningTimelines(n_groups), cats, np.zeros(n_inside, dtype=np.int64), [], [],
+                   [] if keep else None)
+
+    def kept(self) -> GapList | None:
+        """The level's gaps in one pass's order (by row, then time), when they were kept."""
+        if self.gap_lists is None:
+            return None
+        gaps = _concat(self.gap_lists)  # every measurement has one window at least
+        self.gap_lists = None
+        return gap_subset(gaps, np.argsort(gaps.row, kind="stable"))  # windows come in time order
 
     def lengths(self) -> tuple[np.ndarray, np.ndarray]:
         """(row, length) of every gap of the level, taken out of it (read once)."""
@@ -118,16 +128,18 @@ class _WindowLevels:
 
 def measure(acts: ActivityArrays, member_act: np.ndarray, member_pair: np.ndarray, n_pairs: int,
             pair_range: np.ndarray, n_ranges: int, replays: Replays, attributor: "Future[Attributor] | None",
-            top: int, selected: bool) -> tuple[LevelSums, LevelSums, LevelSums, tuple[GapList, np.ndarray] | None]:
+            top: int, selected: bool, keep_device_gaps: bool = False,
+            ) -> tuple[LevelSums, LevelSums, LevelSums, tuple[GapList, np.ndarray] | None]:
     """(pairs, devices, streams, longest): every level's sums over the windows; ``longest``:
     (the ``top`` longest candidates of the device gaps, or with ``selected`` of the distinct
     range gaps, in one pass's order; their order key) when ``attributor`` (being built) is given.
-    Range pair ``inside`` is summed per range (``pair_range``). The next window's gaps are found
-    on a thread while this one's are attributed and summed."""
+    Range pair ``inside`` is summed per range (``pair_range``); ``keep_device_gaps``: the device
+    level keeps its gap lists (:meth:`LevelSums.kept`). The next window's gaps are found on a
+    thread while this one's are attributed and summed."""
     n_dev, n_str = acts.device_ids.size, acts.stream_keys.size
     attributed = attributor is not None
     pairs = LevelSums.empty(n_pairs, n_ranges, attributed)
-    devices = LevelSums.empty(n_dev, n_dev, attributed)
+    devices = LevelSums.empty(n_dev, n_dev, attributed, keep_device_gaps)
     streams = LevelSums.empty(n_str, 0, attributed)
     order, bounds = activity_windows(acts.start, window_size())
     busy = acts.busy
@@ -184,6 +196,8 @@ def measure(acts: ActivityArrays, member_act: np.ndarray, member_pair: np.ndarra
             np.add.at(devices.inside, d_gaps.row[inside], d_gaps.length[inside])
             inside = replays.inside(p_gaps)
             np.add.at(pairs.inside, pair_range[p_gaps.row[inside]], p_gaps.length[inside])
+            if devices.gap_lists is not None:
+                devices.gap_lists.append(d_gaps)
             for sums, g in ((devices, d_gaps), (pairs, p_gaps), (streams, s_gaps)):
                 sums.gap_row.append(g.row.astype(np.int32) if sums.timelines.n_groups < 2**31 else g.row)
                 sums.gap_length.append(g.length)
@@ -226,8 +240,10 @@ def _merged(cand: Candidates) -> tuple[GapList, np.ndarray]:
 
 
 def _concat(lists: list[GapList]) -> GapList:
-    """Attributed gap lists as one."""
-    split = GapSplit.concat([g.split for g in lists])
+    """Gap lists (all attributed, or none) as one."""
     fields = {f: np.concatenate([getattr(g, f) for g in lists])
               for f in ("row", "device", "length", "start", "next_act", "prev_act")}
+    if lists[0].split is None:
+        return GapList(**fields)
+    split = GapSplit.concat([g.split for g in lists])
     return GapList(**fields, category=split.category, split=split)

@@ -28,7 +28,7 @@ def analyze_rank_file(path: str, *, ranges: Sequence[str] = (), count_memops: bo
     instances, None without any). Small (no per-kernel data but one row per communication
     kernel) and picklable; raises GapscopeError."""
     analysis = analysis_of(path, ranges=ranges, count_memops=count_memops,
-                           attribution=attribution, top=0)
+                           attribution=attribution, top=0, gaps=False, merge=True)
     names, steps = per_device(analysis)
     r = analysis.result
     return {
@@ -61,8 +61,7 @@ def per_device(a: AnalysisArrays) -> tuple[list[dict[str, Any]], dict[str, np.nd
     pair_range, pair_dev = pairs.range_of, pairs.device_code_of
     group = pair_dev * n_names + name_codes[pair_range]  # (device, name), device first
     n_groups = n_dev * n_names
-    rolled = rollup_stats(pairs.stats, group, n_groups, (pairs.gaps.row, pairs.gaps.length), acts, a.member_act,
-                          member_pair)
+    rolled = rollup_stats(pairs.stats, group, n_groups, pairs.gap_lengths, acts, a.member_act, member_pair)
 
     work = np.bincount(member_pair, minlength=n_pairs) > 0  # the instance launched work on the device
     count = np.bincount(group[work], minlength=n_groups)
