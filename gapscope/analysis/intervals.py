@@ -76,71 +76,21 @@ def group_timelines(
 
     ``groups`` holds a label in ``0..n_groups-1`` per interval; the arrays need not be sorted.
     Overlapping intervals (several streams) count once; a gap is a stretch inside a group's span
-    covered by none of its intervals.
+    covered by none of its intervals. One window of :class:`RunningTimelines`, sorted first.
     """
     groups = np.asarray(groups, dtype=np.int64)
     start = np.asarray(start, dtype=np.int64)
     if _in_order(groups, start):  # range members come so: no sort, no gathers (the same order)
-        order = None
-        g, s, e = groups, start.copy(), np.array(end, dtype=np.int64)
+        ids = np.arange(groups.size, dtype=np.int64)
+        g, s, e = groups, start, end
     else:
-        order = np.lexsort((start, groups))
-        g, s = groups[order], start[order]
-        e = np.asarray(end, dtype=np.int64)[order]
-    np.maximum(e, s, out=e)
-
-    count = np.bincount(g, minlength=n_groups).astype(np.int64)
-    first_start = np.zeros(n_groups, dtype=np.int64)
-    last_end = np.zeros(n_groups, dtype=np.int64)
-    gap_ns = np.zeros(n_groups, dtype=np.int64)
-    gap_count = np.zeros(n_groups, dtype=np.int64)
-    empty = np.zeros(0, dtype=np.int64)
-    if g.size == 0:
-        return GroupTimelines(n_groups, count, first_start, last_end, gap_ns, gap_count,
-                              empty, empty, empty, empty, empty)
-
-    running_end = grouped_running_max(e, g)
-    # The interval that holds the running end before a gap: the last one (in sorted order)
-    # whose own end is the running end; a group's first interval always is one.
-    is_mark = e == running_end
-    del e
-    new_group = np.empty(g.size, dtype=bool)
-    new_group[0] = True
-    np.not_equal(g[1:], g[:-1], out=new_group[1:])
-    heads = np.flatnonzero(new_group)
-    present = g[heads]
-    first_start[present] = s[heads]
-    tails = np.append(heads[1:], g.size) - 1
-    last_end[present] = running_end[tails]
-    # gap: the start minus the running end before it, 0 at a group's first interval.
-    gap = s
-    gap[1:] -= running_end[:-1]
-    gap[new_group] = 0
-    del s, new_group
-    is_gap = gap > 0
-    idx = np.flatnonzero(is_gap)
-    gaps_start = running_end[idx - 1]  # a gap never comes first in its group: idx >= 1
-    del running_end
-    gap_ns[present] = np.add.reduceat(np.maximum(gap, 0), heads)
-    gap_count[present] = np.add.reduceat(is_gap, heads, dtype=np.int64)
-    del is_gap
-    marks = np.flatnonzero(is_mark)
-    del is_mark
-    holder = marks[np.searchsorted(marks, idx - 1, side="right") - 1] if idx.size else empty
-    del marks
-    return GroupTimelines(
-        n_groups=n_groups,
-        count=count,
-        first_start=first_start,
-        last_end=last_end,
-        gap_ns=gap_ns,
-        gap_count=gap_count,
-        gaps_group=g[idx],
-        gaps_len=gap[idx],
-        gaps_start=gaps_start,
-        gaps_next=order[idx] if order is not None else idx,
-        gaps_prev=order[holder] if order is not None else holder,
-    )
+        ids = np.lexsort((start, groups))
+        g, s, e = groups[ids], start[ids], np.asarray(end, dtype=np.int64)[ids]
+    tl = RunningTimelines(n_groups)
+    gaps = tl.feed(g, s, e, ids)
+    del g, s, e
+    return GroupTimelines(n_groups, tl.count, tl.first_start, tl.last_end, tl.gap_ns, tl.gap_count,
+                          gaps.group, gaps.length, gaps.start, ids[gaps.next_pos], gaps.prev_id)
 
 
 def _in_order(groups: np.ndarray, start: np.ndarray) -> bool:
@@ -312,23 +262,31 @@ class RunningTimelines:
         present = g[heads]
         seen = self.count[present] > 0
         sizes = tails - heads + 1
-        # Each interval's group's running end from earlier windows (the lowest int64 for none).
-        carried = np.repeat(np.where(seen, self.last_end[present], np.iinfo(np.int64).min), sizes)
-        running = np.maximum(grouped_running_max(e, g), carried)
+        running = grouped_running_max(e, g)
+        head_before = s[heads]  # a group's very first interval opens its span
+        if seen.any():
+            # Each interval's group's running end from earlier windows (the lowest int64 for none).
+            carried = np.repeat(np.where(seen, self.last_end[present], np.iinfo(np.int64).min), sizes)
+            np.maximum(running, carried, out=running)
+            head_before = np.where(seen, carried[heads], head_before)
+            del carried
         is_mark = e == running
+        del e
         before = np.empty(g.size, dtype=np.int64)  # the running end before each interval
         before[1:] = running[:-1]
-        before[heads] = np.where(seen, carried[heads], s[heads])  # a group's very first interval opens its span
+        before[heads] = head_before
         gap = s - before
         is_gap = gap > 0
         idx = np.flatnonzero(is_gap)
-        # The holder of a gap's start: the last mark before it in its group, else the carried one.
-        # The position of the last mark at or before each interval (-1 for none), forward-filled.
+        # The holder of a gap's start: the last mark before it in its group, else the carried
+        # one. The position of the last mark at or before each interval (-1 for none), forward-filled.
         last_mark = np.where(is_mark, np.arange(g.size, dtype=np.int64), -1)
+        del is_mark
         np.maximum.accumulate(last_mark, out=last_mark)
         ids = np.asarray(ids, dtype=np.int64)
         mark = last_mark[idx - 1] if idx.size else empty  # a gap at a group's head has no interval before it in the group
-        in_group = (idx > 0) & (mark >= np.repeat(heads, sizes)[idx])
+        head_of_gap = heads[np.searchsorted(heads, idx, side="right") - 1]
+        in_group = (idx > 0) & (mark >= head_of_gap)
         prev_id = np.where(in_group, ids[np.maximum(mark, 0)], self.holder[g[idx]])
         # The state carried to the next window.
         self.first_start[present[~seen]] = s[heads[~seen]]
