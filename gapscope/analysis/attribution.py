@@ -25,6 +25,7 @@ categories always sum to its length.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -174,7 +175,8 @@ class Attributor:
                                      counted=~quiet[self.name_codes] if quiet.any() else None)
         self._index_memops()
         self._index_streams()
-        self._index_activities()
+        #: whether any activity has its launching call in the trace (else every gap is `unknown`)
+        self.has_calls = bool((launch >= 0).any())
 
     @property
     def names(self) -> np.ndarray:
@@ -240,11 +242,6 @@ class Attributor:
         return np.where(np.isnan(by_pair), by_key, np.nan_to_num(by_pair, nan=-1)).astype(np.int64)
 
     # -- per activity -----------------------------------------------------------------------
-    def _index_activities(self) -> None:
-        """What the rules need per activity, kept small: each activity's launching call and its
-        predecessor on its stream (the rest, :meth:`_facts`, is read for the gaps' activities only)."""
-        self.has_calls = bool((self.launch >= 0).any())
-
     def _facts(self, k: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(linked, call end, calling thread, waited, previous copy's end) of the activities
         ``k``: whether a launching call is in the trace, its end and thread code (the lowest
@@ -354,7 +351,7 @@ class Attributor:
             out.append(replace(g, split=split, category=split.category))
         return out
 
-    def _gap_ended_by(self, next_act: np.ndarray) -> Any:
+    def _gap_ended_by(self, next_act: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
         """A function from activities to the index of the gap (of a level whose gaps each end
         at a distinct activity, ``next_act``) that each ends, -1 for none: a table over every
         activity for a whole level, a search in a sorted copy for a window's few."""
@@ -420,13 +417,18 @@ def longest_indices(lengths: np.ndarray, top: int) -> np.ndarray:
     return pick[np.lexsort((pick, -lengths[pick]))]
 
 
+def first_of_each_gap(gaps: GapList) -> np.ndarray:
+    """The position of each distinct gap's first entry (a gap is its device, start and the
+    activity ending it: nested ranges list the same gap once each)."""
+    key = pd.DataFrame({"d": gaps.device, "s": gaps.start, "k": gaps.next_act})
+    return np.flatnonzero(~key.duplicated().to_numpy())
+
+
 def distinct_gaps(gaps: GapList) -> GapList:
-    """One entry per distinct gap (device, start and the activity ending it): nested ranges
-    list the same gap once each."""
+    """One entry per distinct gap (:func:`first_of_each_gap`)."""
     if gaps.length.size == 0:
         return gaps
-    key = pd.DataFrame({"d": gaps.device, "s": gaps.start, "k": gaps.next_act})
-    return gap_subset(gaps, np.flatnonzero(~key.duplicated().to_numpy()))
+    return gap_subset(gaps, first_of_each_gap(gaps))
 
 
 def activities_before(frames: TraceFrames, gaps: GapList, idx: np.ndarray, busy: np.ndarray) -> np.ndarray:

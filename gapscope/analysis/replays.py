@@ -48,16 +48,15 @@ class Replays:
         rows = np.unique(key) // (self.n_calls + 1)
         return kernels, np.bincount(rows, minlength=n_rows).astype(np.int64)
 
-    def inside(self, gaps: GapList) -> np.ndarray:
-        """Per gap, whether its two sides were issued by one graph launch call."""
-        prev = self.replay_call(gaps.prev_act)
-        return (prev >= 0) & (prev == self.replay_call(gaps.next_act))
-
     def inside_ns(self, gaps: GapList, n_rows: int) -> np.ndarray:
         """Gap time per row whose two sides were issued by one graph launch call."""
-        inside = self.inside(gaps)
-        out = np.zeros(n_rows, dtype=np.int64)
-        np.add.at(out, gaps.row[inside], gaps.length[inside])
+        return self.add_inside(np.zeros(n_rows, dtype=np.int64), gaps, gaps.row)
+
+    def add_inside(self, out: np.ndarray, gaps: GapList, rows: np.ndarray) -> np.ndarray:
+        """``out`` with each gap's time inside a replay added at its row (``rows``, one per gap)."""
+        prev = self.replay_call(gaps.prev_act)
+        inside = (prev >= 0) & (prev == self.replay_call(gaps.next_act))  # both sides from one launch call
+        np.add.at(out, rows[inside], gaps.length[inside])
         return out
 
 

@@ -18,9 +18,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 import numpy as np
-import pandas as pd
 
-from gapscope.analysis.attribution import N_CATEGORIES, Attributor, GapSplit, gap_subset, longest_indices
+from gapscope.analysis.attribution import (
+    N_CATEGORIES, Attributor, GapSplit, first_of_each_gap, gap_subset, longest_indices,
+)
 from gapscope.analysis.host_timeline import N_STATES
 from gapscope.analysis.intervals import RunningTimelines, WindowGaps
 from gapscope.analysis.metrics import ActivityArrays, GapList
@@ -186,16 +187,13 @@ def measure(acts: ActivityArrays, member_act: np.ndarray, member_pair: np.ndarra
                     _add_categories(sums.categories, g)
                 if selected:
                     r_gaps = replace(p_gaps, row=pair_range[p_gaps.row])
-                    key = pd.DataFrame({"d": r_gaps.device, "s": r_gaps.start, "k": r_gaps.next_act})
-                    first = np.flatnonzero(~key.duplicated().to_numpy())  # a gap's first range in one pass's order
+                    first = first_of_each_gap(r_gaps)  # a gap's first range, in one pass's order
                     _keep_longest(cand, r_gaps, first, (p_gaps.row, acts.start[p_gaps.next_act], lv.pair_member), top)
                 else:
                     _keep_longest(cand, d_gaps, np.arange(d_gaps.length.size),
                                   (d_gaps.row, acts.start[d_gaps.next_act], d_gaps.next_act), top)
-            inside = replays.inside(d_gaps)
-            np.add.at(devices.inside, d_gaps.row[inside], d_gaps.length[inside])
-            inside = replays.inside(p_gaps)
-            np.add.at(pairs.inside, pair_range[p_gaps.row[inside]], p_gaps.length[inside])
+            replays.add_inside(devices.inside, d_gaps, d_gaps.row)
+            replays.add_inside(pairs.inside, p_gaps, pair_range[p_gaps.row])
             if devices.gap_lists is not None:
                 devices.gap_lists.append(d_gaps)
             for sums, g in ((devices, d_gaps), (pairs, p_gaps), (streams, s_gaps)):
