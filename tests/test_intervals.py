@@ -64,3 +64,48 @@ def test_the_inputs_are_not_changed():
     tl = group_timelines(groups, start, end, 2)
     assert (tl.gap_ns.tolist(), tl.gaps_next.tolist(), tl.gaps_prev.tolist()) == ([5, 0], [1], [0])
     assert all(np.array_equal(a, b) for a, b in zip((groups, start, end), kept))
+
+
+# ------------------------------------------------------------------ grouped_quantiles
+
+def quantiles_by_hand(groups, values, n_groups, qs):
+    """Per group, each quantile of its sorted values with numpy's default linear interpolation,
+    one group and one quantile at a time (NaN for a group with none)."""
+    out = np.full((n_groups, len(qs)), np.nan)
+    for g in range(n_groups):
+        v = sorted(int(x) for gg, x in zip(groups, values) if gg == g)
+        for j, q in enumerate(qs):
+            if not v:
+                continue
+            pos = q * (len(v) - 1)
+            lo = int(np.floor(pos))
+            hi = min(lo + 1, len(v) - 1)
+            out[g, j] = float(v[lo]) + (float(v[hi]) - float(v[lo])) * (pos - lo)
+    return out
+
+
+@pytest.mark.parametrize("high, key", [(1_000, "int32"), (2**36, "int64"), (-1, "lexsort")])
+@pytest.mark.parametrize("seed", range(6))
+def test_grouped_quantiles_equal_a_per_group_computation(high, key, seed):
+    """Quantiles per group whatever the sort key: a combined 32-bit key (small values), a 64-bit
+    one (values too large for 32 bits) or two keys (negative values): the same floats as sorting
+    each group's values alone, and within rounding of numpy's own quantile."""
+    from gapscope.analysis.intervals import grouped_quantiles, sort_within_groups
+
+    rng = np.random.default_rng(seed)
+    n_groups, n = 9, 300
+    groups = rng.integers(0, n_groups - 1, n)  # the last group gets no value: NaN
+    values = rng.integers(-5, 1_000, n) if high < 0 else rng.integers(0, high, n)
+    if high < 0:
+        values[0] = -5  # one negative value at least
+    else:
+        values[0] = high - 1  # the largest value: the key's width is decided by it
+    qs = (0.0, 0.5, 0.9, 0.99, 1.0)
+    got = grouped_quantiles(groups, values, n_groups, qs)
+    assert np.array_equal(got, quantiles_by_hand(groups, values, n_groups, qs), equal_nan=True)
+    for g in range(n_groups - 1):
+        assert np.allclose(got[g], np.quantile(values[groups == g], qs), rtol=1e-12, atol=0)
+    assert np.isnan(got[-1]).all()
+    _, keys, scale = sort_within_groups(groups, values, n_groups)
+    assert keys.dtype == (np.int32 if key == "int32" else np.int64)
+    assert (scale == 0) == (key == "lexsort")

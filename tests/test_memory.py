@@ -218,3 +218,18 @@ def test_the_library_warns_where_the_command_prints(monkeypatch):
     with pytest.warns(RuntimeWarning, match="^gapscope: running 1 trace at a time, not 2: "):
         fleet = analyze_fleet(paths, ProcessPool(2, ["gapscope.fleet.merge"]))
     assert len(fleet.devices) == 2 and not fleet.failed
+
+
+def test_one_malloc_arena_unless_the_user_chose(monkeypatch):
+    """The command line shares one glibc arena between its threads (gapscope.heap); a
+    MALLOC_ARENA_MAX the user set is left to glibc."""
+    import ctypes
+    import platform
+
+    from gapscope import heap
+
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
+    assert heap.use_one_arena() is False
+    monkeypatch.delenv("MALLOC_ARENA_MAX")
+    glibc = platform.libc_ver()[0] == "glibc" and hasattr(ctypes.CDLL(None), "mallopt")
+    assert heap.use_one_arena() is glibc

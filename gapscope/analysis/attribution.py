@@ -211,7 +211,7 @@ class Attributor:
         code = acts.stream_code[order]
         same = code[1:] == code[:-1]
         del code
-        prev = np.full(order.size, -1, dtype=np.int64)
+        prev = np.full(order.size, -1, dtype=np.int32 if order.size < 2**31 else np.int64)
         prev[order[1:][same]] = order[:-1][same]  # the activity before each on its stream
         self.prev_on_stream = prev
 

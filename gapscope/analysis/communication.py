@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from gapscope.analysis.intervals import covered_ns, union_blocks
+from gapscope.analysis.keys import pair_code
 from gapscope.analysis.metrics import ActivityArrays
 from gapscope.trace.frames import ActivityKind, TraceFrames
 
@@ -119,7 +120,7 @@ def with_fields(comm: CommKernels | None, acts: ActivityArrays, member_act: np.n
     mask = comm.mask(acts.start.size)
     n_dev, n_ranges, n_names = acts.device_ids.size, len(range_rows), len(name_rows)
     per_device = split(acts.device_code, np.arange(acts.start.size), acts, mask, n_dev)
-    pairs = member_range * n_dev + acts.device_code[member_act]
+    pairs = pair_code(member_range, acts.device_code[member_act], n_dev)
     per_pair = split(pairs, member_act, acts, mask, n_ranges * n_dev)
     per_range = {k: v.reshape(n_ranges, n_dev).sum(axis=1) for k, v in per_pair.items()}
     per_name = {k: _sum(range_name, v, n_names) for k, v in per_range.items()}

@@ -120,23 +120,26 @@ def union_blocks(keys: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[
     return k[heads], s[heads], run[tails]
 
 
-def sort_within_groups(groups: np.ndarray, values: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray]:
-    """(counts per group, values sorted by group then value) for non-negative integer values."""
-    groups = np.asarray(groups, dtype=np.int64)
-    values = np.asarray(values, dtype=np.int64)
+def sort_within_groups(groups: np.ndarray, values: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """(counts per group, keys sorted by group then value, scale) for integer values: the value
+    of key ``k`` of group ``g`` is ``k - g * scale`` (scale 0: the keys are the values)."""
+    groups = np.asarray(groups)
+    values = np.asarray(values)
     count = np.bincount(groups, minlength=n_groups)
     if values.size == 0:
-        return count, values
+        return count, values.astype(np.int64), 0
     vmax = int(values.max()) + 1
     if values.min() >= 0 and vmax * max(n_groups, 1) < 2**62:
-        # One sort of a combined key beats a two-key lexsort (in place: one array of the input's length).
-        key = groups * vmax
+        # One sort of a combined key beats a two-key lexsort; a key that fits 32 bits sorts
+        # in about 60 % of the time of a 64-bit one.
+        dtype = np.int32 if vmax * max(n_groups, 1) < 2**31 else np.int64
+        key = groups.astype(dtype)
+        key *= vmax
         key += values
         key.sort()
-        key -= np.repeat(np.arange(n_groups, dtype=np.int64) * vmax, count)
-        return count, key
+        return count, key, vmax
     order = np.lexsort((values, groups))  # pragma: no cover - negative or huge values only
-    return count, values[order]  # pragma: no cover
+    return count, np.asarray(values, dtype=np.int64)[order], 0  # pragma: no cover
 
 
 def grouped_quantiles(
@@ -147,18 +150,23 @@ def grouped_quantiles(
     out = np.full((n_groups, len(qs)), np.nan)
     if np.asarray(values).size == 0:
         return out
-    count, v = sort_within_groups(groups, values, n_groups)
+    count, key, scale = sort_within_groups(groups, values, n_groups)
     offset = np.concatenate(([0], np.cumsum(count)[:-1]))
     present = np.flatnonzero(count)
     n = count[present]
     base = offset[present]
+    shift = present.astype(np.int64) * scale  # each group's part of its keys
+
+    def value(at: np.ndarray) -> np.ndarray:
+        return (key[at].astype(np.int64) - shift).astype(np.float64)  # as floats, as numpy's quantile takes them
+
     for j, q in enumerate(qs):
         pos = q * (n - 1)
         lo = np.floor(pos).astype(np.int64)
         hi = np.minimum(lo + 1, n - 1)
         frac = pos - lo
-        v_lo = v[base + lo].astype(np.float64)  # as floats, as numpy's quantile takes them
-        out[present, j] = v_lo + (v[base + hi].astype(np.float64) - v_lo) * frac
+        v_lo = value(base + lo)
+        out[present, j] = v_lo + (value(base + hi) - v_lo) * frac
     return out
 
 

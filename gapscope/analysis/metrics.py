@@ -119,27 +119,52 @@ def level_stats(
     return table, gaps
 
 
-def level_table(acts: ActivityArrays, member_act: np.ndarray, member_row: np.ndarray, n_rows: int,
+def member_kernels(acts: ActivityArrays, member_act: np.ndarray | None,
+                   member_row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(row, duration) of every member that is a kernel, in member order: what the kernel
+    counts and medians read (``member_act`` None: every activity, ``member_row`` one per
+    activity). Rows are 32-bit where they fit, to halve what the medians' sorts are given."""
+    if member_act is None:
+        idx = np.flatnonzero(acts.is_kernel)
+        rows = member_row[idx]
+    else:
+        kern_m = acts.is_kernel[member_act]
+        idx = member_act[kern_m]
+        rows = member_row[kern_m]
+    if rows.size and rows.dtype != np.int32 and int(rows.max()) < 2**31:
+        rows = rows.astype(np.int32)
+    return rows, acts.duration_of(idx)
+
+
+def level_table(acts: ActivityArrays, member_act: np.ndarray | None, member_row: np.ndarray, n_rows: int,
                 span: np.ndarray, gap: np.ndarray, gap_count: np.ndarray,
-                gaps: tuple[np.ndarray, np.ndarray] | None) -> pd.DataFrame:
+                gaps: tuple[np.ndarray, np.ndarray] | None,
+                kernels: tuple[np.ndarray, np.ndarray] | None = None) -> pd.DataFrame:
     """STATS columns for ``n_rows`` rows from their span, gap and gap count sums, their members
-    (``member_act[i]`` is in row ``member_row[i]``: kernel and copy counts, the kernel median)
-    and ``gaps``, every gap's (row, length), for the percentiles (None: left NaN, as
-    :func:`level_stats` without ``percentiles``)."""
-    kern_m = acts.is_kernel[member_act]
-    mem_m = acts.is_memop[member_act]
-    kernels = np.bincount(member_row[kern_m], minlength=n_rows).astype(np.int64)
+    (``member_act[i]`` is in row ``member_row[i]``; None: every activity, in row
+    ``member_row[activity]``: kernel and copy counts, the kernel median) and ``gaps``, every
+    gap's (row, length), for the percentiles (None: left NaN, as :func:`level_stats` without
+    ``percentiles``); ``kernels``: :func:`member_kernels` of the members, when the caller has it."""
+    if kernels is None and gaps is None:  # counts only: no kernel's duration is read
+        k_mask = acts.is_kernel if member_act is None else acts.is_kernel[member_act]
+        kernels_n = np.bincount(member_row[k_mask], minlength=n_rows).astype(np.int64)
+        del k_mask
+    else:
+        k_rows, k_dur = kernels if kernels is not None else member_kernels(acts, member_act, member_row)
+        kernels_n = np.bincount(k_rows, minlength=n_rows).astype(np.int64)
+    mem_m = acts.is_memop if member_act is None else acts.is_memop[member_act]
+    mem_act = np.flatnonzero(mem_m) if member_act is None else member_act[mem_m]
     memops = np.bincount(member_row[mem_m], minlength=n_rows).astype(np.int64)
-    memop_ns = _sum_to(member_row[mem_m], acts.duration_of(member_act[mem_m]), n_rows)
+    memop_ns = _sum_to(member_row[mem_m], acts.duration_of(mem_act), n_rows)
 
     if gaps is not None:
         gq = grouped_quantiles(gaps[0], gaps[1], n_rows, QUANTILES)
-        kq = grouped_quantiles(member_row[kern_m], acts.duration_of(member_act[kern_m]), n_rows, (0.5,))
+        kq = grouped_quantiles(k_rows, k_dur, n_rows, (0.5,))
     else:
         gq, kq = np.full((n_rows, len(QUANTILES)), np.nan), np.full((n_rows, 1), np.nan)
     return pd.DataFrame(
         {
-            "kernels": kernels,
+            "kernels": kernels_n,
             "memops": memops,
             "memop_ns": memop_ns,
             "gpu_span_ns": span,
@@ -156,27 +181,28 @@ def level_table(acts: ActivityArrays, member_act: np.ndarray, member_row: np.nda
     )
 
 
+def _narrow(row_group: np.ndarray, n_groups: int) -> np.ndarray:
+    """``row_group`` as 32-bit codes where they fit (what is gathered per gap and per kernel)."""
+    return row_group.astype(np.int32) if n_groups < 2**31 else row_group
+
+
 def rollup_stats(
     rows: pd.DataFrame,
     row_group: np.ndarray,
     n_groups: int,
     gaps: tuple[np.ndarray, np.ndarray],
-    acts: ActivityArrays,
-    member_act: np.ndarray,
-    member_row: np.ndarray,
+    kernels: tuple[np.ndarray, np.ndarray],
 ) -> pd.DataFrame:
     """STATS for groups of rows (ranges grouped by name): sums of the rows' totals, with
     percentiles and the kernel median taken over all the rows' gaps (``gaps``: every gap's row
-    and length) and kernels."""
+    and length) and kernels (``kernels``: :func:`member_kernels` of the rows' members)."""
     sums = {
         col: _sum_to(row_group, rows[col].to_numpy(), n_groups)
         for col in ("kernels", "memops", "memop_ns", "gpu_span_ns", "busy_ns", "gap_ns", "gap_count")
     }
-    gq = grouped_quantiles(row_group[gaps[0]], gaps[1], n_groups, QUANTILES)
-    kern_m = acts.is_kernel[member_act]
-    kq = grouped_quantiles(
-        row_group[member_row[kern_m]], acts.duration_of(member_act[kern_m]), n_groups, (0.5,)
-    )
+    group = _narrow(np.asarray(row_group), n_groups)
+    gq = grouped_quantiles(group[gaps[0]], gaps[1], n_groups, QUANTILES)
+    kq = grouped_quantiles(group[kernels[0]], kernels[1], n_groups, (0.5,))
     return pd.DataFrame(
         {
             **sums,

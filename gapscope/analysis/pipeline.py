@@ -32,7 +32,9 @@ from gapscope.analysis.attribution import (
 from gapscope.analysis.host_timeline import DEFAULT_STALL_THRESHOLD_NS
 from gapscope.analysis.keys import pair_code, stream_key, unpack_stream_key
 from gapscope.analysis.launches import launch_stats
-from gapscope.analysis.metrics import STATS_FIELDS, ActivityArrays, GapList, level_stats, level_table, rollup_stats
+from gapscope.analysis.metrics import (
+    STATS_FIELDS, ActivityArrays, GapList, level_stats, level_table, member_kernels, rollup_stats,
+)
 from gapscope.analysis.payoff import ceiling, measured_pairs
 from gapscope.analysis.ranges import (
     CallIndex, RangeTable, is_library_domain, link_launches, process_work_counts, range_members, range_table,
@@ -103,7 +105,7 @@ def activity_arrays(frames: TraceFrames, count_memops: bool) -> ActivityArrays:
     is_kernel = (kind == ActivityKind.KERNEL) | (kind == ActivityKind.GRAPH)
     is_memop = (kind == ActivityKind.MEMCPY) | (kind == ActivityKind.MEMSET)
     dev_codes, device_ids = pd.factorize(a["device"].to_numpy(), sort=True)
-    dev_codes = dev_codes.astype(np.int64)
+    dev_codes = dev_codes.astype(np.int32)  # codes are 32-bit: 4 bytes an activity, not 8
     s_codes, s_keys = pd.factorize(
         stream_key(a["proc"].to_numpy(), dev_codes, a["stream"].to_numpy()), sort=True
     )
@@ -116,7 +118,7 @@ def activity_arrays(frames: TraceFrames, count_memops: bool) -> ActivityArrays:
         busy=is_kernel | (is_memop & count_memops),
         device_code=dev_codes,
         device_ids=np.asarray(device_ids, dtype=np.int64),
-        stream_code=s_codes.astype(np.int64),
+        stream_code=s_codes.astype(np.int32),
         stream_keys=np.asarray(s_keys, dtype=np.int64),
     )
 
@@ -287,7 +289,7 @@ def _started(pool: ThreadPoolExecutor, frames: TraceFrames, acts: ActivityArrays
     return attributor, pool.submit(statistics)
 
 
-def _levels_kept(frames: TraceFrames, acts: ActivityArrays, launch: np.ndarray, every: np.ndarray,
+def _levels_kept(frames: TraceFrames, acts: ActivityArrays, launch: np.ndarray,
                  member_act: np.ndarray, member_pair: np.ndarray, n_pairs: int, pair_range: np.ndarray,
                  n_ranges: int, stream_keys: pd.DataFrame, rp: Replays, names: tuple[np.ndarray, np.ndarray],
                  stats_launch: np.ndarray, attribution: bool, stall_threshold_ns: int, top: int,
@@ -296,6 +298,7 @@ def _levels_kept(frames: TraceFrames, acts: ActivityArrays, launch: np.ndarray, 
     categories): what plots, the per-gap tables and the many-trace merge read."""
     name_codes, name_table = names
     n_dev, n_str = acts.device_ids.size, len(stream_keys)
+    every = np.arange(acts.start.size, dtype=np.int64)  # the devices' and streams' members: every activity
     # The levels and the attribution's indexes on two threads: their numpy sorts and searches
     # release the GIL. The streams come last, reusing the device level's gap split.
     with ThreadPoolExecutor(2) as pool:
@@ -330,7 +333,7 @@ def _levels_kept(frames: TraceFrames, acts: ActivityArrays, launch: np.ndarray, 
                   stream_cats, top_gaps, launch_rows, pair_gaps, range_gaps, device_gaps, stream_gaps)
 
 
-def _levels_windowed(frames: TraceFrames, acts: ActivityArrays, launch: np.ndarray, every: np.ndarray,
+def _levels_windowed(frames: TraceFrames, acts: ActivityArrays, launch: np.ndarray,
                      member_act: np.ndarray, member_pair: np.ndarray, n_pairs: int, pair_range: np.ndarray,
                      n_ranges: int, stream_keys: pd.DataFrame, rp: Replays, names: tuple[np.ndarray, np.ndarray],
                      stats_launch: np.ndarray, attribution: bool, stall_threshold_ns: int, top: int,
@@ -350,18 +353,24 @@ def _levels_windowed(frames: TraceFrames, acts: ActivityArrays, launch: np.ndarr
                                                            keep_device_gaps=device_gaps)
         launch_rows = launches.result()
 
-    def stats(level: windows.LevelSums, m_act: np.ndarray, m_row: np.ndarray, n: int,
-              percentiles: bool) -> pd.DataFrame:
+    def stats(level: windows.LevelSums, m_act: np.ndarray | None, m_row: np.ndarray, n: int,
+              kernels: tuple[np.ndarray, np.ndarray] | None = None) -> pd.DataFrame:
         tl = level.timelines
         return level_table(acts, m_act, m_row, n, tl.span_ns, tl.gap_ns, tl.gap_count,
-                           level.lengths() if percentiles else None)
+                           level.lengths() if kernels is not None else None, kernels)
 
     top_gaps = None
     if longest is not None:
         top_gaps = longest_gaps(frames, longest[0], launch, name_codes, name_table, acts.busy, top)
-    return Levels(stats(pairs, member_act, member_pair, n_pairs, False), pairs.lengths(),
-                  stats(devices, every, acts.device_code, n_dev, True),
-                  stats(streams, every, acts.stream_code, n_str, True),
+    pair_stats = stats(pairs, member_act, member_pair, n_pairs)
+    # The device and stream tables read the same kernels' durations, one level after the other
+    # (each level's gap lengths are let go before the next is read).
+    kern = np.flatnonzero(acts.is_kernel)
+    k_dur = acts.duration_of(kern)
+    device_stats = stats(devices, None, acts.device_code, n_dev, (acts.device_code[kern].astype(np.int32), k_dur))
+    stream_stats = stats(streams, None, acts.stream_code, n_str, (acts.stream_code[kern].astype(np.int32), k_dur))
+    del kern, k_dur
+    return Levels(pair_stats, pairs.lengths(), device_stats, stream_stats,
                   pairs.inside, devices.inside, pairs.categories, devices.categories, streams.categories,
                   top_gaps, launch_rows, device_gaps=devices.kept())
 
@@ -395,13 +404,14 @@ def run_analysis(
     name_codes, name_table = api_names(frames)
     selected = bool(ranges or domains)
 
-    every = np.arange(acts.start.size, dtype=np.int64)
     device_ids = acts.device_ids
     n_dev = device_ids.size
     pid, dev_code, stream = unpack_stream_key(acts.stream_keys)
     stream_keys = pd.DataFrame({"pid": pid, "device": device_ids[dev_code], "stream": stream})
     n_pairs = n_ranges * n_dev
     member_pair = pair_code(member_range, acts.device_code[member_act], n_dev)
+    if n_pairs < 2**31:
+        member_pair = member_pair.astype(np.int32)  # 4 bytes a membership, not 8
     # With a selection, the launch statistics cover the selected ranges' work only.
     stats_launch = launch
     if selected:
@@ -411,15 +421,19 @@ def run_analysis(
     graph_call = np.isin(name_table, list(GRAPH_LAUNCH_CALLS))[name_codes]
     rp = Replays(frames.activities["kind"].to_numpy(), launch, graph_call)
     measured = _levels_kept if gaps else partial(_levels_windowed, device_gaps=merge)
-    lv = measured(frames, acts, launch, every, member_act, member_pair, n_pairs, pair_range, n_ranges, stream_keys,
+    lv = measured(frames, acts, launch, member_act, member_pair, n_pairs, pair_range, n_ranges, stream_keys,
                   rp, (name_codes, name_table), stats_launch, attribution, stall_threshold_ns, top, selected)
 
     rf = table.frame
     range_name, name_keys = _name_groups(rf)
     n_names = len(name_keys)
-    range_stats = rollup_stats(lv.pair_stats, pair_range, n_ranges, lv.pair_gap_lengths, acts, member_act, member_pair)
-    name_stats = rollup_stats(lv.pair_stats, range_name[pair_range] if n_pairs else pair_range, n_names,
-                              lv.pair_gap_lengths, acts, member_act, member_pair)
+    kernels = member_kernels(acts, member_act, member_pair)  # what both rollups' kernel medians read
+    with ThreadPoolExecutor(2) as pool:  # the two rollups' percentile sorts side by side
+        range_stats = pool.submit(rollup_stats, lv.pair_stats, pair_range, n_ranges, lv.pair_gap_lengths, kernels)
+        name_stats = pool.submit(rollup_stats, lv.pair_stats, range_name[pair_range] if n_pairs else pair_range,
+                                 n_names, lv.pair_gap_lengths, kernels)
+        range_stats, name_stats = range_stats.result(), name_stats.result()
+    del kernels
     if selected and not (range_stats["kernels"].to_numpy() > 0).any():
         chosen = [*(repr(r) for r in ranges), *(f"domain {d!r}" for d in domains)]
         raise GapscopeError(f"the ranges matching {', '.join(chosen)} launched no GPU work")
@@ -434,7 +448,7 @@ def run_analysis(
 
     # Graph replays: graph kernels, replays, and gap time inside them, per range, name, device.
     r_kernels, r_replays = rp.counts(member_act, member_range, n_ranges)
-    d_kernels, d_replays = rp.counts(every, acts.device_code, n_dev)
+    d_kernels, d_replays = rp.counts(None, acts.device_code, n_dev)
 
     def by_name_sum(values: np.ndarray) -> np.ndarray:
         return np.bincount(range_name, weights=values, minlength=n_names).astype(np.int64) if n_ranges \

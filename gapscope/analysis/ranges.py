@@ -214,7 +214,9 @@ def range_members(
         return empty, empty
     acts, lo, hi = _launch_slices(frames, launch, ranges, threads)
     owner, pos = expand_slices(lo, hi)
-    return owner, acts[pos]
+    # 32-bit: 8 bytes a membership, not 16 (an activity is often inside several nested ranges).
+    narrow = np.int32 if max(lo.size, launch.size) < 2**31 else np.int64
+    return owner.astype(narrow), acts.astype(narrow)[pos]
 
 
 def process_work_counts(frames: TraceFrames, launch: np.ndarray, ranges: RangeTable) -> np.ndarray:

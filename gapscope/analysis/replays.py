@@ -38,11 +38,17 @@ class Replays:
         call = self.launch[act]
         return np.where(self.graph_work[act] & (call >= 0), call, -1)
 
-    def counts(self, member_act: np.ndarray, member_row: np.ndarray, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
-        """(graph kernels, distinct graph launch calls) per row of a membership."""
-        g = self.graph_work[member_act]
+    def counts(self, member_act: np.ndarray | None, member_row: np.ndarray,
+               n_rows: int) -> tuple[np.ndarray, np.ndarray]:
+        """(graph kernels, distinct graph launch calls) per row of a membership (``member_act``
+        None: every activity, in row ``member_row[activity]``)."""
+        if member_act is None:
+            g = self.graph_work
+            call = np.where(g & (self.launch >= 0), self.launch, -1)
+        else:
+            g = self.graph_work[member_act]
+            call = self.replay_call(member_act)
         kernels = np.bincount(member_row[g], minlength=n_rows).astype(np.int64)
-        call = self.replay_call(member_act)
         has = call >= 0
         key = member_row[has].astype(np.int64) * (self.n_calls + 1) + call[has]
         rows = np.unique(key) // (self.n_calls + 1)

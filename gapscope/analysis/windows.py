@@ -46,6 +46,8 @@ def activity_windows(start: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarr
     the start changes, so that activities starting together share one."""
     order = np.argsort(start, kind="stable")
     n = order.size
+    if n < 2**31:
+        order = order.astype(np.int32)  # held for the whole measurement: 4 bytes an activity
     if n <= size:
         return order, np.array([0, n], dtype=np.int64)
     s = start[order]
@@ -97,7 +99,12 @@ def _add_categories(out: np.ndarray, gaps: GapList) -> None:
     the rows present only (a level can have millions of rows)."""
     if gaps.length.size == 0:
         return
-    rows, local = np.unique(gaps.row, return_inverse=True)
+    row = gaps.row
+    if bool((row[1:] >= row[:-1]).all()):  # a level's gaps come in row order: no sort needed
+        new_row = np.r_[True, row[1:] != row[:-1]]
+        rows, local = row[new_row], np.cumsum(new_row) - 1
+    else:
+        rows, local = np.unique(row, return_inverse=True)
     out[rows] += gaps.split.sums(local, gaps.length, rows.size)
 
 
@@ -146,12 +153,14 @@ def measure(acts: ActivityArrays, member_act: np.ndarray, member_pair: np.ndarra
     busy = acts.busy
     # Range members grouped by window, each window's in one pass's order: (pair, start, member).
     m_busy = np.flatnonzero(busy[member_act])
-    rank = np.empty(order.size, dtype=np.int64)
-    rank[order] = np.arange(order.size)
-    m_window = np.searchsorted(bounds, rank[member_act[m_busy]], side="right") - 1
-    del rank
+    n_windows = bounds.size - 1
+    # Each activity's window (16 bits where they suffice: a stable sort of those is a radix sort).
+    window_of = np.empty(order.size, dtype=np.int16 if n_windows <= np.iinfo(np.int16).max else np.int64)
+    window_of[order] = np.repeat(np.arange(n_windows, dtype=window_of.dtype), np.diff(bounds))
+    m_window = window_of[member_act[m_busy]]
+    del window_of
     by_window = np.argsort(m_window, kind="stable")
-    m_order = m_busy[by_window]
+    m_order = m_busy.astype(np.int32)[by_window] if m_busy.size < 2**31 else m_busy[by_window]
     m_bounds = np.searchsorted(m_window[by_window], np.arange(bounds.size))
     del m_window, m_busy, by_window
 
@@ -171,7 +180,6 @@ def measure(acts: ActivityArrays, member_act: np.ndarray, member_pair: np.ndarra
                              level(streams.timelines, acts.stream_code, a), m[pw.next_pos])
 
     cand = Candidates([], [])
-    n_windows = bounds.size - 1
     with ThreadPoolExecutor(1) as finder:
         coming = finder.submit(found, 0)
         attributor = attributor.result() if attributor is not None else None

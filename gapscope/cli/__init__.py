@@ -15,7 +15,7 @@ import sys
 
 import click
 
-from gapscope import __version__
+from gapscope import __version__, heap
 from gapscope.errors import EXIT_INTERNAL, GapscopeError, internal_error_line
 from gapscope.text import printable
 
@@ -81,6 +81,7 @@ def _quiet_stdout() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
+    heap.use_one_arena()  # before any thread allocates (gapscope.heap says why)
     _register()
     try:
         rv = cli.main(args=argv, prog_name="gapscope", standalone_mode=False)

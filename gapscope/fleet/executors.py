@@ -17,6 +17,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
+from gapscope import heap
 from gapscope.errors import GapscopeError
 from gapscope.text import one_line as printable_line
 
@@ -98,7 +99,8 @@ class ProcessPool:
         return multiprocessing.get_context("spawn")
 
     def run(self, task: Task, paths: Sequence[str]) -> Iterator[Outcome]:
-        pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=self._context())
+        pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=self._context(),
+                                   initializer=heap.use_one_arena)  # as the command line's own process
         try:
             futures = {pool.submit(run_task, task, p): i for i, p in enumerate(paths)}
             for fut in as_completed(futures):

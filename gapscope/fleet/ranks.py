@@ -11,7 +11,8 @@ import pandas as pd
 
 from gapscope.analysis.attribution import as_dicts
 from gapscope.analysis.communication import instances
-from gapscope.analysis.metrics import rollup_stats
+from gapscope.analysis.keys import pair_code
+from gapscope.analysis.metrics import member_kernels, rollup_stats
 from gapscope.analysis.pipeline import AnalysisArrays, analysis_of
 from gapscope.analysis.result import clean_rows
 
@@ -54,14 +55,15 @@ def per_device(a: AnalysisArrays) -> tuple[list[dict[str, Any]], dict[str, np.nd
     if n_ranges == 0 or a.member_act.size == 0:
         return [], {c: np.zeros(0, dtype=object if c == "name" else np.int64) for c in STEP_COLUMNS}
     n_pairs = n_ranges * n_dev
-    member_pair = a.member_range * n_dev + acts.device_code[a.member_act]
+    member_pair = pair_code(a.member_range, acts.device_code[a.member_act], n_dev)
     name_codes, uniques = pd.factorize(rf["group"].to_numpy(), sort=False)  # names without op suffixes
     names = np.asarray(uniques, dtype=object)
     n_names = names.size
     pair_range, pair_dev = pairs.range_of, pairs.device_code_of
     group = pair_dev * n_names + name_codes[pair_range]  # (device, name), device first
     n_groups = n_dev * n_names
-    rolled = rollup_stats(pairs.stats, group, n_groups, pairs.gap_lengths, acts, a.member_act, member_pair)
+    rolled = rollup_stats(pairs.stats, group, n_groups, pairs.gap_lengths,
+                          member_kernels(acts, a.member_act, member_pair))
 
     work = np.bincount(member_pair, minlength=n_pairs) > 0  # the instance launched work on the device
     count = np.bincount(group[work], minlength=n_groups)

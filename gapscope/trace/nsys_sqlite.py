@@ -20,7 +20,6 @@ answer until it is closed, then raise ClosedTraceError.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import shutil
 import sqlite3
@@ -37,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from gapscope.errors import GapscopeError
+from gapscope.heap import give_back_freed_pages
 from gapscope.text import printable
 from gapscope.trace.cache import ColumnCache
 from gapscope.trace.cuda_api import QUIET_CALLS
@@ -128,7 +128,7 @@ class NsysSqlite:
         finally:
             reader.close()
         if max(len(frames.activities), len(frames.api)) >= TRIM_ROWS:
-            _give_back_freed_memory()
+            give_back_freed_pages()
         return frames
 
     def activity_rows(self) -> int:
@@ -599,17 +599,6 @@ class _Reader:
 #: (1.93-2.17 s against 2.05-2.50 s, 3 runs each), at 3M by 35-67 MiB; at 100k nothing changed
 #: (docs/performance.md). Before, the analysis reused them below 4,194,304 rows.
 TRIM_ROWS = 1 << 18
-
-
-def _give_back_freed_memory() -> None:
-    """Hand the C heap's free pages back to the system (glibc's ``malloc_trim``). The driver's
-    Arrow batches are freed in pieces of BATCH_ROWS rows, scattered over the heaps of the reading
-    threads: about 110 bytes per row read that would otherwise stay resident. Nothing happens
-    where the C library has no ``malloc_trim``."""
-    try:
-        ctypes.CDLL(None).malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 def _bounds(conn: sqlite3.Connection, r: Read) -> list[tuple[int | None, int | None]]:

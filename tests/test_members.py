@@ -1,0 +1,72 @@
+"""Memberships: every activity given as ``None`` (the device and stream levels) reads the same
+kernels, counts and replays as the explicit membership of every activity; range memberships
+and codes are 32-bit, with the values of a plain 64-bit computation written here."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gapscope.analysis.metrics import level_table, member_kernels
+from gapscope.analysis.pipeline import run_analysis
+from gapscope.analysis.replays import Replays
+from gapscope.trace.frames import ActivityKind
+from gapscope.trace.handle import open_trace
+from paths import TRACES
+
+#: Graph replays (kernels launched by cudaGraphLaunch), several devices, copies.
+NAMES = ["cupy_paths_node.sqlite", "case_multi_gpu.sqlite", "torch_decode_sync.sqlite"]
+
+
+@pytest.fixture(scope="module", params=NAMES)
+def analysis(request):
+    with open_trace(TRACES / request.param) as trace:
+        yield run_analysis(trace.frames(syncs=True), gaps=True)
+
+
+def test_every_activity_as_none_reads_what_the_explicit_membership_reads(analysis):
+    acts = analysis.acts
+    every = np.arange(acts.start.size)
+    for codes in (acts.device_code, acts.stream_code):
+        n = int(codes.max()) + 1
+        rows, dur = member_kernels(acts, None, codes)
+        rows_e, dur_e = member_kernels(acts, every, codes)
+        assert rows.tolist() == rows_e.tolist() and dur.tolist() == dur_e.tolist()
+        # By hand: each kernel's (or graph execution's) code and end - start, in activity order.
+        kind = analysis.frames.activities["kind"].to_numpy()
+        k = [i for i in range(kind.size) if kind[i] in (ActivityKind.KERNEL, ActivityKind.GRAPH)]
+        assert rows.tolist() == [int(codes[i]) for i in k]
+        assert dur.tolist() == [int(acts.end[i] - acts.start[i]) for i in k]
+        span, gap, count = (np.arange(n, dtype=np.int64) * c for c in (7, 3, 1))
+        pd.testing.assert_frame_equal(level_table(acts, None, codes, n, span, gap, count, None),
+                                      level_table(acts, every, codes, n, span, gap, count, None))
+        # Percentiles from gap lengths given, and the kernel medians from the shared durations.
+        lengths = (codes[:50].astype(np.int32), np.arange(50, dtype=np.int64))
+        pd.testing.assert_frame_equal(level_table(acts, None, codes, n, span, gap, count, lengths, (rows, dur)),
+                                      level_table(acts, every, codes, n, span, gap, count, lengths))
+        # Every call taken for a graph launch, so that every linked kernel counts as replay work.
+        rp = Replays(analysis.frames.activities["kind"].to_numpy(), analysis.launch,
+                     np.ones(len(analysis.frames.api), dtype=bool))
+        got, want = rp.counts(None, codes, n), rp.counts(every, codes, n)
+        assert [g.tolist() for g in got] == [w.tolist() for w in want]
+
+
+def test_range_memberships_are_32_bit_with_the_64_bit_values(analysis):
+    assert analysis.member_range.dtype == np.int32 and analysis.member_act.dtype == np.int32
+    assert analysis.acts.device_code.dtype == np.int32 and analysis.acts.stream_code.dtype == np.int32
+    # Each member is a (range, activity) pair whose activity was launched inside the range, on its thread.
+    rf, api = analysis.ranges.frame, analysis.frames.api
+    call = analysis.launch[analysis.member_act.astype(np.int64)]
+    t = api["start"].to_numpy()[call]
+    r = analysis.member_range.astype(np.int64)
+    assert (call >= 0).all()
+    assert ((rf["start_ns"].to_numpy()[r] <= t) & (t <= rf["end_ns"].to_numpy()[r])).all()
+    assert (api["tid"].to_numpy()[call] == rf["tid"].to_numpy()[r]).all()
+    # As many members as (range, linked activity) pairs that satisfy that, counted in 64 bits.
+    linked = np.flatnonzero(analysis.launch >= 0)
+    lt = api["start"].to_numpy()[analysis.launch[linked]]
+    ltid = api["tid"].to_numpy()[analysis.launch[linked]]
+    expected = sum(int(((lt >= s) & (lt <= e) & (ltid == tid)).sum())
+                   for s, e, tid in zip(rf["start_ns"], rf["end_ns"], rf["tid"]))
+    assert analysis.member_act.size == expected > 0
