@@ -135,7 +135,7 @@ def api_names(frames: TraceFrames) -> tuple[np.ndarray, np.ndarray]:
     codes, uniques = pd.factorize(frames.api["name_id"].to_numpy())
     names = frames.names.lookup(int(u) for u in uniques)
     table = np.array([base_name(names[int(u)]) for u in uniques] + [""], dtype=object)
-    return codes.astype(np.int64), table
+    return codes.astype(np.int32 if table.size < 2**31 else np.int64), table
 
 
 def _previous(sorted_keys: np.ndarray, query: np.ndarray, side: str = "right") -> np.ndarray:

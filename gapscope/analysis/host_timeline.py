@@ -61,7 +61,7 @@ class HostTimeline:
         start = np.asarray(start, dtype=np.int64)
         end = np.maximum(np.asarray(end, dtype=np.int64), start)
         codes, threads = pd.factorize(np.asarray(tid))
-        self.call_thread = codes.astype(np.int64, copy=False)
+        self.call_thread = codes.astype(np.int32 if len(threads) < 2**31 else np.int64)
         seg_thread = self.call_thread
         if counted is not None:
             counted = np.asarray(counted, dtype=bool)

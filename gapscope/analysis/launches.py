@@ -12,6 +12,10 @@ import pandas as pd
 from gapscope.analysis.intervals import grouped_quantiles
 
 
+#: Activities whose launches are read at a time.
+LINK_BLOCK = 1 << 18
+
+
 def launch_stats(
     launch: np.ndarray, act_start: np.ndarray, api_start: np.ndarray, api_end: np.ndarray,
     name_codes: np.ndarray, name_table: np.ndarray,
@@ -22,23 +26,31 @@ def launch_stats(
     activity minus the call's end (queueing and launch latency); ``per_second``: calls divided
     by the time from the first call's start to the last call's end.
     """
-    linked = launch >= 0
-    if not linked.any():
+    if not (launch >= 0).any():
         return []
-    calls = launch[linked]
+    # Each call's first activity start, a block of activities at a time (the temporaries stay
+    # small beside the analysis running on other threads).
     first_start = np.full(api_start.size, np.iinfo(np.int64).max, dtype=np.int64)
-    np.minimum.at(first_start, calls, act_start[linked])
+    for a in range(0, launch.size, LINK_BLOCK):
+        lk = launch[a:a + LINK_BLOCK]
+        linked = lk >= 0
+        np.minimum.at(first_start, lk[linked], act_start[a:a + LINK_BLOCK][linked])
     call_ids = np.flatnonzero(first_start < np.iinfo(np.int64).max)
     # Calls -> their name's code -> the suffix-stripped name (two ids can share one name).
     id_codes, ids = pd.factorize(name_codes[call_ids])
     label_codes, name_uniques = pd.factorize(name_table[ids])
     name_codes = label_codes[id_codes]
     n = len(name_uniques)
-    host = api_end[call_ids] - api_start[call_ids]
-    latency = first_start[call_ids] - api_end[call_ids]
-    hq = grouped_quantiles(name_codes, np.maximum(host, 0), n, (0.5, 0.9))
     # Latency can be negative only through clock skew; quantiles need non-negative values.
-    lq = grouped_quantiles(name_codes, np.maximum(latency, 0), n, (0.5, 0.9))
+    latency = first_start[call_ids]
+    del first_start
+    latency -= api_end[call_ids]
+    lq = grouped_quantiles(name_codes, np.maximum(latency, 0, out=latency), n, (0.5, 0.9))
+    del latency
+    host = api_end[call_ids]
+    host -= api_start[call_ids]
+    hq = grouped_quantiles(name_codes, np.maximum(host, 0, out=host), n, (0.5, 0.9))
+    del host
     count = np.bincount(name_codes, minlength=n)
     t0 = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(t0, name_codes, api_start[call_ids])

@@ -109,9 +109,12 @@ def activity_arrays(frames: TraceFrames, count_memops: bool) -> ActivityArrays:
     s_codes, s_keys = pd.factorize(
         stream_key(a["proc"].to_numpy(), dev_codes, a["stream"].to_numpy()), sort=True
     )
+    start, end = a["start"].to_numpy(), a["end"].to_numpy()
+    if (end < start).any():  # an activity that ends before it starts lasts no time (else: no copy)
+        end = np.maximum(end, start)
     return ActivityArrays(
-        start=a["start"].to_numpy(),
-        end=np.maximum(a["end"].to_numpy(), a["start"].to_numpy()),
+        start=start,
+        end=end,
         device=a["device"].to_numpy(),
         is_kernel=is_kernel,
         is_memop=is_memop,
@@ -396,8 +399,7 @@ def run_analysis(
     if stall_threshold_ns < 0:
         raise GapscopeError(f"the stall threshold must be 0 or more, not {stall_threshold_ns} ns")
     acts = activity_arrays(frames, count_memops)
-    calls = CallIndex(frames.api)
-    launch = link_launches(frames, calls)
+    launch = link_launches(frames, CallIndex(frames.api))  # the index is let go once the links are found
     table = range_table(frames, ranges, domains=domains, normalize=normalize)
     member_range, member_act = range_members(frames, launch, table, threads)
     n_ranges = len(table.frame)

@@ -77,9 +77,11 @@ class CallIndex:
 
 
 def link_launches(frames: TraceFrames, calls: CallIndex) -> np.ndarray:
-    """Index into ``frames.api`` of the call that launched each activity, -1 where none."""
+    """Index into ``frames.api`` of the call that launched each activity, -1 where none (32-bit
+    where the calls allow: the analysis holds it throughout, 4 bytes an activity)."""
     acts = frames.activities
-    return calls.find(acts["proc"].to_numpy(), acts["corr"].to_numpy())
+    found = calls.find(acts["proc"].to_numpy(), acts["corr"].to_numpy())
+    return found.astype(np.int32) if len(frames.api) < 2**31 else found
 
 
 def _depth(tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
