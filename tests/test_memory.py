@@ -59,9 +59,9 @@ def test_a_pytorch_profiler_trace_is_not_counted():
 
 def test_the_estimate_is_the_fitted_line_of_each_path():
     assert memory.needed_bytes(0) == 300_000_000
-    assert memory.needed_bytes(1_000_000) == 300_000_000 + 480_000_000  # no gap list kept
+    assert memory.needed_bytes(1_000_000) == 300_000_000 + 320_000_000  # no gap list kept
     assert memory.needed_bytes(1_000_000, gaps=True) == 300_000_000 + 800_000_000  # gap lists kept
-    assert memory.needed_bytes(1_000_000, merge=True) == 300_000_000 + 560_000_000  # range pairs, device gaps
+    assert memory.needed_bytes(1_000_000, merge=True) == 300_000_000 + 440_000_000  # range pairs, device gaps
     assert memory.needed_bytes(1_000_000, gaps=True, merge=True) == 300_000_000 + 800_000_000
     assert memory.needed_bytes(1_000_000, all_calls=True) == 300_000_000 + 1_350_000_000  # tables, export
     assert memory.needed_bytes(1_000_000, gaps=True, all_calls=True) == 1_650_000_000
@@ -79,17 +79,17 @@ def test_available_memory_is_mem_available_plus_free_swap(tmp_path):
 
 
 def test_a_trace_too_large_is_refused_in_one_line():
-    rows = 40_000_000  # needs 300e6 + 40e6 * 480 = 19.5e9 bytes
+    rows = 40_000_000  # needs 300e6 + 40e6 * 320 = 13.1e9 bytes
     with pytest.raises(GapscopeError) as err:
-        memory.check("big.sqlite", rows, available=18_000_000_000, environ={})
+        memory.check("big.sqlite", rows, available=12_000_000_000, environ={})
     assert str(err.value) == (
-        "big.sqlite: analyzing its 40,000,000 GPU activities needs about 19.5 GB of memory, more than "
-        "the 18.0 GB this machine has free; record a shorter capture (`nsys profile --capture-range`, "
+        "big.sqlite: analyzing its 40,000,000 GPU activities needs about 13.1 GB of memory, more than "
+        "the 12.0 GB this machine has free; record a shorter capture (`nsys profile --capture-range`, "
         "`--duration`) or analyze it on a larger machine (GAPSCOPE_MEMORY_CHECK=0 tries anyway)")
     assert err.value.exit_code == 2
-    memory.check("big.sqlite", rows, available=19_500_000_000, environ={})  # exactly enough: analyzed
+    memory.check("big.sqlite", rows, available=13_100_000_000, environ={})  # exactly enough: analyzed
     with pytest.raises(GapscopeError, match="needs about 32.3 GB"):  # 300e6 + 40e6 * 800
-        memory.check("big.sqlite", rows, gaps=True, available=19_500_000_000, environ={})
+        memory.check("big.sqlite", rows, gaps=True, available=13_100_000_000, environ={})
     with pytest.raises(GapscopeError, match="needs about 54.3 GB"):  # 300e6 + 40e6 * 1,350
         memory.check("big.sqlite", rows, all_calls=True, available=32_300_000_000, environ={})
     memory.check("big.sqlite", rows, available=1, environ={"GAPSCOPE_MEMORY_CHECK": "0"})  # turned off
@@ -97,7 +97,7 @@ def test_a_trace_too_large_is_refused_in_one_line():
 
 
 def test_the_command_refuses_before_reading(monkeypatch):
-    need = 300_000_000 + 480 * counted(TRACES / "torch_decode.sqlite")
+    need = 300_000_000 + 320 * counted(TRACES / "torch_decode.sqlite")
     monkeypatch.delenv("GAPSCOPE_MEMORY_CHECK", raising=False)
     monkeypatch.setattr(memory, "available_bytes", lambda: need - 1)
     got = gapscope("analyze", "traces/torch_decode.sqlite", "--no-cache")
@@ -110,9 +110,9 @@ def test_the_command_refuses_before_reading(monkeypatch):
 
 DECODE = TRACES / "torch_decode.sqlite"
 #: Each path and what it asks the check for: its bytes per activity row (no gap list kept:
-#: 480; kept: 800; every CUDA call read too: 1,350; a file of several: 560).
+#: 320; kept: 800; every CUDA call read too: 1,350; a file of several: 440).
 PATHS = [
-    (480, ["analyze", "traces/torch_decode.sqlite", "--no-cache", "-f", "json"]),
+    (320, ["analyze", "traces/torch_decode.sqlite", "--no-cache", "-f", "json"]),
     (800, ["analyze", "traces/torch_decode.sqlite", "--no-cache", "--plot", "{tmp}/plots"]),
     (800, ["report", "traces/torch_decode.sqlite", "--no-figures", "--html", "{tmp}/r.html"]),
     (1350, ["analyze", "traces/torch_decode.sqlite", "--no-cache", "--gaps-csv", "{tmp}/gaps.csv"]),
@@ -150,10 +150,10 @@ def test_the_api_and_a_fleet_worker_ask_for_theirs(monkeypatch):
     with pytest.raises(GapscopeError, match="needs about"):
         api.analyze(DECODE, tables=False)
     assert analyze_rank_file(str(DECODE))["devices"]  # the range pairs and device gaps kept: fits
-    monkeypatch.setattr(memory, "available_bytes", lambda: 300_000_000 + 560 * rows - 1)
+    monkeypatch.setattr(memory, "available_bytes", lambda: 300_000_000 + 440 * rows - 1)
     with pytest.raises(GapscopeError, match="needs about"):
         analyze_rank_file(str(DECODE))
-    monkeypatch.setattr(memory, "available_bytes", lambda: 300_000_000 + 560 * rows)
+    monkeypatch.setattr(memory, "available_bytes", lambda: 300_000_000 + 440 * rows)
     assert analyze_rank_file(str(DECODE))["devices"]
 
 
@@ -175,7 +175,7 @@ def test_jobs_are_lowered_until_the_largest_fit_together(needs, jobs, available,
 
 def test_several_traces_are_estimated_from_their_rows(tmp_path):
     a, b = TRACES / "torch_decode.sqlite", TRACES / "cmp_base_1.sqlite"
-    need_a, need_b = (300_000_000 + 560 * counted(p) for p in (a, b))  # each worker keeps what the merge reads
+    need_a, need_b = (300_000_000 + 440 * counted(p) for p in (a, b))  # each worker keeps what the merge reads
     missing = str(tmp_path / "absent.sqlite")  # cannot be opened: left to fail in its worker
     paths = [str(a), missing, str(b)]
     assert memory.estimated_bytes(missing) is None
@@ -190,7 +190,7 @@ def test_several_traces_are_estimated_from_their_rows(tmp_path):
 
 def test_the_command_says_it_runs_fewer_at_once(monkeypatch):
     a, b = "traces/torch_decode.sqlite", "traces/cmp_base_1.sqlite"
-    both = sum(300_000_000 + 560 * counted(TRACES / p.split("/")[1]) for p in (a, b))
+    both = sum(300_000_000 + 440 * counted(TRACES / p.split("/")[1]) for p in (a, b))
     monkeypatch.delenv("GAPSCOPE_MEMORY_CHECK", raising=False)
     monkeypatch.setattr(memory, "available_bytes", lambda: both - 1)  # the parent's view; workers see the machine
     got = gapscope("analyze", a, b, "--jobs", "2", "-f", "json")
@@ -212,7 +212,7 @@ def test_the_library_warns_where_the_command_prints(monkeypatch):
     from gapscope.fleet.merge import analyze_fleet
 
     paths = [str(TRACES / "torch_decode.sqlite"), str(TRACES / "cmp_base_1.sqlite")]
-    both = sum(300_000_000 + 560 * counted(p) for p in paths)
+    both = sum(300_000_000 + 440 * counted(p) for p in paths)
     monkeypatch.delenv("GAPSCOPE_MEMORY_CHECK", raising=False)
     monkeypatch.setattr(memory, "available_bytes", lambda: both - 1)
     with pytest.warns(RuntimeWarning, match="^gapscope: running 1 trace at a time, not 2: "):

@@ -46,7 +46,7 @@ class HostTimeline:
     ``call_thread[i]`` is the thread code of API call ``i``; threads are numbered among those
     that made any call. Per category, the time of the segments before each one is kept densely
     (a prefix sum per segment) for frequent categories and as the positions and prefix sums of
-    its own segments for rare ones."""
+    its own segments for rare ones; the most frequent is derived, all the time less the others'."""
 
     #: A category with fewer segments than this share of all is kept sparsely.
     DENSE_SHARE = 1 / 16
@@ -74,6 +74,7 @@ class HostTimeline:
             self.seg_key = np.zeros(0, dtype=np.int64)
             self.seg_cat = np.zeros(0, dtype=np.int8)
             self._sums = [np.zeros(0, dtype=np.int64)] * N_STATES
+            self._derived = -1  # no segment: split() has no time to give
             return
         thread_proc = pd.factorize(np.asarray(threads, dtype=np.int64) >> 24)[0].astype(np.int64)
         # With one calling thread per process, a process's no-call stretches are its thread's.
@@ -88,11 +89,16 @@ class HostTimeline:
         length = np.empty_like(seg_key)
         np.subtract(seg_key[1:], seg_key[:-1], out=length[:-1])
         length[-1] = 0
-        self._sums: list[np.ndarray | tuple[np.ndarray, np.ndarray]] = []
+        self._sums: list[np.ndarray | tuple[np.ndarray, np.ndarray] | None] = []
+        # The most frequent category is not kept: before any segment, its time is all the time
+        # (the key's distance to the first segment's) less the other categories'.
+        self._derived = int(np.argmax(np.bincount(seg_cat, minlength=N_STATES)))
         part = None
         for c in range(N_STATES):  # one pass per category, not per segment
             mine = seg_cat == c
-            if np.count_nonzero(mine) >= self.DENSE_SHARE * seg_key.size:
+            if c == self._derived:
+                self._sums.append(None)
+            elif np.count_nonzero(mine) >= self.DENSE_SHARE * seg_key.size:
                 part = np.empty_like(length) if part is None else part
                 np.multiply(length, mine, out=part)
                 dense = np.cumsum(part)
@@ -213,8 +219,12 @@ class HostTimeline:
         qa, qb = self.tk.key(thread, a), self.tk.key(thread, b)
         ia = np.searchsorted(self.seg_key, qa, side="right") - 1  # the segments holding a and b
         ib = np.searchsorted(self.seg_key, qb, side="right") - 1
+        d = self._derived
+        np.subtract(self.seg_key[ib], self.seg_key[ia], out=out[:, d])  # all the time between the segments
         for c in range(N_STATES):  # the sums before b's segment minus those before a's
-            np.subtract(self._before(c, ib), self._before(c, ia), out=out[:, c])
+            if c != d:
+                np.subtract(self._before(c, ib), self._before(c, ia), out=out[:, c])
+                out[:, d] -= out[:, c]
         rows = np.arange(n)
         out[rows, self.seg_cat[ib]] += qb - self.seg_key[ib]  # the parts inside those segments
         out[rows, self.seg_cat[ia]] -= qa - self.seg_key[ia]

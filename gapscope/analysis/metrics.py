@@ -35,9 +35,9 @@ class ActivityArrays:
     is_kernel: np.ndarray  # kernels and graph-level executions
     is_memop: np.ndarray
     busy: np.ndarray  # counted in the busy union
-    device_code: np.ndarray  # index into device_ids
+    device_code: np.ndarray  # index into device_ids (int32)
     device_ids: np.ndarray  # sorted device ids
-    stream_code: np.ndarray  # index into stream_keys
+    stream_code: np.ndarray  # index into stream_keys (int32)
     stream_keys: np.ndarray  # sorted packed stream keys (gapscope.analysis.keys.stream_key)
 
     @property

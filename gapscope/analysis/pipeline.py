@@ -75,7 +75,9 @@ class RangePairs:
 @dataclass(frozen=True)
 class AnalysisArrays:
     """Everything computed on the way to the result: the frames, launch links, range
-    membership, per-pair statistics and the gap lists of every level with their categories."""
+    membership, per-pair statistics and the gap lists of every level with their categories.
+    The links and the membership are 32-bit arrays where the trace allows (fewer than 2**31
+    calls, activities and ranges), as the activity arrays' device and stream codes are."""
 
     frames: TraceFrames
     acts: ActivityArrays
@@ -420,7 +422,7 @@ def run_analysis(
     # With a selection, the launch statistics cover the selected ranges' work only.
     stats_launch = launch
     if selected:
-        stats_launch = np.full(launch.size, -1, dtype=np.int64)
+        stats_launch = np.full(launch.size, -1, dtype=launch.dtype)
         stats_launch[member_act] = launch[member_act]
     pair_range = np.arange(n_pairs, dtype=np.int64) // max(n_dev, 1)
     graph_call = np.isin(name_table, list(GRAPH_LAUNCH_CALLS))[name_codes]
