@@ -208,10 +208,12 @@ class Attributor:
         issued on it (to see whether a wait came between two launches)."""
         acts = self.acts
         order = np.lexsort((acts.start, acts.stream_code))
+        narrow = np.int32 if order.size < 2**31 else np.int64  # what is built here is 32-bit, held or not
+        order = order.astype(narrow)
         code = acts.stream_code[order]
         same = code[1:] == code[:-1]
         del code
-        prev = np.full(order.size, -1, dtype=np.int32 if order.size < 2**31 else np.int64)
+        prev = np.full(order.size, -1, dtype=narrow)
         prev[order[1:][same]] = order[:-1][same]  # the activity before each on its stream
         self.prev_on_stream = prev
 
