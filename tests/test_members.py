@@ -70,3 +70,15 @@ def test_range_memberships_are_32_bit_with_the_64_bit_values(analysis):
     expected = sum(int(((lt >= s) & (lt <= e) & (ltid == tid)).sum())
                    for s, e, tid in zip(rf["start_ns"], rf["end_ns"], rf["tid"]))
     assert analysis.member_act.size == expected > 0
+
+
+def test_narrowed_holds_the_values_in_32_bits_below_2_31():
+    from gapscope.analysis.keys import index_dtype, narrowed
+
+    assert index_dtype(2**31 - 1) is np.int32 and index_dtype(2**31) is np.int64
+    values = np.array([-1, 0, 7, 2**31 - 1], dtype=np.int64)
+    small = narrowed(values, 2**31)
+    assert small.dtype == np.int64 and small is values  # a bound of 2**31 keeps 64 bits, no copy
+    kept = narrowed(values[:3], 8)
+    assert kept.dtype == np.int32 and kept.tolist() == [-1, 0, 7]
+    assert narrowed(kept, 8) is kept  # 32 bits already: no copy

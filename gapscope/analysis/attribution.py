@@ -35,7 +35,7 @@ import pandas as pd
 from gapscope.analysis import host_timeline as ht
 from gapscope.analysis.host_timeline import DEFAULT_STALL_THRESHOLD_NS, HostTimeline
 from gapscope.analysis.intervals import union_blocks
-from gapscope.analysis.keys import TimeKeys, pid_stream_key, stream_key, stream_key_without_device
+from gapscope.analysis.keys import TimeKeys, narrowed, pid_stream_key, stream_key, stream_key_without_device
 from gapscope.analysis.metrics import ActivityArrays, GapList
 from gapscope.trace.cuda_api import QUIET_CALLS, base_name, call_role
 from gapscope.trace.frames import TraceFrames
@@ -135,7 +135,7 @@ def api_names(frames: TraceFrames) -> tuple[np.ndarray, np.ndarray]:
     codes, uniques = pd.factorize(frames.api["name_id"].to_numpy())
     names = frames.names.lookup(int(u) for u in uniques)
     table = np.array([base_name(names[int(u)]) for u in uniques] + [""], dtype=object)
-    return codes.astype(np.int32 if table.size < 2**31 else np.int64), table
+    return narrowed(codes, table.size), table
 
 
 def _previous(sorted_keys: np.ndarray, query: np.ndarray, side: str = "right") -> np.ndarray:
@@ -208,12 +208,11 @@ class Attributor:
         issued on it (to see whether a wait came between two launches)."""
         acts = self.acts
         order = np.lexsort((acts.start, acts.stream_code))
-        narrow = np.int32 if order.size < 2**31 else np.int64  # what is built here is 32-bit, held or not
-        order = order.astype(narrow)
+        order = narrowed(order, order.size)  # what is built here is 32-bit, held or not
         code = acts.stream_code[order]
         same = code[1:] == code[:-1]
         del code
-        prev = np.full(order.size, -1, dtype=narrow)
+        prev = np.full(order.size, -1, dtype=order.dtype)
         prev[order[1:][same]] = order[:-1][same]  # the activity before each on its stream
         self.prev_on_stream = prev
 

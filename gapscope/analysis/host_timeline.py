@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from gapscope.analysis.intervals import expand_slices, grouped_running_max
-from gapscope.analysis.keys import TimeKeys
+from gapscope.analysis.keys import TimeKeys, narrowed
 from gapscope.trace.cuda_api import ROLE_LAUNCH, ROLE_SETUP, ROLE_SYNC
 
 #: The categories a thread's state gives (indexes of HostTimeline.split's columns).
@@ -61,7 +61,7 @@ class HostTimeline:
         start = np.asarray(start, dtype=np.int64)
         end = np.maximum(np.asarray(end, dtype=np.int64), start)
         codes, threads = pd.factorize(np.asarray(tid))
-        self.call_thread = codes.astype(np.int32 if len(threads) < 2**31 else np.int64)
+        self.call_thread = narrowed(codes, len(threads))
         seg_thread = self.call_thread
         if counted is not None:
             counted = np.asarray(counted, dtype=bool)

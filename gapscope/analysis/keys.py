@@ -22,6 +22,9 @@ packers check the ones the data can reach and raise GapscopeError):
     nanoseconds for one group, or a 1 s trace with 9.2e9 groups).
 ``pair_code``  ``row * n_devices + device_code``
     one (range, device) pair; needs ``rows * n_devices < 2**63``.
+
+Codes and indices that are not packed (launch links, memberships, orders, device and stream
+codes) are held in 32 bits where every value is below 2**31: :func:`index_dtype`, :func:`narrowed`.
 """
 
 from __future__ import annotations
@@ -71,6 +74,18 @@ def stream_key_without_device(keys: np.ndarray) -> np.ndarray:
 def call_key(proc_code: np.ndarray, corr: np.ndarray) -> np.ndarray:
     """One integer per (process code, correlation id)."""
     return (np.asarray(proc_code, dtype=np.int64) << CORR_BITS) | (np.asarray(corr, dtype=np.int64) & _CORR_MASK)
+
+
+def index_dtype(bound: int) -> type[np.signedinteger]:
+    """np.int32 when every value to hold is below ``bound`` (a code, an index, a length), else
+    np.int64: an array kept over every activity then takes 4 bytes a value, not 8."""
+    return np.int32 if bound < 2**31 else np.int64
+
+
+def narrowed(values: np.ndarray, bound: int) -> np.ndarray:
+    """``values`` (each below ``bound``, none below -2**31) as :func:`index_dtype` of ``bound``;
+    no copy when they are that already."""
+    return np.asarray(values).astype(index_dtype(bound), copy=False)
 
 
 def pair_code(row: np.ndarray, device_code: np.ndarray, n_devices: int) -> np.ndarray:

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from gapscope.analysis.intervals import group_timelines, grouped_quantiles
+from gapscope.analysis.keys import narrowed
 from gapscope.schema import STATS_FIELDS  # noqa: F401  (the columns every timeline row carries)
 
 QUANTILES = (0.5, 0.9, 0.99, 1.0)
@@ -131,9 +132,7 @@ def member_kernels(acts: ActivityArrays, member_act: np.ndarray | None,
         kern_m = acts.is_kernel[member_act]
         idx = member_act[kern_m]
         rows = member_row[kern_m]
-    if rows.size and rows.dtype != np.int32 and int(rows.max()) < 2**31:
-        rows = rows.astype(np.int32)
-    return rows, acts.duration_of(idx)
+    return narrowed(rows, int(rows.max(initial=0)) + 1), acts.duration_of(idx)
 
 
 def level_table(acts: ActivityArrays, member_act: np.ndarray | None, member_row: np.ndarray, n_rows: int,
@@ -181,11 +180,6 @@ def level_table(acts: ActivityArrays, member_act: np.ndarray | None, member_row:
     )
 
 
-def _narrow(row_group: np.ndarray, n_groups: int) -> np.ndarray:
-    """``row_group`` as 32-bit codes where they fit (what is gathered per gap and per kernel)."""
-    return row_group.astype(np.int32) if n_groups < 2**31 else row_group
-
-
 def rollup_stats(
     rows: pd.DataFrame,
     row_group: np.ndarray,
@@ -200,7 +194,7 @@ def rollup_stats(
         col: _sum_to(row_group, rows[col].to_numpy(), n_groups)
         for col in ("kernels", "memops", "memop_ns", "gpu_span_ns", "busy_ns", "gap_ns", "gap_count")
     }
-    group = _narrow(np.asarray(row_group), n_groups)
+    group = narrowed(row_group, n_groups)  # what is gathered per gap and per kernel
     gq = grouped_quantiles(group[gaps[0]], gaps[1], n_groups, QUANTILES)
     kq = grouped_quantiles(group[kernels[0]], kernels[1], n_groups, (0.5,))
     return pd.DataFrame(

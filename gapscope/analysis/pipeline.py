@@ -30,7 +30,7 @@ from gapscope.analysis.attribution import (
     Attributor, api_names, as_dicts, category_sums, distinct_gaps, longest_gaps,
 )
 from gapscope.analysis.host_timeline import DEFAULT_STALL_THRESHOLD_NS
-from gapscope.analysis.keys import pair_code, stream_key, unpack_stream_key
+from gapscope.analysis.keys import narrowed, pair_code, stream_key, unpack_stream_key
 from gapscope.analysis.launches import launch_stats
 from gapscope.analysis.metrics import (
     STATS_FIELDS, ActivityArrays, GapList, level_stats, level_table, member_kernels, rollup_stats,
@@ -107,7 +107,7 @@ def activity_arrays(frames: TraceFrames, count_memops: bool) -> ActivityArrays:
     is_kernel = (kind == ActivityKind.KERNEL) | (kind == ActivityKind.GRAPH)
     is_memop = (kind == ActivityKind.MEMCPY) | (kind == ActivityKind.MEMSET)
     dev_codes, device_ids = pd.factorize(a["device"].to_numpy(), sort=True)
-    dev_codes = dev_codes.astype(np.int32)  # codes are 32-bit: 4 bytes an activity, not 8
+    dev_codes = narrowed(dev_codes, len(device_ids))  # 4 bytes an activity, not 8
     s_codes, s_keys = pd.factorize(
         stream_key(a["proc"].to_numpy(), dev_codes, a["stream"].to_numpy()), sort=True
     )
@@ -123,7 +123,7 @@ def activity_arrays(frames: TraceFrames, count_memops: bool) -> ActivityArrays:
         busy=is_kernel | (is_memop & count_memops),
         device_code=dev_codes,
         device_ids=np.asarray(device_ids, dtype=np.int64),
-        stream_code=s_codes.astype(np.int32),
+        stream_code=narrowed(s_codes, len(s_keys)),
         stream_keys=np.asarray(s_keys, dtype=np.int64),
     )
 
@@ -372,8 +372,8 @@ def _levels_windowed(frames: TraceFrames, acts: ActivityArrays, launch: np.ndarr
     # (each level's gap lengths are let go before the next is read).
     kern = np.flatnonzero(acts.is_kernel)
     k_dur = acts.duration_of(kern)
-    device_stats = stats(devices, None, acts.device_code, n_dev, (acts.device_code[kern].astype(np.int32), k_dur))
-    stream_stats = stats(streams, None, acts.stream_code, n_str, (acts.stream_code[kern].astype(np.int32), k_dur))
+    device_stats = stats(devices, None, acts.device_code, n_dev, (acts.device_code[kern], k_dur))
+    stream_stats = stats(streams, None, acts.stream_code, n_str, (acts.stream_code[kern], k_dur))
     del kern, k_dur
     return Levels(pair_stats, pairs.lengths(), device_stats, stream_stats,
                   pairs.inside, devices.inside, pairs.categories, devices.categories, streams.categories,
@@ -416,9 +416,7 @@ def run_analysis(
     if n_dev == 1:  # one device: a range's pair is the range itself (no second array)
         member_pair = member_range
     else:
-        member_pair = pair_code(member_range, acts.device_code[member_act], n_dev)
-        if n_pairs < 2**31:
-            member_pair = member_pair.astype(np.int32)  # 4 bytes a membership, not 8
+        member_pair = narrowed(pair_code(member_range, acts.device_code[member_act], n_dev), n_pairs)
     # With a selection, the launch statistics cover the selected ranges' work only.
     stats_launch = launch
     if selected:

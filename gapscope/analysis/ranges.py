@@ -24,7 +24,7 @@ import pandas as pd
 from gapscope.analysis.domains import LIBRARY_DOMAINS, is_library_domain  # noqa: F401  (numpy-free, for renderers)
 from gapscope.analysis.intervals import expand_slices
 from gapscope.analysis.range_names import OP_SUFFIX  # noqa: F401  (numpy-free, for renderers)
-from gapscope.analysis.keys import TimeKeys, call_key
+from gapscope.analysis.keys import TimeKeys, call_key, narrowed
 from gapscope.errors import GapscopeError
 from gapscope.trace.frames import NVTX_DOMAIN_CREATE, TraceFrames
 
@@ -80,8 +80,7 @@ def link_launches(frames: TraceFrames, calls: CallIndex) -> np.ndarray:
     """Index into ``frames.api`` of the call that launched each activity, -1 where none (32-bit
     where the calls allow: the analysis holds it throughout, 4 bytes an activity)."""
     acts = frames.activities
-    found = calls.find(acts["proc"].to_numpy(), acts["corr"].to_numpy())
-    return found.astype(np.int32) if len(frames.api) < 2**31 else found
+    return narrowed(calls.find(acts["proc"].to_numpy(), acts["corr"].to_numpy()), len(frames.api))
 
 
 def _depth(tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -217,8 +216,7 @@ def range_members(
     acts, lo, hi = _launch_slices(frames, launch, ranges, threads)
     owner, pos = expand_slices(lo, hi)
     # 32-bit: 8 bytes a membership, not 16 (an activity is often inside several nested ranges).
-    narrow = np.int32 if max(lo.size, launch.size) < 2**31 else np.int64
-    return owner.astype(narrow), acts.astype(narrow)[pos]
+    return narrowed(owner, lo.size), narrowed(acts, launch.size)[pos]
 
 
 def process_work_counts(frames: TraceFrames, launch: np.ndarray, ranges: RangeTable) -> np.ndarray:

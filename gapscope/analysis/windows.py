@@ -24,6 +24,7 @@ from gapscope.analysis.attribution import (
 )
 from gapscope.analysis.host_timeline import N_STATES
 from gapscope.analysis.intervals import RunningTimelines, WindowGaps
+from gapscope.analysis.keys import index_dtype, narrowed
 from gapscope.analysis.metrics import ActivityArrays, GapList
 from gapscope.analysis.replays import Replays
 
@@ -44,10 +45,8 @@ def activity_windows(start: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarr
     """(order, bounds): the activities in (start, index) order, and the positions in it where
     windows begin and the last ends; a window of ``size`` activities or more is cut only where
     the start changes, so that activities starting together share one."""
-    order = np.argsort(start, kind="stable")
-    n = order.size
-    if n < 2**31:
-        order = order.astype(np.int32)  # held for the whole measurement: 4 bytes an activity
+    n = np.asarray(start).size
+    order = narrowed(np.argsort(start, kind="stable"), n)  # held for the whole measurement
     if n <= size:
         return order, np.array([0, n], dtype=np.int64)
     s = start[order]
@@ -155,12 +154,12 @@ def measure(acts: ActivityArrays, member_act: np.ndarray, member_pair: np.ndarra
     m_busy = np.flatnonzero(busy[member_act])
     n_windows = bounds.size - 1
     # Each activity's window (16 bits where they suffice: a stable sort of those is a radix sort).
-    window_of = np.empty(order.size, dtype=np.int16 if n_windows <= np.iinfo(np.int16).max else np.int64)
+    window_of = np.empty(order.size, dtype=np.int16 if n_windows <= np.iinfo(np.int16).max else index_dtype(n_windows))
     window_of[order] = np.repeat(np.arange(n_windows, dtype=window_of.dtype), np.diff(bounds))
     m_window = window_of[member_act[m_busy]]
     del window_of
     by_window = np.argsort(m_window, kind="stable")
-    m_order = m_busy.astype(np.int32)[by_window] if m_busy.size < 2**31 else m_busy[by_window]
+    m_order = narrowed(m_busy, member_act.size)[by_window]
     m_bounds = np.searchsorted(m_window[by_window], np.arange(bounds.size))
     del m_window, m_busy, by_window
 
@@ -205,10 +204,9 @@ def measure(acts: ActivityArrays, member_act: np.ndarray, member_pair: np.ndarra
             if devices.gap_lists is not None:
                 devices.gap_lists.append(d_gaps)
             for sums, g in ((devices, d_gaps), (pairs, p_gaps), (streams, s_gaps)):
-                sums.gap_row.append(g.row.astype(np.int32) if sums.timelines.n_groups < 2**31 else g.row)
+                sums.gap_row.append(narrowed(g.row, sums.timelines.n_groups))
                 # Kept to the end for the percentiles: 32 bits for a window whose gaps are all under 2.1 s.
-                fits = g.length.size == 0 or int(g.length.max()) < 2**31
-                sums.gap_length.append(g.length.astype(np.int32) if fits else g.length)
+                sums.gap_length.append(narrowed(g.length, int(g.length.max(initial=0)) + 1))
             del lv, d_gaps, p_gaps, s_gaps
     longest = _merged(cand) if attributed else None
     return pairs, devices, streams, longest
