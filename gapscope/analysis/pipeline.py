@@ -413,10 +413,7 @@ def run_analysis(
     pid, dev_code, stream = unpack_stream_key(acts.stream_keys)
     stream_keys = pd.DataFrame({"pid": pid, "device": device_ids[dev_code], "stream": stream})
     n_pairs = n_ranges * n_dev
-    if n_dev == 1:  # one device: a range's pair is the range itself (no second array)
-        member_pair = member_range
-    else:
-        member_pair = narrowed(pair_code(member_range, acts.device_code[member_act], n_dev), n_pairs)
+    member_pair = narrowed(pair_code(member_range, acts.device_code[member_act], n_dev), n_pairs)
     # With a selection, the launch statistics cover the selected ranges' work only.
     stats_launch = launch
     if selected:
