@@ -233,3 +233,19 @@ def test_one_malloc_arena_unless_the_user_chose(monkeypatch):
     monkeypatch.delenv("MALLOC_ARENA_MAX")
     glibc = platform.libc_ver()[0] == "glibc" and hasattr(ctypes.CDLL(None), "mallopt")
     assert heap.use_one_arena() is glibc
+
+
+def test_large_blocks_mapped_unless_the_user_chose(monkeypatch):
+    """The command line gives blocks of 4 MiB or more their own mappings (gapscope.heap); a
+    MALLOC_MMAP_THRESHOLD_ the user set is left to glibc."""
+    import ctypes
+    import platform
+
+    from gapscope import heap
+
+    assert heap.MMAP_THRESHOLD == 4 * 2**20
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "131072")
+    assert heap.map_large_blocks() is False
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_")
+    glibc = platform.libc_ver()[0] == "glibc" and hasattr(ctypes.CDLL(None), "mallopt")
+    assert heap.map_large_blocks() is glibc

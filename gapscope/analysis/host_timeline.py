@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from gapscope.analysis.intervals import expand_slices, grouped_running_max
-from gapscope.analysis.keys import TimeKeys, narrowed
+from gapscope.analysis.keys import TimeKeys, index_dtype, narrowed
 from gapscope.trace.cuda_api import ROLE_LAUNCH, ROLE_SETUP, ROLE_SYNC
 
 #: The categories a thread's state gives (indexes of HostTimeline.split's columns).
@@ -93,16 +93,17 @@ class HostTimeline:
         # The most frequent category is not kept: before any segment, its time is all the time
         # (the key's distance to the first segment's) less the other categories'.
         self._derived = int(np.argmax(np.bincount(seg_cat, minlength=N_STATES)))
-        part = None
         for c in range(N_STATES):  # one pass per category, not per segment
             mine = seg_cat == c
             if c == self._derived:
                 self._sums.append(None)
             elif np.count_nonzero(mine) >= self.DENSE_SHARE * seg_key.size:
-                part = np.empty_like(length) if part is None else part
-                np.multiply(length, mine, out=part)
-                dense = np.cumsum(part)
-                dense -= part
+                # The time of this category before each segment, summed in place (no array
+                # of the segments' own times beside it).
+                dense = np.empty_like(length)
+                dense[0] = 0
+                np.multiply(length[:-1], mine[:-1], out=dense[1:])
+                np.cumsum(dense[1:], out=dense[1:])
                 self._sums.append(dense)
             else:
                 where = np.flatnonzero(mine)
@@ -126,9 +127,9 @@ class HostTimeline:
         run = grouped_running_max(e, t) if bool((same & (s[1:] < e[:-1])).any()) else e
         first = np.r_[True, ~same]
         last = np.r_[~same, True]
-        next_start = np.r_[s[1:], 0]
         # A call's segment ends where the next call starts, if that is inside its block.
-        has_stretch = last | (next_start > run)
+        has_stretch = last.copy()
+        has_stretch[:-1] |= s[1:] > run[:-1]
         has_lead = first & (s > tk.lo)
 
         call_cat = np.full(s.size, STATE_HOST, dtype=np.int8)
@@ -138,10 +139,10 @@ class HostTimeline:
         call_cat[r == ROLE_SYNC] = STATE_SYNC
 
         # Segments per call, in time order: [lead stretch], the call, [stretch after it].
-        pos = has_lead.astype(np.int64)
+        pos = has_lead.astype(index_dtype(3 * s.size + 1))  # at most three segments a call
         pos += 1
         pos += has_stretch
-        total = int(pos.sum())
+        total = int(pos.sum(dtype=np.int64))
         np.cumsum(pos, out=pos)
         pos -= 1
         pos -= has_stretch  # now the call's own position
@@ -155,7 +156,9 @@ class HostTimeline:
         seg_key[after] = (key + (run - s))[has_stretch]
         if alone:
             long_lead = (s - tk.lo)[has_lead] > self.threshold_ns
-            long_after = (last | (next_start - run > self.threshold_ns))[has_stretch]
+            long_after = last.copy()
+            long_after[:-1] |= (s[1:] - run[:-1]) > self.threshold_ns
+            long_after = long_after[has_stretch]
             seg_cat[lead[long_lead]] = STATE_STALL
             seg_cat[after[long_after]] = STATE_STALL
         return seg_key, seg_cat

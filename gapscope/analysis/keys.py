@@ -112,7 +112,10 @@ class TimeKeys:
 
     def key(self, groups: np.ndarray, times: np.ndarray) -> np.ndarray:
         """The key of each (group, time)."""
-        return np.asarray(groups, dtype=np.int64) * self.width + (np.asarray(times, dtype=np.int64) - self.lo)
+        key = np.asarray(groups, dtype=np.int64) * self.width  # one array, the rest added in place
+        key += np.asarray(times, dtype=np.int64)  # below 2**63: width * groups < 2**62, times < 2**53
+        key -= self.lo
+        return key
 
     def group_of(self, keys: np.ndarray) -> np.ndarray:
         """The group part of keys."""

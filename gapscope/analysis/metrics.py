@@ -124,7 +124,8 @@ def member_kernels(acts: ActivityArrays, member_act: np.ndarray | None,
                    member_row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(row, duration) of every member that is a kernel, in member order: what the kernel
     counts and medians read (``member_act`` None: every activity, ``member_row`` one per
-    activity). Rows are 32-bit where they fit, to halve what the medians' sorts are given."""
+    activity). Rows and durations are 32-bit where they fit, to halve what the medians' sorts
+    are given."""
     if member_act is None:
         idx = np.flatnonzero(acts.is_kernel)
         rows = member_row[idx]
@@ -132,7 +133,12 @@ def member_kernels(acts: ActivityArrays, member_act: np.ndarray | None,
         kern_m = acts.is_kernel[member_act]
         idx = member_act[kern_m]
         rows = member_row[kern_m]
-    return narrowed(rows, int(rows.max(initial=0)) + 1), acts.duration_of(idx)
+    return narrowed(rows, int(rows.max(initial=0)) + 1), narrowed_durations(acts.duration_of(idx))
+
+
+def narrowed_durations(duration: np.ndarray) -> np.ndarray:
+    """Durations (none negative) in 32 bits when all are under 2.1 s, else as they are."""
+    return narrowed(duration, int(duration.max(initial=0)) + 1)
 
 
 def level_table(acts: ActivityArrays, member_act: np.ndarray | None, member_row: np.ndarray, n_rows: int,

@@ -33,7 +33,8 @@ from gapscope.analysis.host_timeline import DEFAULT_STALL_THRESHOLD_NS
 from gapscope.analysis.keys import narrowed, pair_code, stream_key, unpack_stream_key
 from gapscope.analysis.launches import launch_stats
 from gapscope.analysis.metrics import (
-    STATS_FIELDS, ActivityArrays, GapList, level_stats, level_table, member_kernels, rollup_stats,
+    STATS_FIELDS, ActivityArrays, GapList, level_stats, level_table, member_kernels, narrowed_durations,
+    rollup_stats,
 )
 from gapscope.analysis.payoff import ceiling, measured_pairs
 from gapscope.analysis.ranges import (
@@ -370,8 +371,8 @@ def _levels_windowed(frames: TraceFrames, acts: ActivityArrays, launch: np.ndarr
     pair_stats = stats(pairs, member_act, member_pair, n_pairs)
     # The device and stream tables read the same kernels' durations, one level after the other
     # (each level's gap lengths are let go before the next is read).
-    kern = np.flatnonzero(acts.is_kernel)
-    k_dur = acts.duration_of(kern)
+    kern = narrowed(np.flatnonzero(acts.is_kernel), acts.start.size)
+    k_dur = narrowed_durations(acts.duration_of(kern))
     device_stats = stats(devices, None, acts.device_code, n_dev, (acts.device_code[kern], k_dur))
     stream_stats = stats(streams, None, acts.stream_code, n_str, (acts.stream_code[kern], k_dur))
     del kern, k_dur
@@ -414,6 +415,10 @@ def run_analysis(
     stream_keys = pd.DataFrame({"pid": pid, "device": device_ids[dev_code], "stream": stream})
     n_pairs = n_ranges * n_dev
     member_pair = narrowed(pair_code(member_range, acts.device_code[member_act], n_dev), n_pairs)
+    # The range of a membership is its pair's (pair // devices): made again once the levels and
+    # rollups, the peak of the analysis, are done, not held through them.
+    range_dtype = member_range.dtype
+    del member_range
     # With a selection, the launch statistics cover the selected ranges' work only.
     stats_launch = launch
     if selected:
@@ -436,6 +441,7 @@ def run_analysis(
                                  n_names, lv.pair_gap_lengths, kernels)
         range_stats, name_stats = range_stats.result(), name_stats.result()
     del kernels
+    member_range = (member_pair // max(n_dev, 1)).astype(range_dtype)
     if selected and not (range_stats["kernels"].to_numpy() > 0).any():
         chosen = [*(repr(r) for r in ranges), *(f"domain {d!r}" for d in domains)]
         raise GapscopeError(f"the ranges matching {', '.join(chosen)} launched no GPU work")

@@ -37,9 +37,15 @@ def _clean(value: Any) -> Any:
     return value
 
 
+#: Types :func:`_clean` returns as they are (a float too, unless it is NaN).
+_PLAIN = frozenset({int, str, bool, type(None), list, dict})
+
+
 def clean_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows with every value made JSON-safe."""
-    return [{k: _clean(v) for k, v in row.items()} for row in rows]
+    """Rows with every value made JSON-safe (:func:`_clean`; the values that need nothing, most
+    of them, are told by their type alone, without a call per value)."""
+    return [{k: v if type(v) in _PLAIN or (type(v) is float and v == v) else _clean(v) for k, v in row.items()}
+            for row in rows]
 
 
 def frame_records(frame: Any) -> list[dict[str, Any]]:

@@ -59,12 +59,14 @@ def activity_windows(start: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarr
 @dataclass
 class LevelSums:
     """One level's figures summed over windows: its timelines, gap time per (row, category) and
-    inside graph replays, and every gap's row and length (for the percentiles)."""
+    inside graph replays, and every gap's row and length (for the percentiles): the rows as runs
+    (a row and how many gaps in a row have it; a window's gaps come grouped by row), the lengths
+    one by one."""
 
     timelines: RunningTimelines
     categories: np.ndarray | None
     inside: np.ndarray
-    gap_row: list[np.ndarray]
+    gap_row: list[tuple[np.ndarray, np.ndarray]]
     gap_length: list[np.ndarray]
     gap_lists: list[GapList] | None = None  # each window's (attributed) gaps, when they are kept
 
@@ -82,11 +84,19 @@ class LevelSums:
         self.gap_lists = None
         return gap_subset(gaps, np.argsort(gaps.row, kind="stable"))  # windows come in time order
 
+    def keep(self, row: np.ndarray, length: np.ndarray) -> None:
+        """Keep a window's gaps' rows (as runs) and lengths (32 bits where all fit)."""
+        if row.size:
+            first = np.flatnonzero(np.r_[True, row[1:] != row[:-1]])
+            runs = np.diff(np.r_[first, row.size])
+            self.gap_row.append((narrowed(row[first], self.timelines.n_groups), narrowed(runs, row.size + 1)))
+        self.gap_length.append(narrowed(length, int(length.max(initial=0)) + 1))
+
     def lengths(self) -> tuple[np.ndarray, np.ndarray]:
         """(row, length) of every gap of the level, taken out of it (read once)."""
         if not self.gap_row:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-        row = np.concatenate(self.gap_row)
+        row = np.repeat(np.concatenate([r for r, _ in self.gap_row]), np.concatenate([n for _, n in self.gap_row]))
         self.gap_row.clear()
         length = np.concatenate(self.gap_length)
         self.gap_length.clear()
@@ -204,9 +214,7 @@ def measure(acts: ActivityArrays, member_act: np.ndarray, member_pair: np.ndarra
             if devices.gap_lists is not None:
                 devices.gap_lists.append(d_gaps)
             for sums, g in ((devices, d_gaps), (pairs, p_gaps), (streams, s_gaps)):
-                sums.gap_row.append(narrowed(g.row, sums.timelines.n_groups))
-                # Kept to the end for the percentiles: 32 bits for a window whose gaps are all under 2.1 s.
-                sums.gap_length.append(narrowed(g.length, int(g.length.max(initial=0)) + 1))
+                sums.keep(g.row, g.length)  # kept to the end, for the percentiles
             del lv, d_gaps, p_gaps, s_gaps
     longest = _merged(cand) if attributed else None
     return pairs, devices, streams, longest

@@ -81,7 +81,7 @@ def _quiet_stdout() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
-    heap.use_one_arena()  # before any thread allocates (gapscope.heap says why)
+    heap.tune_for_analysis()  # before any thread allocates (gapscope.heap says why)
     _register()
     try:
         rv = cli.main(args=argv, prog_name="gapscope", standalone_mode=False)

@@ -100,7 +100,7 @@ class ProcessPool:
 
     def run(self, task: Task, paths: Sequence[str]) -> Iterator[Outcome]:
         pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=self._context(),
-                                   initializer=heap.use_one_arena)  # as the command line's own process
+                                   initializer=heap.tune_for_analysis)  # as the command line's own process
         try:
             futures = {pool.submit(run_task, task, p): i for i, p in enumerate(paths)}
             for fut in as_completed(futures):

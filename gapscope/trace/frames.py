@@ -145,11 +145,30 @@ FRAME_COLUMNS = {
 }
 
 
+#: Id and code columns held in 32 bits when every value fits (times and thread ids stay int64):
+#: 4 bytes a row each, not 8, in the two frames that grow with the trace.
+NARROW_COLUMNS = {
+    "activities": ("row", "device", "stream", "proc", "corr", "name_id"),
+    "api": ("corr", "name_id", "proc"),
+}
+#: The largest value a narrowed column holds: below 2**31 with room for the +1 and +2 the
+#: analysis adds to ids, so no arithmetic on them can leave 32 bits.
+NARROW_LIMIT = 2**30
+
+
+def narrow_ids(values: np.ndarray) -> np.ndarray:
+    """An int64 id column as int32 when every value lies in ``[-1, NARROW_LIMIT)`` (-1: none),
+    else as it is (no copy)."""
+    if values.size and (int(values.min()) < -1 or int(values.max()) >= NARROW_LIMIT):
+        return values
+    return values.astype(np.int32)
+
+
 def build_frames(meta: TraceMeta, *, activities: pd.DataFrame, api: pd.DataFrame, nvtx: pd.DataFrame,
                  syncs: pd.DataFrame, names: Names, warnings: Iterable[str] = (),
                  cells: Mapping[str, Mapping[str, np.ndarray]] | None = None) -> TraceFrames:
     """The one place every reader's frames are made: each frame is checked to hold its columns
-    (integers as int64), every value passes the damage rules of gapscope.trace.validation
+    (integers as int64; once checked, the ids of NARROW_COLUMNS in 32 bits where they fit), every value passes the damage rules of gapscope.trace.validation
     (``cells``: the reader's Cell codes of cells that held no integer, by frame and column;
     damaged rows left out with a warning, or the trace refused), and a trace without a single
     kernel execution is refused (GapscopeError, exit 2) whatever its format."""
@@ -165,6 +184,10 @@ def build_frames(meta: TraceMeta, *, activities: pd.DataFrame, api: pd.DataFrame
                 frame[c] = frame[c].to_numpy().astype(np.int64)
     frames = validate(TraceFrames(meta=meta, activities=activities, api=api, nvtx=nvtx, syncs=syncs,
                                   names=names, warnings=list(warnings)), cells)
+    for key, columns in NARROW_COLUMNS.items():
+        frame = getattr(frames, key)
+        for c in columns:
+            frame[c] = narrow_ids(frame[c].to_numpy())
     kind = frames.activities["kind"].to_numpy()
     if not ((kind == ActivityKind.KERNEL) | (kind == ActivityKind.GRAPH)).any():
         raise GapscopeError(f"{meta.path}: the trace holds no kernel executions: nothing to analyze")

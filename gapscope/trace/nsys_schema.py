@@ -67,6 +67,15 @@ def process_of(global_id: np.ndarray) -> np.ndarray:
     return np.asarray(global_id, dtype=np.int64) >> 24
 
 
+def _stacked(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    """The parts' rows one after the other, joined a column at a time, each part's column let go
+    once joined (a whole-frame concat would hold every column twice at once). The parts are
+    emptied."""
+    names = list(parts[0].columns)
+    joined = {c: np.concatenate([p.pop(c).to_numpy() for p in parts]) for c in names}
+    return pd.DataFrame(joined, copy=False)
+
+
 def assemble_frames(meta: TraceMeta, got: Mapping[str, pd.DataFrame], names: Names,
                     warnings: Iterable[str] = (), cells: Mapping[str, Mapping[str, np.ndarray]] | None = None,
                     ) -> TraceFrames:
@@ -74,7 +83,8 @@ def assemble_frames(meta: TraceMeta, got: Mapping[str, pd.DataFrame], names: Nam
     (frames.ACTIVITY_COLUMNS, plus name_id when names were read), and ``api``, ``nvtx``,
     ``syncs`` to theirs, ``proc`` still the whole globalPid; absent keys give empty frames.
     ``cells``, by the same keys: the gapscope.trace.validation Cell codes of columns in which
-    the reader found cells that held no integer (NULL, text, ...)."""
+    the reader found cells that held no integer (NULL, text, ...). The activity tables' frames
+    are taken apart as they are stacked."""
     cells = cells or {}
     parts, part_cells = [], []
     for table, kind in ACTIVITY_TABLES.items():
@@ -85,7 +95,8 @@ def assemble_frames(meta: TraceMeta, got: Mapping[str, pd.DataFrame], names: Nam
             part_cells.append(cells.get(table, {}))
     if not parts:
         parts = [empty_frame((*ACTIVITY_COLUMNS, "kind", "name_id"))]
-    activities = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+    sizes = [len(p) for p in parts]
+    activities = _stacked(parts) if len(parts) > 1 else parts[0]
     activities["proc"] = process_of(activities["proc"].to_numpy())
     api = got.get("api", empty_frame(API_COLUMNS))
     api["proc"] = process_of(api["tid"].to_numpy())
@@ -94,7 +105,7 @@ def assemble_frames(meta: TraceMeta, got: Mapping[str, pd.DataFrame], names: Nam
     columns = {c for codes in part_cells for c in codes}
     frame_cells = {key: cells.get(key, {}) for key in ("api", "nvtx", "syncs")}
     frame_cells["activities"] = {  # stacked as the rows are, zeros where a part had no codes
-        c: np.concatenate([codes.get(c, np.zeros(len(p), np.uint8)) for codes, p in zip(part_cells, parts)])
+        c: np.concatenate([codes.get(c, np.zeros(n, np.uint8)) for codes, n in zip(part_cells, sizes)])
         for c in columns}
     return build_frames(meta, activities=activities, api=api, nvtx=got.get("nvtx", empty_frame(NVTX_COLUMNS)),
                         syncs=syncs, names=names, warnings=warnings, cells=frame_cells)

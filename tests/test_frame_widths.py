@@ -1,0 +1,96 @@
+"""Frame widths: the id columns of gapscope.trace.frames.NARROW_COLUMNS are 32-bit when every
+value fits and 64-bit otherwise, with the same analysis either way; the activity tables are
+stacked a column at a time with the rows pd.concat gives; time keys built in place equal the
+plain formula."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gapscope.analysis.keys import TimeKeys
+from gapscope.analysis.pipeline import run_analysis
+from gapscope.trace.frames import NARROW_COLUMNS, NARROW_LIMIT, build_frames, narrow_ids
+from gapscope.trace.handle import open_trace
+from gapscope.trace.nsys_schema import _stacked
+from paths import TRACES
+
+#: Kernels and copies (two activity tables), several devices, graph replays.
+NAMES = ["torch_decode_sync.sqlite", "case_multi_gpu.sqlite", "cupy_paths_node.sqlite"]
+
+
+def test_narrow_ids_keeps_64_bits_outside_minus_one_to_the_limit():
+    small = np.array([-1, 0, 5, NARROW_LIMIT - 1], dtype=np.int64)
+    assert narrow_ids(small).dtype == np.int32 and narrow_ids(small).tolist() == small.tolist()
+    for wide in ([0, NARROW_LIMIT], [-2, 3]):
+        values = np.array(wide, dtype=np.int64)
+        assert narrow_ids(values) is values  # no copy, still int64
+    assert narrow_ids(np.zeros(0, dtype=np.int64)).dtype == np.int32
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_frames_hold_ids_in_32_bits(name):
+    with open_trace(TRACES / name) as trace:
+        frames = trace.frames(syncs=True)
+    for key, columns in NARROW_COLUMNS.items():
+        frame = getattr(frames, key)
+        for c in columns:
+            values = frame[c].to_numpy()
+            # Every id of these shipped traces lies in [-1, 2**30): each column is narrowed.
+            assert values.dtype == np.int32, (key, c)
+            assert int(values.min(initial=0)) >= -1 and int(values.max(initial=0)) < NARROW_LIMIT
+        for c in frame.columns:
+            if c not in columns and c not in ("name", "kind"):
+                assert frame[c].dtype == np.int64, (key, c)  # times and threads stay int64
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_wide_correlation_ids_stay_64_bit_and_analyze_the_same(name):
+    """The same trace with every correlation id moved past 2**31 (activities and calls alike, so
+    the same calls launch the same work): those columns stay int64 and every figure is the
+    same as with the 32-bit ids."""
+    with open_trace(TRACES / name) as trace:
+        frames = trace.frames(syncs=True)
+        shift = 2**31 + 7
+        moved = {}
+        for key in ("activities", "api"):
+            f = getattr(frames, key).copy()
+            corr = f["corr"].to_numpy().astype(np.int64)
+            f["corr"] = np.where(corr > 0, corr + shift, corr)
+            for c in f.columns:
+                if c not in ("kind", "name"):
+                    f[c] = f[c].to_numpy().astype(np.int64)
+            moved[key] = f
+        wide = build_frames(frames.meta, activities=moved["activities"], api=moved["api"], nvtx=frames.nvtx.copy(),
+                            syncs=frames.syncs.copy(), names=frames.names)
+        wide = dataclasses.replace(wide, warnings=list(frames.warnings))
+        assert wide.activities["corr"].dtype == np.int64 and wide.api["corr"].dtype == np.int64
+        assert frames.activities["corr"].dtype == np.int32
+        narrow_result = run_analysis(frames, gaps=False).result.to_dict()
+        wide_result = run_analysis(wide, gaps=False).result.to_dict()
+    assert wide_result == narrow_result
+
+
+def test_stacked_parts_equal_pd_concat():
+    """SYNTHETIC parts: the stacked frame has pd.concat's rows, columns and dtypes."""
+    rng = np.random.default_rng(3)
+    parts = [pd.DataFrame({"start": rng.integers(0, 10**12, n), "corr": rng.integers(-1, 100, n),
+                           "kind": np.full(n, k, dtype=np.int8)}) for k, n in ((0, 5), (1, 0), (2, 3))]
+    expected = pd.concat([p.copy() for p in parts], ignore_index=True)
+    got = _stacked(parts)
+    pd.testing.assert_frame_equal(got, expected)
+    assert all(len(p.columns) == 0 for p in parts)  # each part's columns were let go
+
+
+def test_time_keys_in_place_equal_the_formula():
+    rng = np.random.default_rng(5)
+    times = rng.integers(10**9, 2**53 - 1, 200)
+    groups = rng.integers(0, 40, 200).astype(np.int32)
+    tk = TimeKeys([times], 40)
+    expected = [int(g) * tk.width + int(t) - tk.lo for g, t in zip(groups, times)]  # Python ints
+    assert tk.key(groups, times).tolist() == expected
+    assert tk.key(groups, tk.lo).tolist() == [int(g) * tk.width for g in groups]  # a scalar time
+    assert int(tk.key(3, times[:1])[0]) == 3 * tk.width + int(times[0]) - tk.lo
