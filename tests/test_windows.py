@@ -179,3 +179,25 @@ def test_each_file_of_several_gives_the_merge_what_one_pass_gives(name, monkeypa
         assert collectives.keys() == got["collectives"].keys()
         assert all(np.array_equal(collectives[k], got["collectives"][k]) for k in collectives)
     assert got["devices"] and got["devices"] == clean_rows(one_pass.result.devices)
+
+
+@pytest.mark.parametrize("n, n_windows, block", [(0, 3, 4), (1_000, 7, 64), (50_000, 300, 4_096), (5_000, 1, 100),
+                                                 (999, 5, 1_000), (1_000, 5, 1_000)])
+def test_members_by_window_is_a_stable_sort_by_window_block_by_block(monkeypatch, n, n_windows, block):
+    """SYNTHETIC memberships: the block-by-block placement equals one stable sort of the busy
+    memberships by their activity's window, written here by a loop over windows."""
+    from gapscope.analysis import windows
+
+    monkeypatch.setattr(windows, "MEMBER_BLOCK", block)
+    rng = np.random.default_rng(n + block)
+    n_acts = 3_000
+    member_act = rng.integers(0, n_acts, n).astype(np.int32)
+    busy = rng.random(n_acts) < 0.8
+    window_of = rng.integers(0, n_windows, n_acts).astype(np.int16)
+    order, bounds = windows.members_by_window(busy, member_act, window_of, n_windows)
+    expected, starts = [], [0]
+    for w in range(n_windows):  # each window's busy memberships, in membership order
+        expected += [m for m in range(n) if busy[member_act[m]] and window_of[member_act[m]] == w]
+        starts.append(len(expected))
+    assert order.tolist() == expected
+    assert bounds.tolist() == starts

@@ -122,19 +122,34 @@ def union_blocks(keys: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[
     return k[heads], s[heads], run[tails]
 
 
-def sort_within_groups(groups: np.ndarray, values: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray, int]:
+def key_dtype(values: np.ndarray, n_groups: int) -> type[np.signedinteger] | None:
+    """The dtype of :func:`sort_within_groups`' combined keys of these (non-empty) values in
+    ``n_groups`` groups: 32 bits when group times largest value fits, else 64; None when no
+    combined key fits (negative or huge values: a two-key sort then)."""
+    values = np.asarray(values)
+    vmax = int(values.max()) + 1
+    if values.min() >= 0 and vmax * max(n_groups, 1) < 2**62:
+        return index_dtype(vmax * max(n_groups, 1))
+    return None
+
+
+def sort_within_groups(groups: np.ndarray, values: np.ndarray, n_groups: int,
+                       spare_groups: bool = False) -> tuple[np.ndarray, np.ndarray, int]:
     """(counts per group, keys sorted by group then value, scale) for integer values: the value
-    of key ``k`` of group ``g`` is ``k - g * scale`` (scale 0: the keys are the values)."""
+    of key ``k`` of group ``g`` is ``k - g * scale`` (scale 0: the keys are the values).
+    ``spare_groups``: ``groups`` is the caller's own temporary, which the keys may be built in
+    (no copy of it)."""
     groups = np.asarray(groups)
     values = np.asarray(values)
     count = np.bincount(groups, minlength=n_groups)
     if values.size == 0:
         return count, values.astype(np.int64), 0
-    vmax = int(values.max()) + 1
-    if values.min() >= 0 and vmax * max(n_groups, 1) < 2**62:
+    dtype = key_dtype(values, n_groups)
+    if dtype is not None:
         # One sort of a combined key beats a two-key lexsort; a key that fits 32 bits sorts
         # in about 60 % of the time of a 64-bit one.
-        key = groups.astype(index_dtype(vmax * max(n_groups, 1)))
+        vmax = int(values.max()) + 1
+        key = groups.astype(dtype, copy=not spare_groups)
         key *= vmax
         key += values
         key.sort()
@@ -144,14 +159,15 @@ def sort_within_groups(groups: np.ndarray, values: np.ndarray, n_groups: int) ->
 
 
 def grouped_quantiles(
-    groups: np.ndarray, values: np.ndarray, n_groups: int, qs: tuple[float, ...]
+    groups: np.ndarray, values: np.ndarray, n_groups: int, qs: tuple[float, ...], spare_groups: bool = False,
 ) -> np.ndarray:
     """Quantiles ``qs`` (0..1, linear interpolation as numpy's default) of integer ``values``
-    per group. Returns an array of shape ``(n_groups, len(qs))``; NaN where a group has none."""
+    per group. Returns an array of shape ``(n_groups, len(qs))``; NaN where a group has none.
+    ``spare_groups``: ``groups`` may be overwritten (:func:`sort_within_groups`)."""
     out = np.full((n_groups, len(qs)), np.nan)
     if np.asarray(values).size == 0:
         return out
-    count, key, scale = sort_within_groups(groups, values, n_groups)
+    count, key, scale = sort_within_groups(groups, values, n_groups, spare_groups)
     offset = np.concatenate(([0], np.cumsum(count)[:-1]))
     present = np.flatnonzero(count)
     n = count[present]

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gapscope.analysis.intervals import group_timelines, grouped_quantiles
+from gapscope.analysis.intervals import group_timelines, grouped_quantiles, key_dtype
 from gapscope.analysis.keys import narrowed
 from gapscope.schema import STATS_FIELDS  # noqa: F401  (the columns every timeline row carries)
 
@@ -200,9 +200,16 @@ def rollup_stats(
         col: _sum_to(row_group, rows[col].to_numpy(), n_groups)
         for col in ("kernels", "memops", "memop_ns", "gpu_span_ns", "busy_ns", "gap_ns", "gap_count")
     }
-    group = narrowed(row_group, n_groups)  # what is gathered per gap and per kernel
-    gq = grouped_quantiles(group[gaps[0]], gaps[1], n_groups, QUANTILES)
-    kq = grouped_quantiles(group[kernels[0]], kernels[1], n_groups, (0.5,))
+    group = narrowed(row_group, n_groups)
+
+    def gathered(rows: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """Each value's group, gathered in the dtype of the sort keys, which are then built in
+        this temporary (no copy of it)."""
+        dtype = key_dtype(values, n_groups) if values.size else None
+        return (group if dtype is None else group.astype(dtype, copy=False))[rows]
+
+    gq = grouped_quantiles(gathered(*gaps), gaps[1], n_groups, QUANTILES, spare_groups=True)
+    kq = grouped_quantiles(gathered(*kernels), kernels[1], n_groups, (0.5,), spare_groups=True)
     return pd.DataFrame(
         {
             **sums,

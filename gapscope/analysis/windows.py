@@ -133,6 +133,41 @@ def _gap_list(w: WindowGaps, acts: ActivityArrays, act: np.ndarray) -> GapList:
                    next_act=next_act, prev_act=w.prev_id)
 
 
+#: Memberships put in window order at a time by :func:`members_by_window`.
+MEMBER_BLOCK = 1 << 20
+
+
+def members_by_window(busy: np.ndarray, member_act: np.ndarray, window_of: np.ndarray,
+                      n_windows: int) -> tuple[np.ndarray, np.ndarray]:
+    """(order, bounds): the memberships whose activity is busy, grouped by that activity's
+    window and in membership order within each window (what a stable sort by window gives),
+    and where each window's begin in that order. Sorted MEMBER_BLOCK memberships at a time, each
+    block's placed after the earlier blocks' members of the same window, so the temporaries are
+    one block's, not 20 bytes for every membership."""
+    n = member_act.size
+
+    def block(lo: int) -> tuple[np.ndarray, np.ndarray]:
+        acts = member_act[lo:lo + MEMBER_BLOCK]
+        idx = np.flatnonzero(busy[acts])
+        return idx, window_of[acts[idx]]
+
+    counts = np.zeros(n_windows, dtype=np.int64)
+    for lo in range(0, n, MEMBER_BLOCK):
+        counts += np.bincount(block(lo)[1], minlength=n_windows)
+    bounds = np.r_[0, np.cumsum(counts)].astype(np.int64)
+    order = np.empty(int(bounds[-1]), dtype=index_dtype(n))
+    fill = bounds[:-1].copy()  # where each window's next member goes
+    for lo in range(0, n, MEMBER_BLOCK):
+        idx, w = block(lo)
+        by_window = np.argsort(w, kind="stable")
+        w = w[by_window]
+        count = np.bincount(w, minlength=n_windows)
+        rank = np.arange(w.size) - (np.cumsum(count) - count)[w]  # place among the block's of its window
+        order[fill[w] + rank] = idx[by_window] + lo
+        fill += count
+    return order, bounds
+
+
 @dataclass(frozen=True)
 class _WindowLevels:
     """One window's gaps at each level, and what orders its range gaps as one pass would."""
@@ -161,17 +196,12 @@ def measure(acts: ActivityArrays, member_act: np.ndarray, member_pair: np.ndarra
     order, bounds = activity_windows(acts.start, window_size())
     busy = acts.busy
     # Range members grouped by window, each window's in one pass's order: (pair, start, member).
-    m_busy = np.flatnonzero(busy[member_act])
     n_windows = bounds.size - 1
     # Each activity's window (16 bits where they suffice: a stable sort of those is a radix sort).
     window_of = np.empty(order.size, dtype=np.int16 if n_windows <= np.iinfo(np.int16).max else index_dtype(n_windows))
     window_of[order] = np.repeat(np.arange(n_windows, dtype=window_of.dtype), np.diff(bounds))
-    m_window = window_of[member_act[m_busy]]
+    m_order, m_bounds = members_by_window(busy, member_act, window_of, n_windows)
     del window_of
-    by_window = np.argsort(m_window, kind="stable")
-    m_order = narrowed(m_busy, member_act.size)[by_window]
-    m_bounds = np.searchsorted(m_window[by_window], np.arange(bounds.size))
-    del m_window, m_busy, by_window
 
     def level(timelines: RunningTimelines, codes: np.ndarray, a: np.ndarray) -> GapList:
         a = a[np.argsort(codes[a], kind="stable")]  # (group, start, index)
