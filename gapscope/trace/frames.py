@@ -168,10 +168,11 @@ def build_frames(meta: TraceMeta, *, activities: pd.DataFrame, api: pd.DataFrame
                  syncs: pd.DataFrame, names: Names, warnings: Iterable[str] = (),
                  cells: Mapping[str, Mapping[str, np.ndarray]] | None = None) -> TraceFrames:
     """The one place every reader's frames are made: each frame is checked to hold its columns
-    (integers as int64; once checked, the ids of NARROW_COLUMNS in 32 bits where they fit), every value passes the damage rules of gapscope.trace.validation
-    (``cells``: the reader's Cell codes of cells that held no integer, by frame and column;
-    damaged rows left out with a warning, or the trace refused), and a trace without a single
-    kernel execution is refused (GapscopeError, exit 2) whatever its format."""
+    (integers as int64; once checked, the ids of NARROW_COLUMNS in 32 bits where they fit),
+    every value passes the damage rules of gapscope.trace.validation (``cells``: the reader's
+    Cell codes of cells that held no integer, by frame and column; damaged rows left out with a
+    warning, or the trace refused), and a trace without a single kernel execution is refused
+    (GapscopeError, exit 2) whatever its format."""
     from gapscope.trace.validation import validate
 
     given = {"activities": activities, "api": api, "nvtx": nvtx, "syncs": syncs}
