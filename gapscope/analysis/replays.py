@@ -33,21 +33,18 @@ class Replays:
         self.graph_work = (is_kernel & by_graph_call) | (kind == ActivityKind.GRAPH)
         self.n_calls = int(graph_call.size)
 
-    def replay_call(self, act: np.ndarray) -> np.ndarray:
-        """The graph launch call that issued each of the activities ``act``, -1 for any other work."""
-        call = self.launch[act]
-        return np.where(self.graph_work[act] & (call >= 0), call, -1)
+    def replay_call(self, act: np.ndarray | None = None) -> np.ndarray:
+        """The graph launch call that issued each of the activities ``act`` (None: every
+        activity), -1 for any other work."""
+        call, work = (self.launch, self.graph_work) if act is None else (self.launch[act], self.graph_work[act])
+        return np.where(work & (call >= 0), call, -1)
 
     def counts(self, member_act: np.ndarray | None, member_row: np.ndarray,
                n_rows: int) -> tuple[np.ndarray, np.ndarray]:
         """(graph kernels, distinct graph launch calls) per row of a membership (``member_act``
         None: every activity, in row ``member_row[activity]``)."""
-        if member_act is None:
-            g = self.graph_work
-            call = np.where(g & (self.launch >= 0), self.launch, -1)
-        else:
-            g = self.graph_work[member_act]
-            call = self.replay_call(member_act)
+        g = self.graph_work if member_act is None else self.graph_work[member_act]
+        call = self.replay_call(member_act)
         kernels = np.bincount(member_row[g], minlength=n_rows).astype(np.int64)
         has = call >= 0
         key = member_row[has].astype(np.int64) * (self.n_calls + 1) + call[has]
