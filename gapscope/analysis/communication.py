@@ -20,7 +20,6 @@ import numpy as np
 import pandas as pd
 
 from gapscope.analysis.intervals import covered_ns, union_blocks
-from gapscope.analysis.keys import pair_code
 from gapscope.analysis.metrics import ActivityArrays
 from gapscope.trace.frames import ActivityKind, TraceFrames
 
@@ -107,7 +106,7 @@ def split(groups: np.ndarray, act: np.ndarray, acts: ActivityArrays, comm: np.nd
             "comm_ns": by_label[1::2], "compute_ns": compute, "exposed_comm_ns": every - compute}
 
 
-def with_fields(comm: CommKernels | None, acts: ActivityArrays, member_act: np.ndarray, member_range: np.ndarray,
+def with_fields(comm: CommKernels | None, acts: ActivityArrays, member_act: np.ndarray, member_pair: np.ndarray,
                 range_name: np.ndarray, rows: tuple[list[dict], list[dict], list[dict]]
                 ) -> tuple[list[dict], list[dict], list[dict]]:
     """The (range, name, device) rows of an analysis with the :data:`FIELDS` added (in place:
@@ -120,8 +119,7 @@ def with_fields(comm: CommKernels | None, acts: ActivityArrays, member_act: np.n
     mask = comm.mask(acts.start.size)
     n_dev, n_ranges, n_names = acts.device_ids.size, len(range_rows), len(name_rows)
     per_device = split(acts.device_code, np.arange(acts.start.size), acts, mask, n_dev)
-    pairs = pair_code(member_range, acts.device_code[member_act], n_dev)
-    per_pair = split(pairs, member_act, acts, mask, n_ranges * n_dev)
+    per_pair = split(member_pair, member_act, acts, mask, n_ranges * n_dev)
     per_range = {k: v.reshape(n_ranges, n_dev).sum(axis=1) for k, v in per_pair.items()}
     per_name = {k: _sum(range_name, v, n_names) for k, v in per_range.items()}
 

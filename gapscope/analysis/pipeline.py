@@ -87,6 +87,7 @@ class AnalysisArrays:
     name_of_range: np.ndarray  # the result's by_name row of each range
     member_range: np.ndarray
     member_act: np.ndarray
+    member_pair: np.ndarray  # each membership's (range, device) pair: range * devices + device code
     pairs: RangePairs | None  # None for an analysis run without ``gaps`` or ``merge`` (run_analysis)
     range_gaps: GapList | None
     device_gaps: GapList | None
@@ -484,7 +485,7 @@ def run_analysis(
     range_rows, name_rows, device_rows = map(_with_verdicts, (range_rows, name_rows, device_rows))
     comm = communication.find(frames)
     range_rows, name_rows, device_rows = communication.with_fields(
-        comm, acts, member_act, member_range, range_name, (range_rows, name_rows, device_rows))
+        comm, acts, member_act, member_pair, range_name, (range_rows, name_rows, device_rows))
 
     elsewhere = _other_thread_warnings(frames, launch, table, member_range, threads, domains)
     result = AnalysisResult(
@@ -511,7 +512,7 @@ def run_analysis(
     )
     return AnalysisArrays(
         frames=frames, acts=acts, launch=launch, ranges=table, name_of_range=range_name, member_range=member_range,
-        member_act=member_act,
+        member_act=member_act, member_pair=member_pair,
         pairs=RangePairs(n_dev, lv.pair_stats, lv.pair_gap_lengths, lv.pair_cats) if gaps or merge else None,
         range_gaps=lv.range_gaps, device_gaps=lv.device_gaps, stream_keys=stream_keys, stream_gaps=lv.stream_gaps,
         result=result, comm=comm,

@@ -11,7 +11,6 @@ import pandas as pd
 
 from gapscope.analysis.attribution import as_dicts
 from gapscope.analysis.communication import instances
-from gapscope.analysis.keys import pair_code
 from gapscope.analysis.metrics import member_kernels, rollup_stats
 from gapscope.analysis.pipeline import AnalysisArrays, analysis_of
 from gapscope.analysis.result import clean_rows
@@ -55,7 +54,7 @@ def per_device(a: AnalysisArrays) -> tuple[list[dict[str, Any]], dict[str, np.nd
     if n_ranges == 0 or a.member_act.size == 0:
         return [], {c: np.zeros(0, dtype=object if c == "name" else np.int64) for c in STEP_COLUMNS}
     n_pairs = n_ranges * n_dev
-    member_pair = pair_code(a.member_range, acts.device_code[a.member_act], n_dev)
+    member_pair = a.member_pair
     name_codes, uniques = pd.factorize(rf["group"].to_numpy(), sort=False)  # names without op suffixes
     names = np.asarray(uniques, dtype=object)
     n_names = names.size

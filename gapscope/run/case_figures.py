@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from gapscope.analysis.attribution import IdleCategory, api_names
-from gapscope.analysis.keys import TimeKeys, pair_code
+from gapscope.analysis.keys import TimeKeys
 from gapscope.analysis.overlap import StreamOverlap, stream_overlap
 from gapscope.analysis.pipeline import AnalysisArrays, run_analysis
 from gapscope.errors import GapscopeError
@@ -143,9 +143,9 @@ class CaseTrace:
         """Stream overlap of every (range, device) pair: group = range * n_dev + device code,
         kernels and copies alike."""
         if self._overlap is None:
-            m, r = self.an.member_act, self.an.member_range
+            m = self.an.member_act
             a = self.acts
-            self._overlap = stream_overlap(pair_code(r, a.device_code[m], self.n_dev), a.stream_code[m],
+            self._overlap = stream_overlap(self.an.member_pair, a.stream_code[m],
                                            a.start[m], a.end[m], len(self.names) * self.n_dev)
         return self._overlap
 
