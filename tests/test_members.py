@@ -73,7 +73,7 @@ def test_range_memberships_are_32_bit_with_the_64_bit_values(analysis):
 
 
 def test_narrowed_holds_the_values_in_32_bits_below_2_31():
-    from gapscope.analysis.keys import index_dtype, narrowed
+    from gapscope.analysis.keys import index_dtype, narrowed, narrowed_to_fit
 
     assert index_dtype(2**31 - 1) is np.int32 and index_dtype(2**31) is np.int64
     values = np.array([-1, 0, 7, 2**31 - 1], dtype=np.int64)
@@ -82,3 +82,7 @@ def test_narrowed_holds_the_values_in_32_bits_below_2_31():
     kept = narrowed(values[:3], 8)
     assert kept.dtype == np.int32 and kept.tolist() == [-1, 0, 7]
     assert narrowed(kept, 8) is kept  # 32 bits already: no copy
+    fit = narrowed_to_fit(values[:3])  # the bound from its own largest value, 7 + 1
+    assert fit.dtype == np.int32 and fit.tolist() == [-1, 0, 7]
+    assert narrowed_to_fit(values) is values  # 2**31 - 1 needs 64 bits
+    assert narrowed_to_fit(np.zeros(0, dtype=np.int64)).dtype == np.int32

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from gapscope.analysis.intervals import group_timelines, grouped_quantiles, key_dtype
-from gapscope.analysis.keys import narrowed
+from gapscope.analysis.keys import narrowed, narrowed_to_fit
 from gapscope.schema import STATS_FIELDS  # noqa: F401  (the columns every timeline row carries)
 
 QUANTILES = (0.5, 0.9, 0.99, 1.0)
@@ -133,12 +133,7 @@ def member_kernels(acts: ActivityArrays, member_act: np.ndarray | None,
         kern_m = acts.is_kernel[member_act]
         idx = member_act[kern_m]
         rows = member_row[kern_m]
-    return narrowed(rows, int(rows.max(initial=0)) + 1), narrowed_durations(acts.duration_of(idx))
-
-
-def narrowed_durations(duration: np.ndarray) -> np.ndarray:
-    """Durations (none negative) in 32 bits when all are under 2.1 s, else as they are."""
-    return narrowed(duration, int(duration.max(initial=0)) + 1)
+    return narrowed_to_fit(rows), narrowed_to_fit(acts.duration_of(idx))
 
 
 def level_table(acts: ActivityArrays, member_act: np.ndarray | None, member_row: np.ndarray, n_rows: int,

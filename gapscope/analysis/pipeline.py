@@ -30,11 +30,10 @@ from gapscope.analysis.attribution import (
     Attributor, api_names, as_dicts, category_sums, distinct_gaps, longest_gaps,
 )
 from gapscope.analysis.host_timeline import DEFAULT_STALL_THRESHOLD_NS
-from gapscope.analysis.keys import narrowed, pair_code, stream_key, unpack_stream_key
+from gapscope.analysis.keys import narrowed, narrowed_to_fit, pair_code, stream_key, unpack_stream_key
 from gapscope.analysis.launches import launch_stats
 from gapscope.analysis.metrics import (
-    STATS_FIELDS, ActivityArrays, GapList, level_stats, level_table, member_kernels, narrowed_durations,
-    rollup_stats,
+    STATS_FIELDS, ActivityArrays, GapList, level_stats, level_table, member_kernels, rollup_stats,
 )
 from gapscope.analysis.payoff import ceiling, measured_pairs
 from gapscope.analysis.ranges import (
@@ -373,7 +372,7 @@ def _levels_windowed(frames: TraceFrames, acts: ActivityArrays, launch: np.ndarr
     # The device and stream tables read the same kernels' durations, one level after the other
     # (each level's gap lengths are let go before the next is read).
     kern = narrowed(np.flatnonzero(acts.is_kernel), acts.start.size)
-    k_dur = narrowed_durations(acts.duration_of(kern))
+    k_dur = narrowed_to_fit(acts.duration_of(kern))
     device_stats = stats(devices, None, acts.device_code, n_dev, (acts.device_code[kern], k_dur))
     stream_stats = stats(streams, None, acts.stream_code, n_str, (acts.stream_code[kern], k_dur))
     del kern, k_dur

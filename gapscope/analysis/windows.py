@@ -24,7 +24,7 @@ from gapscope.analysis.attribution import (
 )
 from gapscope.analysis.host_timeline import N_STATES
 from gapscope.analysis.intervals import RunningTimelines, WindowGaps
-from gapscope.analysis.keys import index_dtype, narrowed
+from gapscope.analysis.keys import index_dtype, narrowed, narrowed_to_fit
 from gapscope.analysis.metrics import ActivityArrays, GapList
 from gapscope.analysis.replays import Replays
 
@@ -90,7 +90,7 @@ class LevelSums:
             first = np.flatnonzero(np.r_[True, row[1:] != row[:-1]])
             runs = np.diff(np.r_[first, row.size])
             self.gap_row.append((narrowed(row[first], self.timelines.n_groups), narrowed(runs, row.size + 1)))
-        self.gap_length.append(narrowed(length, int(length.max(initial=0)) + 1))
+        self.gap_length.append(narrowed_to_fit(length))
 
     def lengths(self) -> tuple[np.ndarray, np.ndarray]:
         """(row, length) of every gap of the level, taken out of it (read once)."""
