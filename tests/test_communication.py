@@ -380,3 +380,24 @@ def test_fsdp_report_across_ranks_is_cut_to_what_matters(fsdp_fleet):
     worst = sorted(fleet.stragglers, key=lambda s: -s["excess_gap_ns"])[:5]
     assert [row.split("  ")[0] for row in rows_after("Stragglers")] == [s["name"] for s in worst]
     assert f"5 of {len(fleet.stragglers)}: --limit N" in "\n".join(text)
+
+
+@pytest.mark.parametrize("block", [7, 1 << 20])
+def test_fsdp_communication_kernels_found_a_block_at_a_time(fsdp, monkeypatch, block):
+    """find() matches the activities against the communication names' ids FIND_BLOCK at a time:
+    with blocks of 7 activities or one block of all, the same kernels (by start, end and name)
+    as a plain read of every kernel's name from the export."""
+    from gapscope.analysis import communication
+    from gapscope.trace.handle import open_trace
+
+    monkeypatch.setattr(communication, "FIND_BLOCK", block)
+    with open_trace(fsdp) as trace:
+        frames = trace.frames()
+        found = communication.find(frames)
+    a = frames.activities
+    got = sorted(zip(a["start"].to_numpy()[found.index].tolist(), a["end"].to_numpy()[found.index].tolist(),
+                     found.name.tolist()))
+    want = sorted((k["start"], k["end"], k["name"]) for k in reference.named_kernels(str(fsdp))
+                  if is_communication(k["name"]))
+    assert got == want and len(want) == 66  # 33 NCCL kernels on each of the two devices
+    assert np.all(np.diff(found.index) > 0)  # ascending activity indices

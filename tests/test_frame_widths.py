@@ -94,3 +94,51 @@ def test_time_keys_in_place_equal_the_formula():
     assert tk.key(groups, times).tolist() == expected
     assert tk.key(groups, tk.lo).tolist() == [int(g) * tk.width for g in groups]  # a scalar time
     assert int(tk.key(3, times[:1])[0]) == 3 * tk.width + int(times[0]) - tk.lo
+
+
+def test_reader_keeps_ids_32_bit_batch_by_batch_and_64_bit_when_one_does_not_fit():
+    """SYNTHETIC Arrow batches through the SQLite reader's column conversion: a narrow column's
+    batches come out int32 when they fit, and the joined column is int64 with the same values
+    as soon as one batch holds an id at or past NARROW_LIMIT; other columns stay int64."""
+    import pyarrow as pa
+
+    from gapscope.trace.nsys_sqlite import Read, _concat, _fast_columns
+
+    r = Read("T", (("corr", "correlationId"), ("start", "start")), narrow=frozenset({"corr"}))
+    fits = [[-1, 0, 7], [NARROW_LIMIT - 1]]
+    table = pa.table({"corr": pa.chunked_array(fits, pa.int64()), "start": pa.chunked_array([[1, 2, 3], [4]], pa.int64())})
+    cols = _fast_columns(table, r)
+    assert [p.dtype for p in cols["corr"][0]] == [np.int32, np.int32]
+    assert [p.dtype for p in cols["start"][0]] == [np.int64, np.int64]
+    joined = _concat([cols], r)
+    assert joined["corr"][0].dtype == np.int32 and joined["corr"][0].tolist() == [-1, 0, 7, NARROW_LIMIT - 1]
+    wide = [[3, 4], [NARROW_LIMIT], [5]]
+    table = pa.table({"corr": pa.chunked_array(wide, pa.int64()), "start": pa.chunked_array([[1, 2], [3], [4]], pa.int64())})
+    parts = [_fast_columns(table, r), _fast_columns(pa.table({"corr": pa.array([9], pa.int64()),
+                                                              "start": pa.array([5], pa.int64())}), r)]
+    joined = _concat(parts, r)
+    assert joined["corr"][0].dtype == np.int64
+    assert joined["corr"][0].tolist() == [3, 4, NARROW_LIMIT, 5, 9]
+    assert joined["start"][0].tolist() == [1, 2, 3, 4, 5]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_kernel_ids_read_in_32_bits_equal_a_plain_sqlite_read(name):
+    """The kernels' ids that the reader narrowed batch by batch equal, row for row, what the
+    stdlib sqlite3 module reads from the export (rowid, deviceId, streamId, correlationId,
+    shortName), and are int32."""
+    import sqlite3
+
+    from gapscope.trace.frames import ActivityKind
+
+    conn = sqlite3.connect(f"file:{TRACES / name}?mode=ro", uri=True)
+    want = conn.execute("SELECT rowid, deviceId, streamId, correlationId, shortName "
+                        "FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY rowid").fetchall()
+    conn.close()
+    with open_trace(TRACES / name) as trace:
+        a = trace.frames().activities
+    k = a[a["kind"].to_numpy() == ActivityKind.KERNEL]
+    cols = ["row", "device", "stream", "corr", "name_id"]
+    assert all(k[c].dtype == np.int32 for c in cols)
+    got = sorted(zip(*(k[c].tolist() for c in cols)))
+    assert got == [tuple(r) for r in want] and len(want) > 100

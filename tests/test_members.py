@@ -86,3 +86,56 @@ def test_narrowed_holds_the_values_in_32_bits_below_2_31():
     assert fit.dtype == np.int32 and fit.tolist() == [-1, 0, 7]
     assert narrowed_to_fit(values) is values  # 2**31 - 1 needs 64 bits
     assert narrowed_to_fit(np.zeros(0, dtype=np.int64)).dtype == np.int32
+
+
+@pytest.mark.parametrize("block", [3, 1 << 18])
+def test_narrow_durations_a_block_at_a_time(monkeypatch, block):
+    """SYNTHETIC activities: durations computed DURATION_BLOCK at a time equal end - start for
+    the indices asked, in 32 bits while every one is below 2**31 - 1 and in 64 bits once one
+    (here in the last block) is not."""
+    from gapscope.analysis import metrics
+    from gapscope.analysis.metrics import ActivityArrays
+
+    monkeypatch.setattr(metrics, "DURATION_BLOCK", block)
+    start = np.array([0, 10, 20, 30, 40, 50, 60, 70], dtype=np.int64)
+    end = start + np.array([1, 2, 3, 4, 5, 6, 7, 2**31 + 5], dtype=np.int64)
+    z = np.zeros(start.size, dtype=np.int32)
+    acts = ActivityArrays(start=start, end=end, device=z, is_kernel=z > 0, is_memop=z > 0, busy=z > 0,
+                          device_code=z, device_ids=np.zeros(1, np.int64), stream_code=z,
+                          stream_keys=np.zeros(1, np.int64))
+    short = acts.narrow_durations(np.array([6, 0, 2, 2, 5], dtype=np.int32))
+    assert short.dtype == np.int32 and short.tolist() == [7, 1, 3, 3, 6]
+    edge = ActivityArrays(**{**acts.__dict__, "end": start + np.array([1, 2, 3, 4, 5, 6, 7, 2**31 - 2])})
+    assert edge.narrow_durations(np.arange(8)).dtype == np.int32  # 2**31 - 2 still fits
+    long = acts.narrow_durations(np.arange(8, dtype=np.int32))
+    assert long.dtype == np.int64 and long.tolist() == [1, 2, 3, 4, 5, 6, 7, 2**31 + 5]
+    assert acts.narrow_durations(np.zeros(0, dtype=np.int32)).tolist() == []
+
+
+@pytest.mark.parametrize("block", [5, 1 << 20])
+def test_replay_counts_a_block_at_a_time_equal_a_plain_count(analysis, monkeypatch, block):
+    """Replays.counts read COUNT_BLOCK members at a time: per range, the graph kernels and the
+    distinct graph launch calls that issued them equal a plain count over the memberships
+    (cupy_paths_node replays graphs; the other two traces give zeros that must stay zeros)."""
+    from gapscope.analysis import replays
+    from gapscope.trace.cuda_api import GRAPH_LAUNCH_CALLS
+
+    monkeypatch.setattr(replays, "COUNT_BLOCK", block)
+    names = analysis.frames.names
+    api_ids = analysis.frames.api["name_id"].to_numpy()
+    text = names.lookup(int(i) for i in set(api_ids.tolist()))
+    graph_call = np.array([text[int(i)].split("_v")[0] in GRAPH_LAUNCH_CALLS for i in api_ids], dtype=bool)
+    kind = analysis.frames.activities["kind"].to_numpy()
+    rp = Replays(kind, analysis.launch, graph_call)
+    n = len(analysis.ranges.frame)
+    kernels, calls = rp.counts(analysis.member_act, analysis.member_range, n)
+    want_k, want_c = [0] * n, [set() for _ in range(n)]
+    for act, row in zip(analysis.member_act.tolist(), analysis.member_range.tolist()):
+        call = int(analysis.launch[act])
+        if kind[act] == ActivityKind.GRAPH or (kind[act] == ActivityKind.KERNEL and call >= 0 and graph_call[call]):
+            want_k[row] += 1
+            if call >= 0:
+                want_c[row].add(call)
+    assert kernels.tolist() == want_k and calls.tolist() == [len(c) for c in want_c]
+    if "cupy_paths_node" in str(analysis.frames.meta.path):
+        assert sum(want_k) > 0 and sum(len(c) for c in want_c) > 0

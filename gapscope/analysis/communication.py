@@ -66,19 +66,31 @@ class CommKernels:
         return out
 
 
+#: Activities :func:`find` matches against the communication names at a time.
+FIND_BLOCK = 1 << 20
+
+
 def find(frames: TraceFrames) -> CommKernels | None:
     """The trace's communication kernels, None when it ran none. Names are looked up once per
-    distinct kernel name, so the trace must be open."""
+    distinct kernel name, so the trace must be open; the activities are matched against the
+    communication names' ids a block at a time (a byte an activity, not a code)."""
     a = frames.activities
-    kernel = np.flatnonzero(a["kind"].to_numpy() == ActivityKind.KERNEL)
-    codes, ids = pd.factorize(a["name_id"].to_numpy()[kernel])
+    kernel = a["kind"].to_numpy() == ActivityKind.KERNEL
+    name_id = a["name_id"].to_numpy()
+    ids = pd.unique(name_id[kernel])
     text = frames.names.lookup(int(i) for i in ids if i >= 0)
-    names = np.array([text.get(int(i), "") for i in ids], dtype=object)
-    hit = np.fromiter((is_communication(n) for n in names), dtype=bool, count=names.size)[codes] \
-        if names.size else np.zeros(0, dtype=bool)
-    if not hit.any():
+    comm_ids = np.array(sorted(int(i) for i in ids if is_communication(text.get(int(i), ""))), dtype=np.int64)
+    if comm_ids.size == 0:
         return None
-    return CommKernels(kernel[hit], names[codes[hit]])
+    hit = np.zeros(name_id.size, dtype=bool)
+    for lo in range(0, name_id.size, FIND_BLOCK):
+        part = name_id[lo:lo + FIND_BLOCK]
+        at = np.minimum(np.searchsorted(comm_ids, part), comm_ids.size - 1)
+        hit[lo:lo + part.size] = comm_ids[at] == part
+    hit &= kernel
+    index = np.flatnonzero(hit)
+    names = np.array([text[int(i)] for i in comm_ids], dtype=object)
+    return CommKernels(index, names[np.searchsorted(comm_ids, name_id[index])])
 
 
 def _sum(groups: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:

@@ -24,6 +24,8 @@ from gapscope.analysis.keys import narrowed, narrowed_to_fit
 from gapscope.schema import STATS_FIELDS  # noqa: F401  (the columns every timeline row carries)
 
 QUANTILES = (0.5, 0.9, 0.99, 1.0)
+#: Activities whose durations :meth:`ActivityArrays.narrow_durations` computes at a time.
+DURATION_BLOCK = 1 << 18
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,19 @@ class ActivityArrays:
     def duration_of(self, idx: np.ndarray) -> np.ndarray:
         """The durations of the activities ``idx`` (without one of every activity first)."""
         return self.end[idx] - self.start[idx]
+
+    def narrow_durations(self, idx: np.ndarray) -> np.ndarray:
+        """:meth:`duration_of` in 32 bits where every duration fits (as ``narrowed_to_fit``
+        gives it), computed DURATION_BLOCK activities at a time: no 64-bit copy of them all, and
+        no two gathers of every start and end held at once."""
+        idx = np.asarray(idx)
+        out = np.empty(idx.size, dtype=np.int32)
+        for lo in range(0, idx.size, DURATION_BLOCK):
+            part = self.duration_of(idx[lo:lo + DURATION_BLOCK])
+            if out.dtype == np.int32 and part.size and int(part.max()) + 1 >= 2**31:
+                out = out.astype(np.int64)  # a duration of 2.1 s or more: every one in 64 bits
+            out[lo:lo + part.size] = part
+        return out
 
 
 @dataclass(frozen=True)
@@ -133,7 +148,7 @@ def member_kernels(acts: ActivityArrays, member_act: np.ndarray | None,
         kern_m = acts.is_kernel[member_act]
         idx = member_act[kern_m]
         rows = member_row[kern_m]
-    return narrowed_to_fit(rows), narrowed_to_fit(acts.duration_of(idx))
+    return narrowed_to_fit(rows), acts.narrow_durations(idx)
 
 
 def level_table(acts: ActivityArrays, member_act: np.ndarray | None, member_row: np.ndarray, n_rows: int,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import partial
@@ -30,7 +30,7 @@ from gapscope.analysis.attribution import (
     Attributor, api_names, as_dicts, category_sums, distinct_gaps, longest_gaps,
 )
 from gapscope.analysis.host_timeline import DEFAULT_STALL_THRESHOLD_NS
-from gapscope.analysis.keys import narrowed, narrowed_to_fit, pair_code, stream_key, unpack_stream_key
+from gapscope.analysis.keys import narrowed, pair_code, stream_key, unpack_stream_key
 from gapscope.analysis.launches import launch_stats
 from gapscope.analysis.metrics import (
     STATS_FIELDS, ActivityArrays, GapList, level_stats, level_table, member_kernels, rollup_stats,
@@ -204,7 +204,10 @@ def _other_thread_warnings(frames: TraceFrames, launch: np.ndarray, table: Range
     some but miss what other threads launched inside them."""
     if threads != "same" or len(table.frame) == 0 or not (launch >= 0).any():
         return []
-    launching = pd.unique(frames.api["tid"].to_numpy()[launch[launch >= 0]])  # globalTids: process in bits 24+
+    called = np.zeros(len(frames.api), dtype=bool)  # the calls that launched work (a byte a call)
+    called[launch[launch >= 0]] = True
+    launching = pd.unique(frames.api["tid"].to_numpy()[called])  # globalTids: process in bits 24+
+    del called
     holding = pd.unique(table.frame["tid"].to_numpy())
     pairs = pd.DataFrame({"p": holding >> 24, "r": holding}).merge(pd.DataFrame({"p": launching >> 24, "t": launching}))
     if not (pairs["t"] != pairs["r"]).any():  # no other thread launches in a range's process
@@ -278,21 +281,18 @@ class Levels:
     stream_gaps: GapList | None = None
 
 
-def _started(pool: ThreadPoolExecutor, frames: TraceFrames, acts: ActivityArrays, launch: np.ndarray,
-             names: tuple[np.ndarray, np.ndarray], stats_launch: np.ndarray, attribution: bool,
-             stall_threshold_ns: int, after: bool = False) -> tuple["Future[Attributor] | None", "Future[list[dict]]"]:
-    """(the attribution's indexes, when ``attribution``, and the launch statistics of the calls
-    ``stats_launch`` links), both being computed on ``pool``; ``after``: the statistics once the
-    indexes are built, so that the two builds' temporaries are never held at once."""
-    attributor = pool.submit(Attributor, frames, acts, launch, names,
-                             stall_threshold_ns=stall_threshold_ns) if attribution else None
+def _launch_rows(frames: TraceFrames, launch: np.ndarray, acts: ActivityArrays,
+                 names: tuple[np.ndarray, np.ndarray]) -> list[dict]:
+    """The launch statistics of the calls ``launch`` links (gapscope.analysis.launches)."""
+    return launch_stats(launch, acts.start, frames.api["start"].to_numpy(), frames.api["end"].to_numpy(), *names)
 
-    def statistics() -> list[dict]:
-        if after and attributor is not None:
-            wait([attributor])
-        return launch_stats(stats_launch, acts.start, frames.api["start"].to_numpy(), frames.api["end"].to_numpy(),
-                            *names)
-    return attributor, pool.submit(statistics)
+
+def _attributor(pool: ThreadPoolExecutor, frames: TraceFrames, acts: ActivityArrays, launch: np.ndarray,
+                names: tuple[np.ndarray, np.ndarray], attribution: bool,
+                stall_threshold_ns: int) -> "Future[Attributor] | None":
+    """The attribution's indexes being built on ``pool``, when ``attribution``."""
+    return pool.submit(Attributor, frames, acts, launch, names,
+                       stall_threshold_ns=stall_threshold_ns) if attribution else None
 
 
 def _levels_kept(frames: TraceFrames, acts: ActivityArrays, launch: np.ndarray,
@@ -308,8 +308,8 @@ def _levels_kept(frames: TraceFrames, acts: ActivityArrays, launch: np.ndarray,
     # The levels and the attribution's indexes on two threads: their numpy sorts and searches
     # release the GIL. The streams come last, reusing the device level's gap split.
     with ThreadPoolExecutor(2) as pool:
-        attributor, launches = _started(pool, frames, acts, launch, names, stats_launch, attribution,
-                                        stall_threshold_ns)
+        attributor = _attributor(pool, frames, acts, launch, names, attribution, stall_threshold_ns)
+        launches = pool.submit(_launch_rows, frames, stats_launch, acts, names)
         paired = pool.submit(level_stats, acts, member_act, member_pair, np.arange(n_pairs), n_pairs,
                              percentiles=False)
         devices = pool.submit(level_stats, acts, every, acts.device_code, np.arange(n_dev), n_dev)
@@ -349,15 +349,16 @@ def _levels_windowed(frames: TraceFrames, acts: ActivityArrays, launch: np.ndarr
     :func:`_levels_kept`, in less memory."""
     name_codes, name_table = names
     n_dev, n_str = acts.device_ids.size, len(stream_keys)
-    # The attribution's indexes built on a thread while the first window's gaps are found, then
-    # the launch statistics beside the windows' attribution.
-    with ThreadPoolExecutor(2) as pool:
-        attributor, launches = _started(pool, frames, acts, launch, names, stats_launch, attribution,
-                                        stall_threshold_ns, after=True)
+    # The launch statistics first, on their own: beside the attribution's build and the first
+    # windows their temporaries (some 50 bytes a call) made the analysis's peak. Then the
+    # attribution's indexes built on a thread while the first window's gaps are found.
+    launch_rows = _launch_rows(frames, stats_launch, acts, names)
+    with ThreadPoolExecutor(1) as pool:
+        attributor = _attributor(pool, frames, acts, launch, names, attribution, stall_threshold_ns)
         pairs, devices, streams, longest = windows.measure(acts, member_act, member_pair, n_pairs, pair_range,
                                                            n_ranges, rp, attributor, top, selected,
                                                            keep_device_gaps=device_gaps)
-        launch_rows = launches.result()
+    del attributor  # its indexes (some 40 bytes an activity) are not read again
 
     def stats(level: windows.LevelSums, m_act: np.ndarray | None, m_row: np.ndarray, n: int,
               kernels: tuple[np.ndarray, np.ndarray] | None = None) -> pd.DataFrame:
@@ -372,7 +373,7 @@ def _levels_windowed(frames: TraceFrames, acts: ActivityArrays, launch: np.ndarr
     # The device and stream tables read the same kernels' durations, one level after the other
     # (each level's gap lengths are let go before the next is read).
     kern = narrowed(np.flatnonzero(acts.is_kernel), acts.start.size)
-    k_dur = narrowed_to_fit(acts.duration_of(kern))
+    k_dur = acts.narrow_durations(kern)
     device_stats = stats(devices, None, acts.device_code, n_dev, (acts.device_code[kern], k_dur))
     stream_stats = stats(streams, None, acts.stream_code, n_str, (acts.stream_code[kern], k_dur))
     del kern, k_dur
@@ -435,12 +436,14 @@ def run_analysis(
     range_name, name_keys = _name_groups(rf)
     n_names = len(name_keys)
     kernels = member_kernels(acts, member_act, member_pair)  # what both rollups' kernel medians read
-    with ThreadPoolExecutor(2) as pool:  # the two rollups' percentile sorts side by side
-        range_stats = pool.submit(rollup_stats, lv.pair_stats, pair_range, n_ranges, lv.pair_gap_lengths, kernels)
-        name_stats = pool.submit(rollup_stats, lv.pair_stats, range_name[pair_range] if n_pairs else pair_range,
-                                 n_names, lv.pair_gap_lengths, kernels)
-        range_stats, name_stats = range_stats.result(), name_stats.result()
+    # One rollup after the other: side by side, their sort keys (8 bytes a gap and a kernel
+    # each) would be held at once, at the analysis's peak.
+    range_stats = rollup_stats(lv.pair_stats, pair_range, n_ranges, lv.pair_gap_lengths, kernels)
+    name_stats = rollup_stats(lv.pair_stats, range_name[pair_range] if n_pairs else pair_range,
+                              n_names, lv.pair_gap_lengths, kernels)
     del kernels
+    # Before the rows are built: the match's temporaries never sit beside every range's row.
+    comm = communication.find(frames)
     member_range = (member_pair // max(n_dev, 1)).astype(range_dtype)
     if selected and not (range_stats["kernels"].to_numpy() > 0).any():
         chosen = [*(repr(r) for r in ranges), *(f"domain {d!r}" for d in domains)]
@@ -482,7 +485,6 @@ def run_analysis(
         stream_rows = _with_categories(stream_rows, lv.stream_cats, False)
         payoff = measured_pairs(name_rows)
     range_rows, name_rows, device_rows = map(_with_verdicts, (range_rows, name_rows, device_rows))
-    comm = communication.find(frames)
     range_rows, name_rows, device_rows = communication.with_fields(
         comm, acts, member_act, member_pair, range_name, (range_rows, name_rows, device_rows))
 

@@ -17,6 +17,8 @@ from gapscope.trace.frames import ActivityKind
 
 #: The fields this module adds to range, name and device rows (docs/schema.md).
 REPLAY_FIELDS = ("graph_kernels", "graph_replays", "gap_between_replays_ns", "gap_inside_replays_ns")
+#: Members :meth:`Replays.counts` reads at a time.
+COUNT_BLOCK = 1 << 20
 
 
 class Replays:
@@ -42,14 +44,22 @@ class Replays:
     def counts(self, member_act: np.ndarray | None, member_row: np.ndarray,
                n_rows: int) -> tuple[np.ndarray, np.ndarray]:
         """(graph kernels, distinct graph launch calls) per row of a membership (``member_act``
-        None: every activity, in row ``member_row[activity]``)."""
-        g = self.graph_work if member_act is None else self.graph_work[member_act]
-        call = self.replay_call(member_act)
-        kernels = np.bincount(member_row[g], minlength=n_rows).astype(np.int64)
-        has = call >= 0
-        key = member_row[has].astype(np.int64) * (self.n_calls + 1) + call[has]
-        rows = np.unique(key) // (self.n_calls + 1)
-        return kernels, np.bincount(rows, minlength=n_rows).astype(np.int64)
+        None: every activity, in row ``member_row[activity]``), COUNT_BLOCK members at a time
+        (a membership can hold several rows per activity)."""
+        kernels = np.zeros(n_rows, dtype=np.int64)
+        keys = []  # each block's distinct (row, graph launch call) keys
+        width = self.n_calls + 1
+        for lo in range(0, member_row.size, COUNT_BLOCK):
+            rows = member_row[lo:lo + COUNT_BLOCK]
+            act = slice(lo, lo + rows.size) if member_act is None else member_act[lo:lo + COUNT_BLOCK]
+            g = self.graph_work[act]
+            kernels += np.bincount(rows[g], minlength=n_rows)
+            call = self.launch[act]
+            has = g & (call >= 0)  # replay_call(act) >= 0
+            if has.any():
+                keys.append(np.unique(rows[has].astype(np.int64) * width + call[has]))
+        replayed = np.unique(np.concatenate(keys)) // width if keys else np.zeros(0, dtype=np.int64)
+        return kernels, np.bincount(replayed, minlength=n_rows).astype(np.int64)
 
     def inside_ns(self, gaps: GapList, n_rows: int) -> np.ndarray:
         """Gap time per row whose two sides were issued by one graph launch call."""

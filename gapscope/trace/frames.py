@@ -157,18 +157,19 @@ NARROW_LIMIT = 2**30
 
 
 def narrow_ids(values: np.ndarray) -> np.ndarray:
-    """An int64 id column as int32 when every value lies in ``[-1, NARROW_LIMIT)`` (-1: none),
-    else as it is (no copy)."""
+    """An id column as int32 when every value lies in ``[-1, NARROW_LIMIT)`` (-1: none), else
+    as it is (no copy either way when it is int32 already)."""
     if values.size and (int(values.min()) < -1 or int(values.max()) >= NARROW_LIMIT):
         return values
-    return values.astype(np.int32)
+    return values.astype(np.int32, copy=False)
 
 
 def build_frames(meta: TraceMeta, *, activities: pd.DataFrame, api: pd.DataFrame, nvtx: pd.DataFrame,
                  syncs: pd.DataFrame, names: Names, warnings: Iterable[str] = (),
                  cells: Mapping[str, Mapping[str, np.ndarray]] | None = None) -> TraceFrames:
     """The one place every reader's frames are made: each frame is checked to hold its columns
-    (integers as int64; once checked, the ids of NARROW_COLUMNS in 32 bits where they fit),
+    (integers as int64, or, for NARROW_COLUMNS' ids, int32 as a reader may give them; once
+    checked, those ids in 32 bits where they fit),
     every value passes the damage rules of gapscope.trace.validation (``cells``: the reader's
     Cell codes of cells that held no integer, by frame and column; damaged rows left out with a
     warning, or the trace refused), and a trace without a single kernel execution is refused
@@ -180,8 +181,11 @@ def build_frames(meta: TraceMeta, *, activities: pd.DataFrame, api: pd.DataFrame
         missing = [c for c in FRAME_COLUMNS[key] if c not in frame.columns]
         if missing:  # a reader's bug, not the user's file
             raise TypeError(f"{meta.format} reader: the {key} frame lacks {', '.join(missing)}")
+        narrow = NARROW_COLUMNS.get(key, ())
         for c in frame.columns:
-            if c != "name" and frame[c].dtype != np.int64 and not (key == "activities" and c == "kind"):
+            if c == "name" or (key == "activities" and c == "kind"):
+                continue
+            if frame[c].dtype != np.int64 and not (c in narrow and frame[c].dtype == np.int32):
                 frame[c] = frame[c].to_numpy().astype(np.int64)
     frames = validate(TraceFrames(meta=meta, activities=activities, api=api, nvtx=nvtx, syncs=syncs,
                                   names=names, warnings=list(warnings)), cells)

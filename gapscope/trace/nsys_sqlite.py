@@ -41,8 +41,8 @@ from gapscope.text import printable
 from gapscope.trace.cache import ColumnCache
 from gapscope.trace.cuda_api import QUIET_CALLS
 from gapscope.trace.frames import (
-    ACTIVITY_COLUMNS, API_COLUMNS, NVTX_COLUMNS, NVTX_DOMAIN_CREATE, NVTX_PUSH_POP, NVTX_START_END,
-    SYNC_COLUMNS, ActivityKind, ClosedTraceError, TraceFrames, TraceMeta,
+    ACTIVITY_COLUMNS, API_COLUMNS, NARROW_COLUMNS, NVTX_COLUMNS, NVTX_DOMAIN_CREATE, NVTX_PUSH_POP,
+    NVTX_START_END, SYNC_COLUMNS, ActivityKind, ClosedTraceError, TraceFrames, TraceMeta, narrow_ids,
 )
 from gapscope.trace.nsys_schema import (
     ACTIVITY_REQUIRED, ACTIVITY_TABLES, EVENT_CLASS_BACKTRACE, GRAPH_TABLE, KERNEL_TABLE, NVTX_TABLE,
@@ -421,7 +421,9 @@ class Read:
 
     ``rowid`` names the rowid of the table being split (``n.rowid`` when it has an alias).
     ``typed`` SQL adds, after each integer column, its :class:`Cell` code, and reads text as
-    bytes, for a table whose values are not all of their column's type.
+    bytes, for a table whose values are not all of their column's type. ``narrow``: id columns
+    kept in 32 bits as they are read, each batch whose values all fit (frames.narrow_ids), so
+    that a read never holds them in 64 bits; build_frames narrows them anyway.
     """
 
     table: str
@@ -429,6 +431,7 @@ class Read:
     source: str = ""
     where: str = ""
     rowid: str = "rowid"
+    narrow: frozenset[str] = frozenset()
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -641,8 +644,10 @@ def _fast_columns(table, r: Read) -> Columns | None:
             if col.null_count:
                 values = pc.fill_null(col, -1).to_numpy().astype(np.int64, copy=False)
                 cells = pc.is_null(col).to_numpy(zero_copy_only=False).astype(np.uint8) * np.uint8(Cell.NULL)
-            else:  # views of the driver's own buffers: _concat makes the one copy
-                values = [c.to_numpy().astype(np.int64, copy=False) for c in col.chunks]
+            else:  # views of the driver's own buffers (_concat makes the one copy), or 32-bit copies
+                narrow = name in r.narrow
+                values = [narrow_ids(v) if narrow else v for v in (c.to_numpy().astype(np.int64, copy=False)
+                                                                    for c in col.chunks)]
             out[name] = (values, cells)
         else:
             return None
@@ -709,7 +714,7 @@ def _concat(parts: list[Columns], r: Read) -> Columns:
             joined = np.zeros(0, dtype=object if name in TEXT_COLUMNS else np.int64)
         elif len(pieces) == 1 and pieces[0].base is None:
             joined = pieces[0]
-        else:  # also copies a lone view out of the driver's buffers, which then go
+        else:  # also copies a lone view out of the driver's buffers, which then go; 64-bit if any piece is
             joined = np.concatenate(pieces)
         out[name] = (joined, cells)
     return out
@@ -749,6 +754,11 @@ def _name_column(cols: set[str], kind: ActivityKind) -> str:
     return "-1"
 
 
+#: The columns each read keeps in 32 bits as it goes: frames.NARROW_COLUMNS but ``proc``, which
+#: is read as the whole globalPid and becomes its process part (``>> 24``) only once assembled.
+READ_NARROW = {key: frozenset(columns) - {"proc"} for key, columns in NARROW_COLUMNS.items()}
+
+
 def _activity_read(conn: sqlite3.Connection, table: str, kind: ActivityKind) -> Read:
     """The bulk read of one activity table, with every row's name id (kernels: the short name's
     StringIds id; graph executions: the graph id; -1 for copies): one int column more than the
@@ -757,7 +767,7 @@ def _activity_read(conn: sqlite3.Connection, table: str, kind: ActivityKind) -> 
     cols = _require(conn, table, REQUIRED_COLUMNS["activity"])
     exprs = ["rowid", "start", "end", "deviceId", "streamId", _col(cols, "globalPid"),
              _col(cols, "correlationId"), _name_column(cols, kind)]
-    return Read(table, tuple(zip((*ACTIVITY_COLUMNS, "name_id"), exprs)))
+    return Read(table, tuple(zip((*ACTIVITY_COLUMNS, "name_id"), exprs)), narrow=READ_NARROW["activities"])
 
 
 def _quiet_call_ids(conn: sqlite3.Connection) -> list[int]:
@@ -784,7 +794,8 @@ def _load_frames(conn: sqlite3.Connection, reader: _Reader, meta: TraceMeta, wit
         if quiet:  # a NULL nameId is kept (and warned about as damaged), not filtered away
             conds.append(f"nameId IS NULL OR nameId NOT IN ({', '.join(map(str, quiet))})")
         exprs = ("start", "end", "globalTid", _col(cols, "correlationId"), _col(cols, "nameId"))
-        reads["api"] = Read(RUNTIME_TABLE, tuple(zip(API_COLUMNS, exprs)), where=" AND ".join(conds))
+        reads["api"] = Read(RUNTIME_TABLE, tuple(zip(API_COLUMNS, exprs)), where=" AND ".join(conds),
+                            narrow=READ_NARROW["api"])
     if NVTX_TABLE in tables:
         cols = _require(conn, NVTX_TABLE, REQUIRED_COLUMNS[NVTX_TABLE])
         text = "n.text" if "text" in cols else "NULL"
