@@ -71,6 +71,14 @@ def _mallopt(param: int, value: int, variable: str) -> bool:
     return bool(mallopt(ctypes.c_int(param), ctypes.c_int(value)))
 
 
+#: Traces of at least this many activity or call rows have the heap's free pages handed back after
+#: the read and between the analysis's steps (:func:`give_back_freed_pages`). After the read: at
+#: 1M kernels that lowered the peak by 30-85 MiB at no cost in time (1.93-2.17 s against
+#: 2.05-2.50 s, 3 runs each), at 3M by 35-67 MiB; at 100k nothing changed (docs/performance.md).
+#: Between the steps, see gapscope.analysis.pipeline.
+TRIM_ROWS = 1 << 18
+
+
 def give_back_freed_pages() -> None:
     """Hand the C heap's free pages back to the system (glibc's ``malloc_trim``). The driver's
     Arrow batches are freed in pieces, scattered over the heap: about 110 bytes per row read

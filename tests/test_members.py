@@ -139,3 +139,23 @@ def test_replay_counts_a_block_at_a_time_equal_a_plain_count(analysis, monkeypat
     assert kernels.tolist() == want_k and calls.tolist() == [len(c) for c in want_c]
     if "cupy_paths_node" in str(analysis.frames.meta.path):
         assert sum(want_k) > 0 and sum(len(c) for c in want_c) > 0
+
+
+@pytest.mark.parametrize("block", [1, 4, 1 << 20])
+def test_gathered_slices_equal_a_loop_over_the_slices(monkeypatch, block):
+    """SYNTHETIC slices (empty, reversed, overlapping, nested): every covered value with its
+    slice, one slice after the other, as a loop over the slices gives it; 32-bit owners, the
+    values' own dtype, whatever GATHER_BLOCK."""
+    from gapscope.analysis import intervals
+
+    monkeypatch.setattr(intervals, "GATHER_BLOCK", block)
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        values = rng.integers(0, 10**6, int(rng.integers(0, 60))).astype(np.int32)
+        n = int(rng.integers(0, 20))
+        lo = rng.integers(0, values.size + 1, n)
+        hi = np.minimum(lo + rng.integers(-3, 15, n), values.size)
+        owner, got = intervals.gathered_slices(values, lo, hi)
+        want = [(i, int(v)) for i in range(n) for v in values[lo[i]:max(hi[i], lo[i])]]
+        assert list(zip(owner.tolist(), got.tolist())) == want
+        assert owner.dtype == np.int32 and got.dtype == np.int32

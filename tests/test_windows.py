@@ -87,6 +87,30 @@ def test_windows_are_cut_only_where_the_start_changes():
     assert activity_windows(start, 8)[1].tolist() == [0, 8]
 
 
+@pytest.mark.parametrize("scan", [1, 3, 4096])
+def test_window_cuts_equal_the_first_change_at_or_after_each_multiple(monkeypatch, scan):
+    """SYNTHETIC starts with long ties: every cut is, for some multiple c of the size, the first
+    position at or after c whose start (in order) differs from the one before, as a plain loop
+    over the sorted starts finds it; whatever CUT_SCAN the search reads at a time."""
+    from gapscope.analysis import windows
+
+    monkeypatch.setattr(windows, "CUT_SCAN", scan)
+    rng = np.random.default_rng(11)
+    for case in range(60):
+        n = int(rng.integers(1, 300))
+        start = rng.integers(0, int(rng.integers(1, 40)), n) * 1000  # few distinct starts: long ties
+        size = int(rng.integers(1, 50))
+        order, bounds = activity_windows(start, size)
+        s = start[np.argsort(start, kind="stable")].tolist()
+        want = {0, n}
+        for c in range(size, n, size):
+            first = next((i for i in range(c, n) if s[i] != s[i - 1]), None)
+            if first is not None:
+                want.add(first)
+        assert bounds.tolist() == sorted(want), (case, n, size)
+        assert order.tolist() == np.argsort(start, kind="stable").tolist()
+
+
 LEVEL_TRACES = sorted([*TRACES.glob("*.sqlite"), *TRACES.glob("*.pt.trace.json.gz"),
                        TRACES / "torch_decode_small_parquet"]) + [CLOVERLEAF_NAME, FSDP_NAME, SAXPY_NAME]
 

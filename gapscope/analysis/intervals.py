@@ -199,6 +199,25 @@ def expand_slices(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return owner, pos
 
 
+#: Covered positions :func:`gathered_slices` gathers at a time.
+GATHER_BLOCK = 1 << 20
+
+
+def gathered_slices(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(owner i, value) for every position of the slices ``values[lo[i]:hi[i]]``, one slice
+    after the other: :func:`expand_slices` with the positions looked up, the owners 32-bit where
+    there are fewer than 2**31 slices and the values in ``values``' own dtype, GATHER_BLOCK
+    positions at a time (no 64-bit array of every owner or position)."""
+    lengths = np.maximum(hi - lo, 0)
+    owner = np.repeat(np.arange(lo.size, dtype=index_dtype(lo.size)), lengths)
+    out = np.empty(owner.size, dtype=values.dtype)
+    shift = np.cumsum(lengths) - lengths - lo  # a covered position's index in the output minus its own
+    for a in range(0, owner.size, GATHER_BLOCK):
+        b = min(owner.size, a + GATHER_BLOCK)
+        out[a:b] = values[np.arange(a, b) - shift[owner[a:b]]]
+    return owner, out
+
+
 def covered_ns(keys: np.ndarray, starts: np.ndarray, ends: np.ndarray, q_keys: np.ndarray, q_lo: np.ndarray,
                q_hi: np.ndarray) -> np.ndarray:
     """For each query ``[q_lo, q_hi)`` of key ``q_keys``, the time covered by the intervals

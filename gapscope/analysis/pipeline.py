@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import partial
@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gapscope import heap
 from gapscope.analysis import communication, memory, windows
 from gapscope.analysis.attribution import (
     Attributor, api_names, as_dicts, category_sums, distinct_gaps, longest_gaps,
@@ -281,6 +282,28 @@ class Levels:
     stream_gaps: GapList | None = None
 
 
+#: From this many activities on, the steps that ran side by side on two threads run one after
+#: the other (:func:`_one_at_a_time`). Side by side is faster (at 1M kernels on 2 cores some
+#: 0.5 s of 5.5), one after the other needs less memory (at 30M some 10 % less at the peak).
+SERIAL_ACTIVITIES = 1 << 22
+
+
+def _one_at_a_time(acts: ActivityArrays) -> bool:
+    """Whether the analysis of these activities runs its large steps one after the other: the
+    attribution's build before the windows, the launch statistics before both, the two rollups
+    in turn; so that no two steps' temporaries are held at once (docs/performance.md)."""
+    return acts.start.size >= SERIAL_ACTIVITIES
+
+
+def _give_back(rows: int) -> None:
+    """Hand the heap's free pages back between two steps of a trace of ``rows`` activities (from
+    heap.TRIM_ROWS on): a step's window- and block-sized temporaries are freed scattered over the
+    heap, and the pages they leave stay resident under the next step's peak (at 10M kernels some
+    400 MiB of them at the rollups)."""
+    if rows >= heap.TRIM_ROWS:
+        heap.give_back_freed_pages()
+
+
 def _launch_rows(frames: TraceFrames, launch: np.ndarray, acts: ActivityArrays,
                  names: tuple[np.ndarray, np.ndarray]) -> list[dict]:
     """The launch statistics of the calls ``launch`` links (gapscope.analysis.launches)."""
@@ -349,16 +372,32 @@ def _levels_windowed(frames: TraceFrames, acts: ActivityArrays, launch: np.ndarr
     :func:`_levels_kept`, in less memory."""
     name_codes, name_table = names
     n_dev, n_str = acts.device_ids.size, len(stream_keys)
-    # The launch statistics first, on their own: beside the attribution's build and the first
-    # windows their temporaries (some 50 bytes a call) made the analysis's peak. Then the
-    # attribution's indexes built on a thread while the first window's gaps are found.
-    launch_rows = _launch_rows(frames, stats_launch, acts, names)
-    with ThreadPoolExecutor(1) as pool:
+    serial = _one_at_a_time(acts)
+    launch_rows = None
+    if serial:
+        # The launch statistics first, on their own: beside the attribution's build and the
+        # first windows their temporaries (some 50 bytes a call) made a large trace's peak.
+        _give_back(acts.start.size)
+        launch_rows = _launch_rows(frames, stats_launch, acts, names)
+    with ThreadPoolExecutor(1 if serial else 2) as pool:
         attributor = _attributor(pool, frames, acts, launch, names, attribution, stall_threshold_ns)
+        if serial and attributor is not None:
+            attributor.result()  # built before the windows' own set-up, not beside it
+            _give_back(acts.start.size)
+        launches = None
+        if not serial:  # the statistics beside the windows, once the indexes are built
+            def statistics() -> list[dict]:
+                if attributor is not None:
+                    wait([attributor])
+                return _launch_rows(frames, stats_launch, acts, names)
+            launches = pool.submit(statistics)
         pairs, devices, streams, longest = windows.measure(acts, member_act, member_pair, n_pairs, pair_range,
                                                            n_ranges, rp, attributor, top, selected,
                                                            keep_device_gaps=device_gaps)
+        if launches is not None:
+            launch_rows = launches.result()
     del attributor  # its indexes (some 40 bytes an activity) are not read again
+    _give_back(acts.start.size)
 
     def stats(level: windows.LevelSums, m_act: np.ndarray | None, m_row: np.ndarray, n: int,
               kernels: tuple[np.ndarray, np.ndarray] | None = None) -> pd.DataFrame:
@@ -435,13 +474,21 @@ def run_analysis(
     rf = table.frame
     range_name, name_keys = _name_groups(rf)
     n_names = len(name_keys)
+    _give_back(acts.start.size)
     kernels = member_kernels(acts, member_act, member_pair)  # what both rollups' kernel medians read
-    # One rollup after the other: side by side, their sort keys (8 bytes a gap and a kernel
-    # each) would be held at once, at the analysis's peak.
-    range_stats = rollup_stats(lv.pair_stats, pair_range, n_ranges, lv.pair_gap_lengths, kernels)
-    name_stats = rollup_stats(lv.pair_stats, range_name[pair_range] if n_pairs else pair_range,
-                              n_names, lv.pair_gap_lengths, kernels)
+    # The two rollups side by side (their percentile sorts release the GIL), but one after the
+    # other for a large trace: side by side their sort keys (8 bytes a gap and a kernel each)
+    # are held at once, at the analysis's peak.
+    rollups = (partial(rollup_stats, lv.pair_stats, pair_range, n_ranges, lv.pair_gap_lengths, kernels),
+               partial(rollup_stats, lv.pair_stats, range_name[pair_range] if n_pairs else pair_range,
+                       n_names, lv.pair_gap_lengths, kernels))
+    if _one_at_a_time(acts):
+        range_stats, name_stats = (rollup() for rollup in rollups)
+    else:
+        with ThreadPoolExecutor(2) as pool:
+            range_stats, name_stats = (f.result() for f in [pool.submit(rollup) for rollup in rollups])
     del kernels
+    _give_back(acts.start.size)
     # Before the rows are built: the match's temporaries never sit beside every range's row.
     comm = communication.find(frames)
     member_range = (member_pair // max(n_dev, 1)).astype(range_dtype)

@@ -101,8 +101,13 @@ class AnalysisResult:
         """True when the gaps carry categories (attribution ran)."""
         return any("gap_by_category_ns" in r for r in self.devices)
 
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON object of docs/schema.md."""
+    #: The sections of rows that :meth:`to_dict` makes JSON-safe (``clean_rows``).
+    ROW_SECTIONS = ("ranges", "by_name", "devices", "streams")
+
+    def to_dict(self, clean: bool = True) -> dict[str, Any]:
+        """The JSON object of docs/schema.md; ``clean=False``: the ROW_SECTIONS are the result's
+        own rows, not yet made JSON-safe (the JSON renderer cleans them a slice at a time)."""
+        rows = clean_rows if clean else list
         out = {
             "schema": self.schema,
             "gapscope_version": self.gapscope_version,
@@ -110,10 +115,10 @@ class AnalysisResult:
             "nsys_version": self.nsys_version,
             "options": self.options,
             "warnings": list(self.warnings),
-            "ranges": clean_rows(self.ranges),
-            "by_name": clean_rows(self.by_name),
-            "devices": clean_rows(self.devices),
-            "streams": clean_rows(self.streams),
+            "ranges": rows(self.ranges),
+            "by_name": rows(self.by_name),
+            "devices": rows(self.devices),
+            "streams": rows(self.streams),
         }
         for name in SECTIONS:
             value = getattr(self, name)

@@ -27,10 +27,15 @@ from gapscope.analysis.intervals import RunningTimelines, WindowGaps
 from gapscope.analysis.keys import index_dtype, narrowed, narrowed_to_fit
 from gapscope.analysis.metrics import ActivityArrays, GapList
 from gapscope.analysis.replays import Replays
+from gapscope.heap import give_back_freed_pages
 
 #: Activities per window: some 10-20 MB of temporaries each, two windows at a time (one found
 #: on a thread while the other is attributed); smaller windows only add Python overhead.
 WINDOW_ACTIVITIES = 1 << 16
+#: Windows measured between two hand-backs of the heap's free pages (heap.give_back_freed_pages):
+#: each window's temporaries are blocks under heap.MMAP_THRESHOLD, freed scattered over the heap,
+#: and the pages they leave would stay resident to the end of the measurement.
+TRIM_WINDOWS = 16
 #: Overrides WINDOW_ACTIVITIES (the tests force windows of a few activities with it).
 WINDOW_ENV = "GAPSCOPE_WINDOW_ACTIVITIES"
 
@@ -41,19 +46,35 @@ def window_size() -> int:
     return int(value) if value.isdigit() and int(value) > 0 else WINDOW_ACTIVITIES
 
 
+#: Sorted starts :func:`activity_windows` reads at a time when it looks for a window's cut.
+CUT_SCAN = 4096
+
+
 def activity_windows(start: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
     """(order, bounds): the activities in (start, index) order, and the positions in it where
     windows begin and the last ends; a window of ``size`` activities or more is cut only where
-    the start changes, so that activities starting together share one."""
+    the start changes, so that activities starting together share one. Each cut is found by
+    reading the sorted starts from its candidate position on, CUT_SCAN at a time (no array of
+    every start in order, nor of every position where it changes)."""
     n = np.asarray(start).size
     order = narrowed(np.argsort(start, kind="stable"), n)  # held for the whole measurement
     if n <= size:
         return order, np.array([0, n], dtype=np.int64)
-    s = start[order]
-    change = np.flatnonzero(s[1:] != s[:-1]) + 1  # positions whose start differs from the one before
-    cuts = np.searchsorted(change, np.arange(size, n, size))
-    cuts = change[cuts[cuts < change.size]]
-    return order, np.unique(np.r_[0, cuts, n]).astype(np.int64)
+    cuts = [0]
+    for c in range(size, n, size):
+        if cuts[-1] >= c:  # the last cut is the first change at or after c too
+            continue
+        lo = c
+        while lo < n:  # the first position at or after c whose start differs from the one before
+            s = start[order[lo - 1:lo + CUT_SCAN]]
+            changed = np.flatnonzero(s[1:] != s[:-1])
+            if changed.size:
+                cuts.append(lo + int(changed[0]))
+                break
+            lo += CUT_SCAN
+        else:
+            break  # the same start from c to the end: no more cuts
+    return order, np.array([*cuts, n], dtype=np.int64)
 
 
 @dataclass
@@ -246,6 +267,8 @@ def measure(acts: ActivityArrays, member_act: np.ndarray, member_pair: np.ndarra
             for sums, g in ((devices, d_gaps), (pairs, p_gaps), (streams, s_gaps)):
                 sums.keep(g.row, g.length)  # kept to the end, for the percentiles
             del lv, d_gaps, p_gaps, s_gaps
+            if w % TRIM_WINDOWS == TRIM_WINDOWS - 1:
+                give_back_freed_pages()  # the windows' temporaries are freed scattered over the heap
     longest = _merged(cand) if attributed else None
     return pairs, devices, streams, longest
 

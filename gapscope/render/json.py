@@ -32,8 +32,35 @@ def dumps(data: Any, indent: int | None = None) -> str:
         return json.dumps(_finite(data), allow_nan=False, **options)
 
 
+#: Rows of a result's row section made JSON-safe and written at a time.
+ROW_SLICE = 4096
+
+
+def _write_compact(result: Any, file: TextIO) -> None:
+    """The compact JSON of a result with ROW_SECTIONS (an analysis), written a piece at a time:
+    each key's value, and each row section ROW_SLICE rows at a time, so that neither a JSON-safe
+    copy of every row nor the whole text is ever held (at 30M kernels they are each some
+    hundreds of MB). The text is the same as ``dumps(result.to_dict())``."""
+    from gapscope.analysis.result import clean_rows
+
+    file.write("{")
+    for i, (key, value) in enumerate(result.to_dict(clean=False).items()):
+        file.write(("," if i else "") + json.dumps(key) + ":")
+        if key not in result.ROW_SECTIONS:
+            file.write(dumps(value))
+            continue
+        file.write("[")
+        for lo in range(0, len(value), ROW_SLICE):
+            file.write(("," if lo else "") + dumps(clean_rows(value[lo:lo + ROW_SLICE]))[1:-1])
+        file.write("]")
+    file.write("}")
+
+
 def render(result: Any, file: TextIO, *, indent: int | None = None, **_: Any) -> None:
     """Write any result with a ``to_dict()`` (analysis, many-trace, comparison, run) as JSON:
-    compact, or indented by ``indent`` spaces."""
-    file.write(dumps(result.to_dict(), indent))
+    compact (an analysis written a piece at a time), or indented by ``indent`` spaces."""
+    if indent is None and hasattr(result, "ROW_SECTIONS"):
+        _write_compact(result, file)
+    else:
+        file.write(dumps(result.to_dict(), indent))
     file.write("\n")

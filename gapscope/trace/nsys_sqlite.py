@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 from gapscope.errors import GapscopeError
-from gapscope.heap import give_back_freed_pages
+from gapscope.heap import TRIM_ROWS, give_back_freed_pages
 from gapscope.text import printable
 from gapscope.trace.cache import ColumnCache
 from gapscope.trace.cuda_api import QUIET_CALLS
@@ -507,6 +507,7 @@ class _Reader:
         tasks = [(key, lo, hi) for key, r in reads.items() for lo, hi in _bounds(self._conn, r)]
         workers = max(1, min(4, os.cpu_count() or 1, len(tasks)))
         chunks = {key: sum(1 for k, _, _ in tasks if k == key) for key in reads}
+        big = len(tasks) > len(reads)  # some table was split: a read of CHUNK_ROWS rows or more
         out = {}
         waiting: dict[str, list[Columns | None]] = {}
         with ThreadPoolExecutor(workers) as pool:
@@ -517,6 +518,8 @@ class _Reader:
                 mine = waiting.setdefault(key, [])
                 mine.append(part)
                 del part
+                if big:  # the driver's batches, freed as each chunk became columns, scattered over the heap
+                    give_back_freed_pages()
                 if len(mine) < chunks[key]:
                     continue
                 del waiting[key]
@@ -596,12 +599,6 @@ class _Reader:
             self._cache.finish()
 
 
-#: Frames of at least this many rows have the heap's free pages handed back after the read. Since
-#: the levels are measured window by window (gapscope.analysis.windows), the analysis reuses few
-#: of them: at 1M kernels handing them back lowered the peak by 30-85 MiB at no cost in time
-#: (1.93-2.17 s against 2.05-2.50 s, 3 runs each), at 3M by 35-67 MiB; at 100k nothing changed
-#: (docs/performance.md). Before, the analysis reused them below 4,194,304 rows.
-TRIM_ROWS = 1 << 18
 
 
 def _bounds(conn: sqlite3.Connection, r: Read) -> list[tuple[int | None, int | None]]:
