@@ -59,7 +59,7 @@ def test_a_pytorch_profiler_trace_is_not_counted():
 
 def test_the_estimate_is_the_fitted_line_of_each_path():
     assert memory.needed_bytes(0) == 300_000_000
-    assert memory.needed_bytes(1_000_000) == 300_000_000 + 240_000_000  # no gap list kept
+    assert memory.needed_bytes(1_000_000) == 300_000_000 + 200_000_000  # no gap list kept
     assert memory.needed_bytes(1_000_000, gaps=True) == 300_000_000 + 800_000_000  # gap lists kept
     assert memory.needed_bytes(1_000_000, merge=True) == 300_000_000 + 440_000_000  # range pairs, device gaps
     assert memory.needed_bytes(1_000_000, gaps=True, merge=True) == 300_000_000 + 800_000_000
@@ -79,15 +79,15 @@ def test_available_memory_is_mem_available_plus_free_swap(tmp_path):
 
 
 def test_a_trace_too_large_is_refused_in_one_line():
-    rows = 40_000_000  # needs 300e6 + 40e6 * 240 = 9.9e9 bytes
+    rows = 40_000_000  # needs 300e6 + 40e6 * 200 = 8.3e9 bytes
     with pytest.raises(GapscopeError) as err:
-        memory.check("big.sqlite", rows, available=9_000_000_000, environ={})
+        memory.check("big.sqlite", rows, available=8_000_000_000, environ={})
     assert str(err.value) == (
-        "big.sqlite: analyzing its 40,000,000 GPU activities needs about 9.9 GB of memory, more than "
-        "the 9.0 GB this machine has free; record a shorter capture (`nsys profile --capture-range`, "
+        "big.sqlite: analyzing its 40,000,000 GPU activities needs about 8.3 GB of memory, more than "
+        "the 8.0 GB this machine has free; record a shorter capture (`nsys profile --capture-range`, "
         "`--duration`) or analyze it on a larger machine (GAPSCOPE_MEMORY_CHECK=0 tries anyway)")
     assert err.value.exit_code == 2
-    memory.check("big.sqlite", rows, available=9_900_000_000, environ={})  # exactly enough: analyzed
+    memory.check("big.sqlite", rows, available=8_300_000_000, environ={})  # exactly enough: analyzed
     with pytest.raises(GapscopeError, match="needs about 32.3 GB"):  # 300e6 + 40e6 * 800
         memory.check("big.sqlite", rows, gaps=True, available=13_100_000_000, environ={})
     with pytest.raises(GapscopeError, match="needs about 54.3 GB"):  # 300e6 + 40e6 * 1,350
@@ -97,7 +97,7 @@ def test_a_trace_too_large_is_refused_in_one_line():
 
 
 def test_the_command_refuses_before_reading(monkeypatch):
-    need = 300_000_000 + 240 * counted(TRACES / "torch_decode.sqlite")
+    need = 300_000_000 + 200 * counted(TRACES / "torch_decode.sqlite")
     monkeypatch.delenv("GAPSCOPE_MEMORY_CHECK", raising=False)
     monkeypatch.setattr(memory, "available_bytes", lambda: need - 1)
     got = gapscope("analyze", "traces/torch_decode.sqlite", "--no-cache")
@@ -110,9 +110,9 @@ def test_the_command_refuses_before_reading(monkeypatch):
 
 DECODE = TRACES / "torch_decode.sqlite"
 #: Each path and what it asks the check for: its bytes per activity row (no gap list kept:
-#: 240; kept: 800; every CUDA call read too: 1,350; a file of several: 440).
+#: 200; kept: 800; every CUDA call read too: 1,350; a file of several: 440).
 PATHS = [
-    (240, ["analyze", "traces/torch_decode.sqlite", "--no-cache", "-f", "json"]),
+    (200, ["analyze", "traces/torch_decode.sqlite", "--no-cache", "-f", "json"]),
     (800, ["analyze", "traces/torch_decode.sqlite", "--no-cache", "--plot", "{tmp}/plots"]),
     (800, ["report", "traces/torch_decode.sqlite", "--no-figures", "--html", "{tmp}/r.html"]),
     (1350, ["analyze", "traces/torch_decode.sqlite", "--no-cache", "--gaps-csv", "{tmp}/gaps.csv"]),

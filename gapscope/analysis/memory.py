@@ -5,7 +5,7 @@ analysis needs"); and several traces analyzed side by side run only as many at o
 
 The estimate is a straight line per path, fitted to measured peak resident bytes (SYNTHETIC
 tilings of a real PyTorch decode trace, 0.11 to 32.3 million GPU activity rows; the table is in
-docs/performance.md): 300 MB plus, per GPU activity row (kernels, copies, memsets), 240 bytes
+docs/performance.md): 300 MB plus, per GPU activity row (kernels, copies, memsets), 200 bytes
 when the levels are measured window by window and no gap list is kept (`gapscope analyze`), 440
 for each file of several (the range pairs and the device gaps kept for the merge), 800 when every
 gap list is kept (plots, `gapscope report`, the Python API), 1,350 when every CUDA call and
@@ -28,7 +28,7 @@ from gapscope.errors import GapscopeError
 #: The fitted lines: resident bytes of an analysis = BASE_BYTES + bytes per row * rows, the
 #: bytes per row by what the analysis keeps.
 BASE_BYTES = 300 * 10**6
-BYTES_PER_ACTIVITY = 240  # the levels in windows, no gap list kept (gapscope analyze without --plot)
+BYTES_PER_ACTIVITY = 200  # the levels in windows, no gap list kept (gapscope analyze without --plot)
 BYTES_PER_ACTIVITY_MERGE = 440  # the range pairs and device gaps kept (each file of several: merge=True)
 BYTES_PER_ACTIVITY_GAPS = 800  # every level's gap lists kept (run_analysis(gaps=True))
 BYTES_PER_ACTIVITY_ALL_CALLS = 1350  # and every CUDA call and activity name read (all_calls=True)
