@@ -13,8 +13,8 @@ kernel trace (4-8 MB each) are carved out of the heap, and what they leave when 
 resident between the blocks still live. :func:`map_large_blocks` fixes the threshold at
 :data:`MMAP_THRESHOLD`, so every such array is mapped and its pages go back the moment it is
 freed (larger traces' arrays are over 32 MiB and mapped anyway). :func:`tune_for_analysis` makes
-both settings. :func:`give_back_freed_pages` hands the heap's free pages back to the system after
-a large read.
+both settings. :func:`give_back_freed_pages` hands the heap's free pages back to the system during
+and after a large read and between the analysis's steps (:func:`give_back_for`).
 
 Elsewhere (macOS, musl) both do nothing.
 """
@@ -77,6 +77,13 @@ def _mallopt(param: int, value: int, variable: str) -> bool:
 #: 2.05-2.50 s, 3 runs each), at 3M by 35-67 MiB; at 100k nothing changed (docs/performance.md).
 #: Between the steps, see gapscope.analysis.pipeline.
 TRIM_ROWS = 1 << 18
+
+
+def give_back_for(rows: int) -> None:
+    """:func:`give_back_freed_pages` when a trace has ``rows`` (activities or calls) of
+    TRIM_ROWS or more; below, its heap is too small for the hand-back to matter."""
+    if rows >= TRIM_ROWS:
+        give_back_freed_pages()
 
 
 def give_back_freed_pages() -> None:

@@ -181,13 +181,15 @@ def test_sqlite_frames_the_same_read_in_many_chunks_and_batches(monkeypatch):
 
     whole = _sqlite_frames(SQLITE)
     chunks, trims = [], []
-    chunk, trim = nsys_sqlite._Reader._chunk, nsys_sqlite.give_back_freed_pages
+    from gapscope import heap
+
+    chunk, trim = nsys_sqlite._Reader._chunk, heap.give_back_freed_pages
     monkeypatch.setattr(nsys_sqlite, "CHUNK_ROWS", 300)
     monkeypatch.setattr(nsys_sqlite, "BATCH_ROWS", 7)
-    monkeypatch.setattr(nsys_sqlite, "TRIM_ROWS", 0)
+    monkeypatch.setattr(heap, "TRIM_ROWS", 0)
     monkeypatch.setattr(nsys_sqlite._Reader, "_chunk", lambda self, r, lo, hi, typed: (
         chunks.append(r.table), chunk(self, r, lo, hi, typed=typed))[1])
-    monkeypatch.setattr(nsys_sqlite, "give_back_freed_pages", lambda: (trims.append(1), trim())[1])
+    monkeypatch.setattr(heap, "give_back_freed_pages", lambda: (trims.append(1), trim())[1])
     assert _sqlite_frames(SQLITE) == whole
     conn = sqlite3.connect(f"file:{SQLITE}?mode=ro&immutable=1", uri=True)
     lo, hi = conn.execute("SELECT min(rowid), max(rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()

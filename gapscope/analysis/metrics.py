@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from gapscope.analysis.intervals import group_timelines, grouped_quantiles, key_dtype
-from gapscope.analysis.keys import narrowed, narrowed_to_fit
+from gapscope.analysis.keys import index_dtype, narrowed, narrowed_to_fit
 from gapscope.schema import STATS_FIELDS  # noqa: F401  (the columns every timeline row carries)
 
 QUANTILES = (0.5, 0.9, 0.99, 1.0)
@@ -59,7 +59,7 @@ class ActivityArrays:
         out = np.empty(idx.size, dtype=np.int32)
         for lo in range(0, idx.size, DURATION_BLOCK):
             part = self.duration_of(idx[lo:lo + DURATION_BLOCK])
-            if out.dtype == np.int32 and part.size and int(part.max()) + 1 >= 2**31:
+            if out.dtype == np.int32 and part.size and index_dtype(int(part.max()) + 1) is np.int64:
                 out = out.astype(np.int64)  # a duration of 2.1 s or more: every one in 64 bits
             out[lo:lo + part.size] = part
         return out

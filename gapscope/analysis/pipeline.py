@@ -283,8 +283,9 @@ class Levels:
 
 
 #: From this many activities on, the steps that ran side by side on two threads run one after
-#: the other (:func:`_one_at_a_time`). Side by side is faster (at 1M kernels on 2 cores some
-#: 0.5 s of 5.5), one after the other needs less memory (at 30M some 10 % less at the peak).
+#: the other (:func:`_one_at_a_time`). Side by side is faster on few cores, one after the other needs less memory: at 10M
+#: kernels on 2 cores 48 s and 1,936-1,971 MiB against 42-44 s and 2,189-2,239 MiB
+#: (docs/performance.md, "Issue 18, seventh session").
 SERIAL_ACTIVITIES = 1 << 22
 
 
@@ -293,15 +294,6 @@ def _one_at_a_time(acts: ActivityArrays) -> bool:
     attribution's build before the windows, the launch statistics before both, the two rollups
     in turn; so that no two steps' temporaries are held at once (docs/performance.md)."""
     return acts.start.size >= SERIAL_ACTIVITIES
-
-
-def _give_back(rows: int) -> None:
-    """Hand the heap's free pages back between two steps of a trace of ``rows`` activities (from
-    heap.TRIM_ROWS on): a step's window- and block-sized temporaries are freed scattered over the
-    heap, and the pages they leave stay resident under the next step's peak (at 10M kernels some
-    400 MiB of them at the rollups)."""
-    if rows >= heap.TRIM_ROWS:
-        heap.give_back_freed_pages()
 
 
 def _launch_rows(frames: TraceFrames, launch: np.ndarray, acts: ActivityArrays,
@@ -372,18 +364,21 @@ def _levels_windowed(frames: TraceFrames, acts: ActivityArrays, launch: np.ndarr
     :func:`_levels_kept`, in less memory."""
     name_codes, name_table = names
     n_dev, n_str = acts.device_ids.size, len(stream_keys)
+    # Between the large steps the heap's free pages go back (heap.give_back_for): a step's
+    # window- and block-sized temporaries are freed scattered over the heap, and the pages they
+    # leave would stay resident under the next step's peak (at 10M kernels some 400 MiB).
     serial = _one_at_a_time(acts)
     launch_rows = None
     if serial:
         # The launch statistics first, on their own: beside the attribution's build and the
         # first windows their temporaries (some 50 bytes a call) made a large trace's peak.
-        _give_back(acts.start.size)
+        heap.give_back_for(acts.start.size)
         launch_rows = _launch_rows(frames, stats_launch, acts, names)
     with ThreadPoolExecutor(1 if serial else 2) as pool:
         attributor = _attributor(pool, frames, acts, launch, names, attribution, stall_threshold_ns)
         if serial and attributor is not None:
             attributor.result()  # built before the windows' own set-up, not beside it
-            _give_back(acts.start.size)
+            heap.give_back_for(acts.start.size)
         launches = None
         if not serial:  # the statistics beside the windows, once the indexes are built
             def statistics() -> list[dict]:
@@ -397,7 +392,7 @@ def _levels_windowed(frames: TraceFrames, acts: ActivityArrays, launch: np.ndarr
         if launches is not None:
             launch_rows = launches.result()
     del attributor  # its indexes (some 40 bytes an activity) are not read again
-    _give_back(acts.start.size)
+    heap.give_back_for(acts.start.size)
 
     def stats(level: windows.LevelSums, m_act: np.ndarray | None, m_row: np.ndarray, n: int,
               kernels: tuple[np.ndarray, np.ndarray] | None = None) -> pd.DataFrame:
@@ -474,7 +469,7 @@ def run_analysis(
     rf = table.frame
     range_name, name_keys = _name_groups(rf)
     n_names = len(name_keys)
-    _give_back(acts.start.size)
+    heap.give_back_for(acts.start.size)
     kernels = member_kernels(acts, member_act, member_pair)  # what both rollups' kernel medians read
     # The two rollups side by side (their percentile sorts release the GIL), but one after the
     # other for a large trace: side by side their sort keys (8 bytes a gap and a kernel each)
@@ -488,7 +483,7 @@ def run_analysis(
         with ThreadPoolExecutor(2) as pool:
             range_stats, name_stats = (f.result() for f in [pool.submit(rollup) for rollup in rollups])
     del kernels
-    _give_back(acts.start.size)
+    heap.give_back_for(acts.start.size)
     # Before the rows are built: the match's temporaries never sit beside every range's row.
     comm = communication.find(frames)
     member_range = (member_pair // max(n_dev, 1)).astype(range_dtype)

@@ -35,11 +35,11 @@ class Replays:
         self.graph_work = (is_kernel & by_graph_call) | (kind == ActivityKind.GRAPH)
         self.n_calls = int(graph_call.size)
 
-    def replay_call(self, act: np.ndarray | None = None) -> np.ndarray:
-        """The graph launch call that issued each of the activities ``act`` (None: every
-        activity), -1 for any other work."""
-        call, work = (self.launch, self.graph_work) if act is None else (self.launch[act], self.graph_work[act])
-        return np.where(work & (call >= 0), call, -1)
+    def replay_call(self, act: np.ndarray | slice) -> np.ndarray:
+        """The graph launch call that issued each of the activities ``act`` (indices or a
+        slice of them), -1 for any other work."""
+        call = self.launch[act]
+        return np.where(self.graph_work[act] & (call >= 0), call, -1)
 
     def counts(self, member_act: np.ndarray | None, member_row: np.ndarray,
                n_rows: int) -> tuple[np.ndarray, np.ndarray]:
@@ -52,10 +52,9 @@ class Replays:
         for lo in range(0, member_row.size, COUNT_BLOCK):
             rows = member_row[lo:lo + COUNT_BLOCK]
             act = slice(lo, lo + rows.size) if member_act is None else member_act[lo:lo + COUNT_BLOCK]
-            g = self.graph_work[act]
-            kernels += np.bincount(rows[g], minlength=n_rows)
-            call = self.launch[act]
-            has = g & (call >= 0)  # replay_call(act) >= 0
+            kernels += np.bincount(rows[self.graph_work[act]], minlength=n_rows)
+            call = self.replay_call(act)
+            has = call >= 0
             if has.any():
                 keys.append(np.unique(rows[has].astype(np.int64) * width + call[has]))
         replayed = np.unique(np.concatenate(keys)) // width if keys else np.zeros(0, dtype=np.int64)

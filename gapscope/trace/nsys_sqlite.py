@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 from gapscope.errors import GapscopeError
-from gapscope.heap import TRIM_ROWS, give_back_freed_pages
+from gapscope import heap
 from gapscope.text import printable
 from gapscope.trace.cache import ColumnCache
 from gapscope.trace.cuda_api import QUIET_CALLS
@@ -127,8 +127,7 @@ class NsysSqlite:
             frames = _load_frames(conn, reader, self.meta, syncs, all_calls, self)
         finally:
             reader.close()
-        if max(len(frames.activities), len(frames.api)) >= TRIM_ROWS:
-            give_back_freed_pages()
+        heap.give_back_for(max(len(frames.activities), len(frames.api)))
         return frames
 
     def activity_rows(self) -> int:
@@ -519,7 +518,7 @@ class _Reader:
                 mine.append(part)
                 del part
                 if big:  # the driver's batches, freed as each chunk became columns, scattered over the heap
-                    give_back_freed_pages()
+                    heap.give_back_freed_pages()
                 if len(mine) < chunks[key]:
                     continue
                 del waiting[key]
