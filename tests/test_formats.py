@@ -29,6 +29,7 @@ from gapscope.fleet.executors import InProcess
 from gapscope.fleet.merge import analyze_fleet
 from gapscope.inputs import READS, expand, resolve
 from gapscope.trace import open_trace
+from gapscope.trace.frames import ACTIVITY_COLUMNS, API_COLUMNS, NVTX_COLUMNS, SYNC_COLUMNS
 from paths import ROOT, TRACES
 
 SQLITE = TRACES / "torch_decode_small.sqlite"
@@ -175,7 +176,7 @@ def _sqlite_frames(path: Path) -> dict:
 
 def test_sqlite_frames_the_same_read_in_many_chunks_and_batches(monkeypatch):
     """The bulk read of a large export (many rowid chunks, each many Arrow batches joined in one
-    copy, the heap trimmed after each chunk and after the read) forced on a shipped trace: the same frames, row for row, as
+    copy, the heap trimmed after each chunk, as each column is joined and after the read) forced on a shipped trace: the same frames, row for row, as
     its one-chunk, one-batch read."""
     from gapscope.trace import nsys_sqlite
 
@@ -183,20 +184,25 @@ def test_sqlite_frames_the_same_read_in_many_chunks_and_batches(monkeypatch):
     chunks, trims = [], []
     from gapscope import heap
 
-    chunk, trim = nsys_sqlite._Reader._chunk, heap.give_back_freed_pages
+    chunk, trim, concat, joined = nsys_sqlite._Reader._chunk, heap.give_back_freed_pages, nsys_sqlite._concat, []
     monkeypatch.setattr(nsys_sqlite, "CHUNK_ROWS", 300)
     monkeypatch.setattr(nsys_sqlite, "BATCH_ROWS", 7)
     monkeypatch.setattr(heap, "TRIM_ROWS", 0)
     monkeypatch.setattr(nsys_sqlite._Reader, "_chunk", lambda self, r, lo, hi, typed: (
         chunks.append(r.table), chunk(self, r, lo, hi, typed=typed))[1])
     monkeypatch.setattr(heap, "give_back_freed_pages", lambda: (trims.append(1), trim())[1])
+    monkeypatch.setattr(nsys_sqlite, "_concat", lambda parts, r: (joined.append(len(r.names)), concat(parts, r))[1])
     assert _sqlite_frames(SQLITE) == whole
     conn = sqlite3.connect(f"file:{SQLITE}?mode=ro&immutable=1", uri=True)
     lo, hi = conn.execute("SELECT min(rowid), max(rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
     conn.close()
     assert chunks.count("CUPTI_ACTIVITY_KIND_KERNEL") == -(-(hi - lo + 1) // 300) > 1
-    # The heap trimmed as each chunk came in (the read was split), and once after the read.
-    assert len(trims) == len(chunks) + 1
+    # The heap trimmed as each chunk came in (the read was split), before each column of a table
+    # is joined, and once after the read.
+    # Kernels and copies (frames.ACTIVITY_COLUMNS and name_id), calls, NVTX events, stream waits.
+    assert joined == [len(ACTIVITY_COLUMNS) + 1] * 2 + [len(API_COLUMNS), len(NVTX_COLUMNS), len(SYNC_COLUMNS)] \
+        == [8, 8, 5, 6, 4]
+    assert len(trims) == len(chunks) + sum(joined) + 1
     assert len(whole["activities"]["start"]) == 1649 and len(whole["api"]["start"]) == 3681
 
 

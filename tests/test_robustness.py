@@ -106,7 +106,7 @@ def test_rows_with_rowids_at_or_below_0_are_read_when_the_largest_passes_400000(
                   f"UPDATE {KERNEL} SET rowid = 500000 WHERE rowid = 5232")
     r = analyzed_json(path)
     assert r["warnings"] == analyzed("torch_decode").warnings
-    assert r["devices"] == json.loads(json.dumps(analyzed("torch_decode").devices))
+    assert r["devices"] == json.loads(json.dumps(list(analyzed("torch_decode").devices)))
     assert r["devices"][0]["kernels"] == 5232
 
 
@@ -358,7 +358,7 @@ def test_a_huge_or_negative_rowid_is_read_in_a_few_queries(tmp_path, rowid, anal
     bounds = _bounds(conn, Read(KERNEL, (("start", "start"),)))
     conn.close()
     assert len(bounds) <= MAX_CHUNKS and bounds[0][0] is None and bounds[-1][1] is None
-    assert analyzed_json(path)["devices"] == json.loads(json.dumps(analyzed("torch_decode").devices))
+    assert analyzed_json(path)["devices"] == json.loads(json.dumps(list(analyzed("torch_decode").devices)))
 
 
 # -- the user's files -------------------------------------------------------------------------

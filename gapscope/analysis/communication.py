@@ -21,6 +21,7 @@ import pandas as pd
 
 from gapscope.analysis.intervals import covered_ns, union_blocks
 from gapscope.analysis.metrics import ActivityArrays
+from gapscope.analysis.rows import rows_of
 from gapscope.trace.frames import ActivityKind, TraceFrames
 
 if TYPE_CHECKING:  # the pipeline imports this module
@@ -119,30 +120,22 @@ def split(groups: np.ndarray, act: np.ndarray, acts: ActivityArrays, comm: np.nd
 
 
 def with_fields(comm: CommKernels | None, acts: ActivityArrays, member_act: np.ndarray, member_pair: np.ndarray,
-                range_name: np.ndarray, rows: tuple[list[dict], list[dict], list[dict]]
-                ) -> tuple[list[dict], list[dict], list[dict]]:
-    """The (range, name, device) rows of an analysis with the :data:`FIELDS` added (in place:
-    rows the pipeline has not yet put in a result), when the trace ran communication kernels;
-    unchanged otherwise. A range's figures are measured per
-    device and summed over its devices, a name's summed over its instances (as STATS are)."""
-    range_rows, name_rows, device_rows = rows
+                range_name: np.ndarray, columns: tuple[dict[str, Any], dict[str, Any], dict[str, Any]]) -> None:
+    """The :data:`FIELDS` added to the (range, name, device) columns of an analysis (in place:
+    columns the pipeline has not yet put in a result), when the trace ran communication
+    kernels; nothing otherwise. A range's figures are measured per device and summed over its
+    devices, a name's summed over its instances (as STATS are)."""
     if comm is None:
-        return rows
+        return
+    range_cols, name_cols, device_cols = columns
     mask = comm.mask(acts.start.size)
-    n_dev, n_ranges, n_names = acts.device_ids.size, len(range_rows), len(name_rows)
+    n_dev, n_ranges, n_names = acts.device_ids.size, len(range_name), rows_of(name_cols)
     per_device = split(acts.device_code, np.arange(acts.start.size), acts, mask, n_dev)
     per_pair = split(member_pair, member_act, acts, mask, n_ranges * n_dev)
     per_range = {k: v.reshape(n_ranges, n_dev).sum(axis=1) for k, v in per_pair.items()}
     per_name = {k: _sum(range_name, v, n_names) for k, v in per_range.items()}
-
-    def add(out: list[dict], figures: dict[str, np.ndarray]) -> list[dict]:
-        # In place: the rows are the pipeline's own, not yet in a result (a copy of every range
-        # row took twice as long on 1.9 million per-op ranges).
-        for row, values in zip(out, zip(*(figures[k].tolist() for k in FIELDS))):
-            row.update(zip(FIELDS, values))
-        return out
-
-    return add(range_rows, per_range), add(name_rows, per_name), add(device_rows, per_device)
+    for out, figures in ((range_cols, per_range), (name_cols, per_name), (device_cols, per_device)):
+        out.update((k, np.asarray(figures[k], dtype=np.int64)) for k in FIELDS)
 
 
 def instances(a: AnalysisArrays) -> dict[str, np.ndarray] | None:

@@ -14,11 +14,18 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 
-def ceiling(span_ns: int, by_category: dict[str, int]) -> tuple[int, float | None]:
-    """(ceiling span, ceiling speedup) of a timeline from its gap categories."""
-    span = span_ns - by_category.get("launch", 0) - by_category.get("host", 0)
-    return span, (span_ns / span if span > 0 else None)
+
+def ceilings(span_ns: np.ndarray, launch_ns: np.ndarray, host_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(ceiling span, ceiling speedup) of timelines from their spans and their launch and host gap
+    time; the speedup NaN (no figure) where the ceiling span is not positive."""
+    span_ns = np.asarray(span_ns, dtype=np.int64)
+    span = span_ns - np.asarray(launch_ns, dtype=np.int64) - np.asarray(host_ns, dtype=np.int64)
+    speedup = np.full(span.size, np.nan)
+    # Spans below 2**53 ns are exact as floats, so this is Python's int / int, correctly rounded.
+    np.divide(span_ns, span, out=speedup, where=span > 0)
+    return span, speedup
 
 
 def measured_pairs(by_name: list[dict[str, Any]]) -> list[dict[str, Any]]:

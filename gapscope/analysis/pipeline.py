@@ -28,7 +28,7 @@ import pandas as pd
 from gapscope import heap
 from gapscope.analysis import communication, memory, windows
 from gapscope.analysis.attribution import (
-    Attributor, api_names, as_dicts, category_sums, distinct_gaps, longest_gaps,
+    CATEGORY_LABELS, Attributor, IdleCategory, api_names, category_sums, distinct_gaps, longest_gaps,
 )
 from gapscope.analysis.host_timeline import DEFAULT_STALL_THRESHOLD_NS
 from gapscope.analysis.keys import narrowed, pair_code, stream_key, unpack_stream_key
@@ -36,13 +36,14 @@ from gapscope.analysis.launches import launch_stats
 from gapscope.analysis.metrics import (
     STATS_FIELDS, ActivityArrays, GapList, level_stats, level_table, member_kernels, rollup_stats,
 )
-from gapscope.analysis.payoff import ceiling, measured_pairs
+from gapscope.analysis.payoff import ceilings, measured_pairs
 from gapscope.analysis.ranges import (
     CallIndex, RangeTable, is_library_domain, link_launches, process_work_counts, range_members, range_table,
 )
 from gapscope.analysis.replays import Replays, figures as replay_figures
-from gapscope.analysis.result import AnalysisResult, frame_records
-from gapscope.analysis.verdicts import verdict
+from gapscope.analysis.result import AnalysisResult
+from gapscope.analysis.rows import Nested, RowTable, rows_of
+from gapscope.analysis.verdicts import READS as VERDICT_READS, verdict
 from gapscope.errors import GapscopeError
 from gapscope.trace.cuda_api import GRAPH_LAUNCH_CALLS, base_name
 from gapscope.trace.frames import ActivityKind, TraceFrames
@@ -130,8 +131,9 @@ def activity_arrays(frames: TraceFrames, count_memops: bool) -> ActivityArrays:
     )
 
 
-def _rows(keys: pd.DataFrame, stats: pd.DataFrame) -> list[dict]:
-    return frame_records(pd.concat([keys.reset_index(drop=True), stats[list(STATS_FIELDS)]], axis=1))
+def _columns(keys: pd.DataFrame, stats: pd.DataFrame) -> dict[str, Any]:
+    """A section's first columns: its keys, then its STATS_FIELDS (gapscope.analysis.rows)."""
+    return {**{c: keys[c].to_numpy() for c in keys.columns}, **{c: stats[c].to_numpy() for c in STATS_FIELDS}}
 
 
 def _graph_trace_mode(frames: TraceFrames, launch: np.ndarray) -> str:
@@ -178,14 +180,15 @@ def _warnings(frames: TraceFrames, launch: np.ndarray, ranges: RangeTable, mode:
     return out
 
 
-def _with_categories(rows: list[dict], sums: np.ndarray, with_ceiling: bool) -> list[dict]:
-    """Rows with their ``gap_by_category_ns`` (and the graph ceiling fields) added; like the
-    other ``_with_`` helpers it adds to the pipeline's own rows (fresh from ``_rows``) in place."""
-    for row, by_cat in zip(rows, as_dicts(sums)):
-        row["gap_by_category_ns"] = by_cat
-        if with_ceiling:
-            row["graph_ceiling_span_ns"], row["graph_ceiling_speedup"] = ceiling(row["gpu_span_ns"], by_cat)
-    return rows
+def _with_categories(columns: dict[str, Any], sums: np.ndarray, with_ceiling: bool) -> None:
+    """A section's ``gap_by_category_ns`` column added (and, ``with_ceiling``, the graph ceiling's
+    two, gapscope.analysis.payoff.ceiling for every row at once); like the other ``_with_``
+    helpers it adds to the pipeline's own columns, not yet in a result."""
+    sums = np.asarray(sums, dtype=np.int64)
+    columns["gap_by_category_ns"] = Nested(CATEGORY_LABELS, sums)
+    if with_ceiling:
+        columns["graph_ceiling_span_ns"], columns["graph_ceiling_speedup"] = ceilings(
+            columns["gpu_span_ns"], sums[:, IdleCategory.LAUNCH], sums[:, IdleCategory.HOST])
 
 
 def _named(rf: pd.DataFrame, domains: Sequence[str]) -> tuple[int, str]:
@@ -242,19 +245,12 @@ def _name_groups(rf: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
     return codes, keys
 
 
-def _with_replays(rows: list[dict], figures: list[dict]) -> list[dict]:
-    """Rows with their graph replay figures added (in place)."""
-    for row, fig in zip(rows, figures):
-        row.update(fig)
-    return rows
-
-
-def _with_verdicts(rows: list[dict]) -> list[dict]:
-    """Rows with their machine-readable ``verdict`` and the ``reading`` the tables show (added
-    in place)."""
-    for row in rows:
-        row["verdict"], row["reading"] = verdict(row)
-    return rows
+def _with_verdicts(columns: dict[str, Any]) -> None:
+    """A section's machine-readable ``verdict`` and the ``reading`` the tables show added, each
+    row's from the fields gapscope.analysis.verdicts reads (a dict of those alone per row)."""
+    found = [verdict(row) for row in RowTable({k: columns[k] for k in VERDICT_READS if k in columns}, rows_of(columns))]
+    columns["verdict"] = np.array([v for v, _ in found], dtype=object)
+    columns["reading"] = np.array([r for _, r in found], dtype=object)
 
 
 @dataclass(frozen=True)
@@ -494,10 +490,11 @@ def run_analysis(
     mode = _graph_trace_mode(frames, launch)
     range_keys = rf[["name", "domain", "pid", "thread", "start_ns", "end_ns", "depth"]].copy()
     range_keys.insert(0, "id", np.arange(n_ranges))
-    range_rows = _rows(range_keys, range_stats)
-    name_rows = _rows(name_keys, name_stats)
-    device_rows = _rows(pd.DataFrame({"device": np.asarray(device_ids)}), lv.device_stats)
-    stream_rows = _rows(stream_keys, lv.stream_stats)
+    # Each section's rows as columns (gapscope.analysis.rows): a dict per row is made only when read.
+    range_cols = _columns(range_keys, range_stats)
+    name_cols = _columns(name_keys, name_stats)
+    device_cols = _columns(pd.DataFrame({"device": np.asarray(device_ids)}), lv.device_stats)
+    stream_cols = _columns(stream_keys, lv.stream_stats)
 
     # Graph replays: graph kernels, replays, and gap time inside them, per range, name, device.
     r_kernels, r_replays = rp.counts(member_act, member_range, n_ranges)
@@ -507,28 +504,26 @@ def run_analysis(
         return np.bincount(range_name, weights=values, minlength=n_names).astype(np.int64) if n_ranges \
             else np.zeros(n_names, dtype=np.int64)
 
-    range_rows = _with_replays(range_rows, replay_figures(
-        r_kernels, r_replays, range_stats["gap_ns"].to_numpy(), lv.range_inside))
-    name_rows = _with_replays(name_rows, replay_figures(
-        by_name_sum(r_kernels), by_name_sum(r_replays), name_stats["gap_ns"].to_numpy(), by_name_sum(lv.range_inside)))
-    device_rows = _with_replays(device_rows, replay_figures(
-        d_kernels, d_replays, lv.device_stats["gap_ns"].to_numpy(), lv.device_inside))
+    range_cols.update(replay_figures(r_kernels, r_replays, range_stats["gap_ns"].to_numpy(), lv.range_inside))
+    name_cols.update(replay_figures(by_name_sum(r_kernels), by_name_sum(r_replays), name_stats["gap_ns"].to_numpy(),
+                                    by_name_sum(lv.range_inside)))
+    device_cols.update(replay_figures(d_kernels, d_replays, lv.device_stats["gap_ns"].to_numpy(), lv.device_inside))
 
     payoff = None
     if lv.pair_cats is not None:
         pair_cats = lv.pair_cats
         range_cats = pair_cats.reshape(n_ranges, n_dev, -1).sum(axis=1) if n_pairs else \
             np.zeros((n_ranges, pair_cats.shape[1]), dtype=np.int64)
-        range_rows = _with_categories(range_rows, range_cats, True)
+        _with_categories(range_cols, range_cats, True)
         name_cats = np.zeros((n_names, range_cats.shape[1]), dtype=np.int64)
         np.add.at(name_cats, range_name, range_cats)
-        name_rows = _with_categories(name_rows, name_cats, True)
-        device_rows = _with_categories(device_rows, lv.device_cats, True)
-        stream_rows = _with_categories(stream_rows, lv.stream_cats, False)
-        payoff = measured_pairs(name_rows)
-    range_rows, name_rows, device_rows = map(_with_verdicts, (range_rows, name_rows, device_rows))
-    range_rows, name_rows, device_rows = communication.with_fields(
-        comm, acts, member_act, member_pair, range_name, (range_rows, name_rows, device_rows))
+        _with_categories(name_cols, name_cats, True)
+        _with_categories(device_cols, lv.device_cats, True)
+        _with_categories(stream_cols, lv.stream_cats, False)
+        payoff = measured_pairs(RowTable(name_cols))
+    for columns in (range_cols, name_cols, device_cols):
+        _with_verdicts(columns)
+    communication.with_fields(comm, acts, member_act, member_pair, range_name, (range_cols, name_cols, device_cols))
 
     elsewhere = _other_thread_warnings(frames, launch, table, member_range, threads, domains)
     result = AnalysisResult(
@@ -545,10 +540,10 @@ def run_analysis(
                  "threads": threads, "normalize_names": normalize,
                  "stall_threshold_ns": int(stall_threshold_ns) if attribution else None},
         warnings=_warnings(frames, launch, table, mode, elsewhere),
-        ranges=range_rows,
-        by_name=name_rows,
-        devices=device_rows,
-        streams=stream_rows,
+        ranges=RowTable(range_cols, n_ranges),
+        by_name=RowTable(name_cols, n_names),
+        devices=RowTable(device_cols, n_dev),
+        streams=RowTable(stream_cols, len(stream_keys)),
         launch=lv.launch_rows,
         payoff=payoff,
         top_gaps=lv.top_gaps,

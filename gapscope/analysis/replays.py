@@ -72,7 +72,8 @@ class Replays:
         return out
 
 
-def figures(kernels: np.ndarray, replays: np.ndarray, gap_ns: np.ndarray, inside: np.ndarray) -> list[dict]:
-    """The REPLAY_FIELDS of each row: between = gap - inside."""
-    return [dict(zip(REPLAY_FIELDS, (int(k), int(r), int(g - i), int(i))))
-            for k, r, g, i in zip(kernels.tolist(), replays.tolist(), np.asarray(gap_ns).tolist(), inside.tolist())]
+def figures(kernels: np.ndarray, replays: np.ndarray, gap_ns: np.ndarray, inside: np.ndarray) -> dict[str, np.ndarray]:
+    """The REPLAY_FIELDS' columns, one value per row: between = gap - inside."""
+    gap_ns, inside = np.asarray(gap_ns, dtype=np.int64), np.asarray(inside, dtype=np.int64)
+    columns = (kernels, replays, gap_ns - inside, inside)
+    return dict(zip(REPLAY_FIELDS, (np.asarray(c, dtype=np.int64) for c in columns)))

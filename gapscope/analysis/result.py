@@ -10,6 +10,7 @@ holding all the host-side time) still loads, keeps its schema name and reads as 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,8 +73,10 @@ class AnalysisResult:
     """What `gapscope analyze` learned from one trace.
 
     ``ranges``: one row per NVTX range instance in start order; ``by_name``: one per range name;
-    ``devices`` and ``streams``: the whole trace's timelines. Each row is a plain dict of the
-    fields docs/schema.md lists. ``launch`` (launch statistics per API), ``payoff`` (measured
+    ``devices`` and ``streams``: the whole trace's timelines. Each is a sequence of rows, each
+    row a plain dict of the fields docs/schema.md lists: the pipeline's sections are
+    gapscope.analysis.rows.RowTable (columns, a dict made as a row is read), a loaded result's
+    lists. ``launch`` (launch statistics per API), ``payoff`` (measured
     graph speedups) and ``top_gaps`` (longest gaps) are None when not computed; ``extras`` keeps
     sections this version does not know (from a newer gapscope's JSON) as they were.
     """
@@ -81,10 +84,10 @@ class AnalysisResult:
     trace: dict[str, Any]
     options: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
-    ranges: list[dict[str, Any]] = field(default_factory=list)
-    by_name: list[dict[str, Any]] = field(default_factory=list)
-    devices: list[dict[str, Any]] = field(default_factory=list)
-    streams: list[dict[str, Any]] = field(default_factory=list)
+    ranges: Sequence[dict[str, Any]] = field(default_factory=list)
+    by_name: Sequence[dict[str, Any]] = field(default_factory=list)
+    devices: Sequence[dict[str, Any]] = field(default_factory=list)
+    streams: Sequence[dict[str, Any]] = field(default_factory=list)
     launch: list[dict[str, Any]] | None = None
     payoff: list[dict[str, Any]] | None = None
     top_gaps: list[dict[str, Any]] | None = None

@@ -39,6 +39,10 @@ VERDICTS = ("no_work", "amortized", "launch_bound", "host_bound", "some_launch_g
             "sync", "dependency", "memop", "pipeline", "unknown", "graph_replay")
 
 #: What a CUDA Graph replay removes: the categories of the graph ceiling (gapscope.analysis.payoff).
+#: The fields of a row that :func:`verdict` reads (the pipeline hands it only these).
+READS = ("gap_fraction", "gap_ns", "gap_p50_ns", "kernels", "gap_by_category_ns", "graph_kernels", "graph_replays",
+         "gap_between_replays_ns", "gap_inside_replays_ns")
+
 REMOVABLE = ("launch", "host")
 #: The host-side categories a replay keeps: they name a graph replay's verdict when they dominate.
 HOST_WAITS = ("stall", "setup", "sync")
