@@ -13,7 +13,7 @@ import pickle
 import numpy as np
 import pytest
 
-from gapscope.analysis.result import AnalysisResult
+from gapscope.analysis.result import AnalysisResult, clean_rows
 from gapscope.analysis.rows import Nested, RowTable
 from gapscope.analysis.verdicts import verdict
 from gapscope.render.json import dumps
@@ -60,8 +60,11 @@ def test_rows_read_out_as_the_dicts_a_list_holds(monkeypatch):
     assert table[5:2] == [] and table.rows() == want and table.rows(5) == want[5:]
     with pytest.raises(IndexError):
         table[7]
-    # The key order is the columns' order, as the JSON writes it.
+    # The key order is the columns' order, as the JSON writes it; rows read out are JSON-safe as
+    # they are (the JSON renderer does not clean them again).
     assert dumps(list(table)) == dumps(want)
+    assert RowTable.JSON_SAFE and clean_rows(got) == got
+    assert [[type(v) for v in r.values()] for r in clean_rows(got)] == [[type(v) for v in r.values()] for r in got]
 
 
 def test_a_table_is_read_only_and_equal_to_any_sequence_of_the_same_rows():
@@ -105,3 +108,22 @@ def test_an_analysis_rows_equal_its_json_and_the_ceiling_is_the_formula_row_by_r
     # docs/api.md's figures: 28,039,394 ns launch and 72,036,096 ns host of a 14.83x ceiling.
     assert (eager["gap_by_category_ns"]["launch"], eager["gap_by_category_ns"]["host"]) == (28_039_394, 72_036_096)
     assert round(eager["graph_ceiling_speedup"], 2) == 14.83
+
+
+def test_the_tables_pick_the_same_range_instances_from_columns_as_from_a_list(analyzed):
+    """The range-instance and domain sections choose their rows by three fields: from a RowTable's
+    columns (no row made but those shown) they are the sections of the same rows as a list."""
+    from gapscope.render import sections
+
+    for name in ("torch_decode", "torch_emit_nvtx", "jax_train"):
+        result = analyzed(name)
+        listed = result.listed()
+        assert isinstance(result.ranges, RowTable) and isinstance(listed.ranges, list)
+        for limit in (0, 1, 5, 20, 10**6):
+            assert sections.ranges(result, limit) == sections.ranges(listed, limit)
+        assert sections.domains(result) == sections.domains(listed)
+    # Picked by hand: the 3 of torch_decode's 66 ranges with GPU work and the most gap time.
+    result = analyzed("torch_decode")
+    work = [r for r in result.ranges if r["kernels"] > 0]
+    top = sorted(work, key=lambda r: -r["gap_ns"])[:3]
+    assert [row[0] for row in sections.ranges(result, 3).rows] == [str(r["id"]) for r in sorted(top, key=lambda r: r["id"])]

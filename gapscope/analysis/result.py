@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -107,10 +107,16 @@ class AnalysisResult:
     #: The sections of rows that :meth:`to_dict` makes JSON-safe (``clean_rows``).
     ROW_SECTIONS = ("ranges", "by_name", "devices", "streams")
 
+    def listed(self, sections: tuple[str, ...] = ROW_SECTIONS) -> "AnalysisResult":
+        """The same result with these row sections as lists of dicts, each row made once: for a
+        renderer that reads a section several times (the tables pick, fold and count rows)."""
+        listed = {name: list(getattr(self, name)) for name in sections if not isinstance(getattr(self, name), list)}
+        return replace(self, **listed) if listed else self
+
     def to_dict(self, clean: bool = True) -> dict[str, Any]:
         """The JSON object of docs/schema.md; ``clean=False``: the ROW_SECTIONS are the result's
-        own rows, not yet made JSON-safe (the JSON renderer cleans them a slice at a time)."""
-        rows = clean_rows if clean else list
+        own sequences, not yet made JSON-safe (the JSON renderer reads them a slice at a time)."""
+        rows = clean_rows if clean else (lambda section: section)
         out = {
             "schema": self.schema,
             "gapscope_version": self.gapscope_version,

@@ -10,6 +10,7 @@ None; NaN reads as None), ``gap_by_category_ns`` a dict of its own.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
@@ -81,6 +82,9 @@ class RowTable(Sequence):
 
     #: Rows made into dicts at a time when iterating.
     SLICE = 4096
+    #: Rows read out are JSON-safe as they are (what result.clean_rows makes of other rows):
+    #: Python numbers, str and None, NaN read as None (the JSON renderer skips cleaning them).
+    JSON_SAFE = True
 
     def __init__(self, columns: Mapping[str, Any], rows: int | None = None) -> None:
         """``columns``: field name to values (one per row: numbers, text or None, or a Nested);
@@ -107,14 +111,27 @@ class RowTable(Sequence):
     def __len__(self) -> int:
         return self._n
 
+    def values(self, name: str) -> list[Any]:
+        """One field of every row as Python values (what the rows would hold), no row made."""
+        return _cells(self._columns[name], 0, self._n)
+
     def rows(self, lo: int = 0, hi: int | None = None) -> list[dict[str, Any]]:
         """Rows ``lo..hi-1`` as dicts (to the end when ``hi`` is None)."""
         lo, hi, _ = slice(lo, hi).indices(self._n)
         if hi <= lo:
             return []
         names = list(self._columns)
-        return [dict(zip(names, cells)) for cells in zip(*(_cells(c, lo, hi) for c in self._columns.values()))] \
-            if names else [{} for _ in range(hi - lo)]
+        if not names:
+            return [{} for _ in range(hi - lo)]
+        # The dicts hold numbers, text and dicts of numbers, no cycle: the collector, which would
+        # run every 700 new dicts and walk the older ones, is held off while they are made.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return [dict(zip(names, cells)) for cells in zip(*(_cells(c, lo, hi) for c in self._columns.values()))]
+        finally:
+            if collecting:
+                gc.enable()
 
     @overload
     def __getitem__(self, index: int) -> dict[str, Any]: ...

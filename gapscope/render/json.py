@@ -49,9 +49,12 @@ def _write_compact(result: Any, file: TextIO) -> None:
         if key not in result.ROW_SECTIONS:
             file.write(dumps(value))
             continue
+        # A RowTable's rows are JSON-safe as read out (gapscope.analysis.rows); a loaded result's
+        # lists are cleaned here. Either way only one slice's dicts are made at a time.
+        clean = (lambda rows: rows) if getattr(value, "JSON_SAFE", False) else clean_rows
         file.write("[")
         for lo in range(0, len(value), ROW_SLICE):
-            file.write(("," if lo else "") + dumps(clean_rows(value[lo:lo + ROW_SLICE]))[1:-1])
+            file.write(("," if lo else "") + dumps(clean(value[lo:lo + ROW_SLICE]))[1:-1])
         file.write("]")
     file.write("}")
 

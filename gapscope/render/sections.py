@@ -104,6 +104,22 @@ def _folded(result: AnalysisResult, row: dict[str, Any]) -> bool:
     return not result.options.get("domain_filter") and is_library_domain(row.get("domain"))
 
 
+def _values(rows: Any, name: str) -> list[Any]:
+    """One field of every row: a RowTable's column as Python values (no row made), a list's
+    ``row.get(name)``."""
+    values = getattr(rows, "values", None)
+    return values(name) if values is not None else [r.get(name) for r in rows]
+
+
+def top_indices(gap_ns: list[Any], candidates: list[int], limit: int) -> list[int]:
+    """The ``limit`` candidates with the most gap time (the first on a tie), in their own order:
+    :func:`top_rows` by position."""
+    if len(candidates) <= limit:
+        return candidates
+    keep = sorted(range(len(candidates)), key=lambda j: (-gap_ns[candidates[j]], j))[:max(limit, 0)]
+    return [candidates[j] for j in sorted(keep)]
+
+
 def top_rows(rows: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
     """The ``limit`` rows with the most gap time (the first on a tie), in their own order."""
     if len(rows) <= limit:
@@ -159,9 +175,9 @@ def domains(result: AnalysisResult) -> Section | None:
         c = per.setdefault(r["domain"], [0, 0, 0])
         c[0] += 1
         c[1] += r["count"]
-    for r in result.ranges:
-        if r["kernels"] > 0 and r.get("domain") in per and _folded(result, r):
-            per[r["domain"]][2] += 1
+    for kernels, domain in zip(_values(result.ranges, "kernels"), _values(result.ranges, "domain")):
+        if kernels > 0 and domain in per and _folded(result, {"domain": domain}):
+            per[domain][2] += 1
     return Section(
         "domains", "Library NVTX domains (not in the tables above; --domain NAME shows one)",
         (Column("domain", False), Column("names"), Column("ranges"), Column("with GPU work", short="w/ work")),
@@ -171,8 +187,12 @@ def domains(result: AnalysisResult) -> Section | None:
 
 def ranges(result: AnalysisResult, limit: int) -> Section | None:
     """The ``limit`` range instances with GPU work and the most gap time, in start order."""
-    work = _with_work([r for r in result.ranges if not _folded(result, r)])
-    shown = top_rows(work, limit)
+    # Chosen from three fields, so that only the rows shown are made (a RowTable of 380,000
+    # ranges makes a dict a row when read).
+    rows = result.ranges
+    kernels, domain = _values(rows, "kernels"), _values(rows, "domain")
+    work = [i for i, (k, d) in enumerate(zip(kernels, domain)) if k > 0 and not _folded(result, {"domain": d})]
+    shown = [rows[i] for i in top_indices(_values(rows, "gap_ns"), work, limit)]
     if not shown:
         return None
     # Grouped as the by-name table groups them (unless --no-normalize): the id tells instances
