@@ -1,20 +1,24 @@
-"""Benchmark: assembling the result rows of one analysis (issue 18), main's way against this
-checkout's, for 12,000 and 100,000 rows.
+"""Benchmark: assembling the result rows of one analysis (issue 18), the list-of-dicts way (the
+code at --base, by default b85bc89, the last that built a dict per row in the pipeline) against
+this checkout's columns (gapscope.analysis.rows), for 12,000 and 100,000 rows.
 
 What the pipeline does once it has its per-row arrays, step by step, on SYNTHETIC rows (random
 figures from a fixed seed, a third of them graph replays, some without GPU work):
 
-* ``rows``: the key and stats frames into row dicts (gapscope.analysis.pipeline._rows);
-* ``replays``: the graph replay figures (made once, outside the timing) added (_with_replays);
+* ``rows``: the key and stats frames into a section (the dicts, or the columns: pipeline._rows
+  or pipeline._columns);
+* ``replays``: the graph replay figures (made once, outside the timing) added;
 * ``categories``: ``gap_by_category_ns`` and the graph ceiling added (_with_categories);
 * ``verdicts``: ``verdict`` and ``reading`` added (_with_verdicts);
+* ``read out``: this checkout only, every row made a dict (what a renderer pays, a slice at a
+  time, and the base paid in the steps above);
 * ``sums``: GapSplit.sums of 1,000,000 gaps into the rows, half of them split over states.
 
-"main's way" is the code of gapscope/analysis/{pipeline,verdicts,attribution,result}.py at
---base (read with `git show`), run on the same inputs in this process; the two must give equal
-rows, which the script checks before it prints. Best of --repeat:
+The base's code of gapscope/analysis/{pipeline,verdicts,attribution,result}.py is read with
+`git show` and run on the same inputs in this process; the two must give equal rows, in the same
+key order, which the script checks before it prints. Best of --repeat:
 
-    python benchmarks/bench_rows.py [--base main] [--repeat 5]
+    python benchmarks/bench_rows.py [--base b85bc89] [--repeat 5]
 """
 
 from __future__ import annotations
@@ -36,9 +40,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gapscope.analysis import attribution, pipeline, replays  # noqa: E402
+from gapscope.analysis.rows import RowTable  # noqa: E402
 from gapscope.schema import STATS_FIELDS  # noqa: E402
 
-STEPS = ("rows", "replays", "categories", "verdicts")
+STEPS = ("rows", "replays", "categories", "verdicts", "read out")
 N_GAPS = 1_000_000
 
 
@@ -58,12 +63,18 @@ def module_at(base: str, path: str, workdir: Path) -> ModuleType:
 
 
 def base_way(base: str, workdir: Path) -> tuple[ModuleType, type]:
-    """Main's row helpers (its pipeline calling its own verdict, as_dicts and frame_records) and
-    its GapSplit."""
+    """The base's row helpers (its pipeline calling its own verdict, as_dicts, frame_records and
+    ceiling) and its GapSplit."""
     verdicts = module_at(base, "gapscope/analysis/verdicts.py", workdir)
     attr = module_at(base, "gapscope/analysis/attribution.py", workdir)
     result = module_at(base, "gapscope/analysis/result.py", workdir)
-    pipe = module_at(base, "gapscope/analysis/pipeline.py", workdir)
+    payoff = module_at(base, "gapscope/analysis/payoff.py", workdir)
+    here = sys.modules["gapscope.analysis.payoff"]
+    sys.modules["gapscope.analysis.payoff"] = payoff  # the base pipeline imports its own ceiling()
+    try:
+        pipe = module_at(base, "gapscope/analysis/pipeline.py", workdir)
+    finally:
+        sys.modules["gapscope.analysis.payoff"] = here
     pipe.verdict, pipe.as_dicts, pipe.frame_records = verdicts.verdict, attr.as_dicts, result.frame_records
     return pipe, attr.GapSplit
 
@@ -104,13 +115,15 @@ def gap_split(split_type: type, n_rows: int, seed: int = 18) -> tuple:
     return split_type(whole, state_row, states, whole.astype(np.int64)), rows, length, n_rows
 
 
-def assemble(pipe: ModuleType, data: dict, times: dict[str, list[float]]) -> list[dict]:
-    """The rows through every step, each step's time appended to ``times``."""
+def assemble_dicts(pipe: ModuleType, data: dict, times: dict[str, list[float]]) -> list[dict]:
+    """The base's rows through every step (a dict per row from the first), each step's time
+    appended to ``times``."""
+    figures = [dict(zip(data["figures"], values)) for values in zip(*(c.tolist() for c in data["figures"].values()))]
     t = time.perf_counter()
     rows = pipe._rows(data["keys"], data["stats"])
     times["rows"].append(time.perf_counter() - t)
     t = time.perf_counter()
-    rows = pipe._with_replays(rows, data["figures"])
+    rows = pipe._with_replays(rows, figures)
     times["replays"].append(time.perf_counter() - t)
     t = time.perf_counter()
     rows = pipe._with_categories(rows, data["cats"], True)
@@ -118,23 +131,45 @@ def assemble(pipe: ModuleType, data: dict, times: dict[str, list[float]]) -> lis
     t = time.perf_counter()
     rows = pipe._with_verdicts(rows)
     times["verdicts"].append(time.perf_counter() - t)
+    times["read out"].append(0.0)
+    return rows
+
+
+def assemble_columns(pipe: ModuleType, data: dict, times: dict[str, list[float]]) -> list[dict]:
+    """This checkout's section through every step as columns, then read out as dicts."""
+    t = time.perf_counter()
+    columns = pipe._columns(data["keys"], data["stats"])
+    times["rows"].append(time.perf_counter() - t)
+    t = time.perf_counter()
+    columns.update(data["figures"])
+    times["replays"].append(time.perf_counter() - t)
+    t = time.perf_counter()
+    pipe._with_categories(columns, data["cats"], True)
+    times["categories"].append(time.perf_counter() - t)
+    t = time.perf_counter()
+    pipe._with_verdicts(columns)
+    times["verdicts"].append(time.perf_counter() - t)
+    t = time.perf_counter()
+    rows = list(RowTable(columns))
+    times["read out"].append(time.perf_counter() - t)
     return rows
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--base", default="main", help="the git revision of main's way")
+    ap.add_argument("--base", default="b85bc89", help="the git revision of the list-of-dicts way")
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as workdir:
         base_pipe, base_split = base_way(args.base, Path(workdir))
-    ways = {args.base: (base_pipe, base_split), "this checkout": (pipeline, attribution.GapSplit)}
+    ways = {args.base: (base_pipe, base_split, assemble_dicts),
+            "this checkout": (pipeline, attribution.GapSplit, assemble_columns)}
     print(f"{os.cpu_count()} CPUs; SYNTHETIC rows; best of {args.repeat}; seconds")
     print(f"{'rows':>8}  {'way':<14}" + "".join(f"{s:>11}" for s in (*STEPS, "all rows", "sums")))
     for n in (12_000, 100_000):
         data = inputs(n)
         outputs = {}
-        for way, (pipe, split_type) in ways.items():
+        for way, (pipe, split_type, assemble) in ways.items():
             times: dict[str, list[float]] = {s: [] for s in STEPS}
             totals, sums_times = [], []
             for _ in range(args.repeat):

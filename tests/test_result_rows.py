@@ -15,7 +15,7 @@ import pandas as pd
 
 from gapscope.analysis.attribution import N_CATEGORIES, GapSplit, as_dicts
 from gapscope.analysis.result import frame_records
-from gapscope.analysis.verdicts import READINGS, VERDICTS, verdict
+from gapscope.analysis.verdicts import READINGS, VERDICTS, column_verdicts, verdict
 from gapscope.schema import CATEGORIES
 
 
@@ -91,6 +91,37 @@ def test_verdict_agrees_with_the_table_on_generated_rows():
     # Every verdict and both graph replay readings came up often, so each rule was exercised.
     assert set(seen) == {*VERDICTS, "graph_replay_between", "graph_replay_inside"} - {"graph_replay"}
     assert min(seen.values()) >= 30
+
+
+def test_the_verdicts_decided_over_columns_are_each_rows_verdict():
+    """SYNTHETIC sections as the pipeline holds them (every field, the categories a Nested in the
+    schema's order, NaN for no figure), figures from small sets so that ties and edge values
+    come often: column_verdicts gives each row's verdict(row)."""
+    from gapscope.analysis.rows import Nested, RowTable
+
+    rng = np.random.default_rng(18)
+    n = 20_000
+    pick = lambda values: rng.choice(np.asarray(values), n)  # noqa: E731
+    columns = {
+        "gap_fraction": pick([np.nan, 0.0, 0.049, 0.05, 0.1, 0.199, 0.2, 0.7]),
+        "kernels": pick([0, 1, 4]), "gap_ns": pick([0, 10]),
+        "gap_p50_ns": pick([np.nan, 100_000.0, 100_000.5, 5.0]),
+        "graph_kernels": pick([0, 2, 3, 4]), "graph_replays": pick([0, 1, 3]),
+        "gap_between_replays_ns": pick([0, 1, 2]), "gap_inside_replays_ns": pick([0, 1, 2]),
+    }
+    for with_categories in (True, False):
+        cols = dict(columns)
+        if with_categories:
+            cols["gap_by_category_ns"] = Nested(tuple(CATEGORIES), rng.integers(0, 4, (n, len(CATEGORIES))) * 1_000)
+        codes, readings = column_verdicts(cols, n)
+        rows = list(RowTable(cols))
+        expected = [verdict(row) for row in rows]
+        assert list(zip(codes.tolist(), readings.tolist())) == expected
+        seen = Counter(code for code, _ in expected)
+        # Every rule came up (the categories' rules only with categories).
+        assert set(seen) >= {"no_work", "amortized", "launch_bound", "some_launch_gaps", "graph_replay", "stall"}
+        if with_categories:
+            assert set(seen) == set(VERDICTS) and min(seen.values()) >= 20
 
 
 def test_verdict_ties_and_missing_categories():

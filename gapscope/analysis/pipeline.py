@@ -43,7 +43,7 @@ from gapscope.analysis.ranges import (
 from gapscope.analysis.replays import Replays, figures as replay_figures
 from gapscope.analysis.result import AnalysisResult
 from gapscope.analysis.rows import Nested, RowTable, rows_of
-from gapscope.analysis.verdicts import READS as VERDICT_READS, verdict
+from gapscope.analysis.verdicts import column_verdicts
 from gapscope.errors import GapscopeError
 from gapscope.trace.cuda_api import GRAPH_LAUNCH_CALLS, base_name
 from gapscope.trace.frames import ActivityKind, TraceFrames
@@ -182,7 +182,7 @@ def _warnings(frames: TraceFrames, launch: np.ndarray, ranges: RangeTable, mode:
 
 def _with_categories(columns: dict[str, Any], sums: np.ndarray, with_ceiling: bool) -> None:
     """A section's ``gap_by_category_ns`` column added (and, ``with_ceiling``, the graph ceiling's
-    two, gapscope.analysis.payoff.ceiling for every row at once); like the other ``_with_``
+    two, gapscope.analysis.payoff.ceilings, for every row at once); like the other ``_with_``
     helpers it adds to the pipeline's own columns, not yet in a result."""
     sums = np.asarray(sums, dtype=np.int64)
     columns["gap_by_category_ns"] = Nested(CATEGORY_LABELS, sums)
@@ -246,11 +246,9 @@ def _name_groups(rf: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
 
 
 def _with_verdicts(columns: dict[str, Any]) -> None:
-    """A section's machine-readable ``verdict`` and the ``reading`` the tables show added, each
-    row's from the fields gapscope.analysis.verdicts reads (a dict of those alone per row)."""
-    found = [verdict(row) for row in RowTable({k: columns[k] for k in VERDICT_READS if k in columns}, rows_of(columns))]
-    columns["verdict"] = np.array([v for v, _ in found], dtype=object)
-    columns["reading"] = np.array([r for _, r in found], dtype=object)
+    """A section's machine-readable ``verdict`` and the ``reading`` the tables show added:
+    each row's ``verdicts.verdict``, decided over the columns (``verdicts.column_verdicts``)."""
+    columns["verdict"], columns["reading"] = column_verdicts(columns, rows_of(columns))
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ The verdict is a pure function of a result row, so a saved result reads the same
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 #: The seed's criterion as numbers (docs/metrics.md, "Verdicts"): above LAUNCH_BOUND the gaps
@@ -39,10 +40,6 @@ VERDICTS = ("no_work", "amortized", "launch_bound", "host_bound", "some_launch_g
             "sync", "dependency", "memop", "pipeline", "unknown", "graph_replay")
 
 #: What a CUDA Graph replay removes: the categories of the graph ceiling (gapscope.analysis.payoff).
-#: The fields of a row that :func:`verdict` reads (the pipeline hands it only these).
-READS = ("gap_fraction", "gap_ns", "gap_p50_ns", "kernels", "gap_by_category_ns", "graph_kernels", "graph_replays",
-         "gap_between_replays_ns", "gap_inside_replays_ns")
-
 REMOVABLE = ("launch", "host")
 #: The host-side categories a replay keeps: they name a graph replay's verdict when they dominate.
 HOST_WAITS = ("stall", "setup", "sync")
@@ -100,3 +97,59 @@ def verdict(row: dict[str, Any]) -> tuple[str, str]:
 def reading(row: dict[str, Any]) -> str:
     """The phrase a table shows for a row."""
     return verdict(row)[1]
+
+
+def column_verdicts(columns: Mapping[str, Any], n: int) -> tuple[Any, Any]:
+    """(codes, readings), two object arrays, of the ``n`` rows of a section held as columns (the pipeline's,
+    gapscope.analysis.rows: every STATS and replay field, ``gap_by_category_ns`` a Nested when
+    attribution ran), decided for all rows at once: each row's :func:`verdict`, rule by rule."""
+    import numpy as np
+
+    def col(name: str) -> np.ndarray:
+        return np.asarray(columns[name])
+
+    f = col("gap_fraction").astype(np.float64)
+    kernels, gap_ns = col("kernels"), col("gap_ns")
+    replay = (col("graph_replays") != 0) & (kernels > 0) & (col("graph_kernels") > GRAPH_SHARE * kernels)
+    replay_reading = np.where(col("gap_between_replays_ns") >= col("gap_inside_replays_ns"),
+                              READINGS["graph_replay_between"], READINGS["graph_replay_inside"]).astype(object)
+    code = np.empty(n, dtype=object)
+    text = np.empty(n, dtype=object)
+    open_ = np.ones(n, dtype=bool)  # rows no rule has decided yet
+
+    def decide(mask: np.ndarray, verdict_code: Any, reading_text: Any) -> None:
+        hit = open_ & mask
+        code[hit] = verdict_code if isinstance(verdict_code, str) else verdict_code[hit]
+        text[hit] = reading_text if isinstance(reading_text, str) else reading_text[hit]
+        open_[hit] = False
+
+    decide(np.isnan(f), "no_work", READINGS["no_work"])
+    decide(f < AMORTIZED, "amortized", READINGS["amortized"])
+    nested = columns.get("gap_by_category_ns")
+    with_cats = np.zeros(n, dtype=bool)
+    if nested is not None:
+        keys = list(nested.keys)
+        values = np.asarray(nested.values, dtype=np.int64).reshape(n, len(keys))
+        with_cats = gap_ns != 0
+        removable = sum(values[:, keys.index(c)] for c in REMOVABLE if c in keys)
+        others = [i for i, c in enumerate(keys) if c not in REMOVABLE]
+        top_at = np.argmax(values[:, others], axis=1)  # the first of the largest, as verdict() takes it
+        top_ns = values[:, others].max(axis=1)
+        top = np.array([keys[i] for i in others], dtype=object)[top_at]
+        top_reading = np.array([READINGS[keys[i]] for i in others], dtype=object)[top_at]
+        waits = np.isin(top, HOST_WAITS)
+        decide(with_cats & replay & waits & (top_ns >= removable), top, top_reading)
+        decide(with_cats & replay, "graph_replay", replay_reading)
+        decide(with_cats & (top_ns > removable), top, top_reading)
+        launch = values[:, keys.index("launch")] if "launch" in keys else 0
+        host = values[:, keys.index("host")] if "host" in keys else 0
+        bound = np.where(launch >= host, "launch_bound", "host_bound").astype(object)
+        bound_reading = np.where(launch >= host, READINGS["launch_bound"], READINGS["host_bound"]).astype(object)
+        decide(with_cats & (f >= LAUNCH_BOUND), bound, bound_reading)
+        decide(with_cats, "some_launch_gaps", READINGS["some_launch_gaps"])
+    decide(replay, "graph_replay", replay_reading)
+    p50 = col("gap_p50_ns").astype(np.float64)
+    decide(~np.isnan(p50) & (p50 > LAUNCH_SCALE_NS), "stall", READINGS["stall"])
+    decide(f >= LAUNCH_BOUND, "launch_bound", READINGS["launch_bound"])
+    decide(open_, "some_launch_gaps", READINGS["some_launch_gaps"])
+    return code, text
