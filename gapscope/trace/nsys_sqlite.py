@@ -696,10 +696,12 @@ def _decoded(raw: list) -> tuple[np.ndarray, np.ndarray | None]:
 
 def _concat(parts: list[Columns], r: Read) -> Columns:
     """The chunks' columns joined, each column's chunks let go as soon as it is joined (so a
-    read holds its chunks and one joined column, not two copies of the table). The driver's
-    batches of a column, freed in blocks below the mmap threshold, go back to the system as
-    each column is joined (heap.give_back_for): else they stay resident to the next hand-back,
-    and the join held every chunk and every joined column at once (at 10M kernels 440 MiB)."""
+    read holds its chunks and one joined column, not two copies of the table). A column's
+    pieces (the 32-bit ids are one block per batch, under the mmap threshold) go back to the
+    system before the next column is joined (heap.give_back_for), not at the next hand-back
+    after the table; with the whole chunks copied out of the driver's batches
+    (:func:`_fast_columns`), the kernel table's join at 10M kernels starts at 579 MiB resident,
+    not 962."""
     out: Columns = {}
     rows = sum(_length(p[r.names[0]][0]) for p in parts) if r.names else 0
     for name in r.names:
