@@ -69,12 +69,14 @@ def base_way(base: str, workdir: Path) -> tuple[ModuleType, type]:
     attr = module_at(base, "gapscope/analysis/attribution.py", workdir)
     result = module_at(base, "gapscope/analysis/result.py", workdir)
     payoff = module_at(base, "gapscope/analysis/payoff.py", workdir)
-    here = sys.modules["gapscope.analysis.payoff"]
-    sys.modules["gapscope.analysis.payoff"] = payoff  # the base pipeline imports its own ceiling()
+    # The base pipeline imports its own ceiling() and frame_records(), gone from this checkout.
+    theirs = {"gapscope.analysis.payoff": payoff, "gapscope.analysis.result": result}
+    here = {name: sys.modules[name] for name in theirs}
+    sys.modules.update(theirs)
     try:
         pipe = module_at(base, "gapscope/analysis/pipeline.py", workdir)
     finally:
-        sys.modules["gapscope.analysis.payoff"] = here
+        sys.modules.update(here)
     pipe.verdict, pipe.as_dicts, pipe.frame_records = verdicts.verdict, attr.as_dicts, result.frame_records
     return pipe, attr.GapSplit
 

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from gapscope.analysis.attribution import N_CATEGORIES, GapSplit, as_dicts
-from gapscope.analysis.result import frame_records
+from gapscope.analysis.rows import RowTable
 from gapscope.analysis.verdicts import READINGS, VERDICTS, column_verdicts, verdict
 from gapscope.schema import CATEGORIES
 
@@ -97,7 +97,7 @@ def test_the_verdicts_decided_over_columns_are_each_rows_verdict():
     """SYNTHETIC sections as the pipeline holds them (every field, the categories a Nested in the
     schema's order, NaN for no figure), figures from small sets so that ties and edge values
     come often: column_verdicts gives each row's verdict(row)."""
-    from gapscope.analysis.rows import Nested, RowTable
+    from gapscope.analysis.rows import Nested
 
     rng = np.random.default_rng(18)
     n = 20_000
@@ -168,7 +168,9 @@ def test_category_dicts_name_every_category_in_order():
     assert as_dicts(np.array([[1, 2, 3, 4, 5, 6, 7, 8, 9]])) == [dict(zip(CATEGORIES, range(1, 10)))]
 
 
-def test_frame_records_are_the_frames_records_made_json_safe():
+def test_a_frames_columns_read_out_as_its_records_made_json_safe():
+    """A section's columns as the pipeline takes them from its frames (pipeline._columns): the
+    RowTable's rows are the frame's records with numpy scalars made Python ones and NaN None."""
     frame = pd.DataFrame({
         "id": np.array([0, 1, 2, 3]),
         "share": [0.5, np.nan, 1.0, 2.0],
@@ -183,7 +185,7 @@ def test_frame_records_are_the_frames_records_made_json_safe():
             v = v.item() if isinstance(v, np.generic) else v
             row[k] = None if isinstance(v, float) and math.isnan(v) else v
         expected.append(row)
-    got = frame_records(frame)
+    got = list(RowTable({c: frame[c].to_numpy() for c in frame.columns}))
     assert got == expected
     assert [[type(v) for v in r.values()] for r in got] == [[type(v) for v in r.values()] for r in expected]
     assert [r["domain"] for r in got] == [None, 3, None, 2.5] and type(got[1]["domain"]) is int

@@ -29,7 +29,7 @@ _CORE = ("schema", "gapscope_version", "trace", "nsys_version", "options", "warn
          "ranges", "by_name", "devices", "streams")
 
 
-def _clean(value: Any) -> Any:
+def clean_value(value: Any) -> Any:
     """JSON-safe scalars: NaN becomes None, numpy scalars become Python ones."""
     if hasattr(value, "item") and not isinstance(value, (list, dict, str)):
         value = value.item()
@@ -38,34 +38,15 @@ def _clean(value: Any) -> Any:
     return value
 
 
-#: Types :func:`_clean` returns as they are (a float too, unless it is NaN).
+#: Types :func:`clean_value` returns as they are (a float too, unless it is NaN).
 _PLAIN = frozenset({int, str, bool, type(None), list, dict})
 
 
 def clean_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows with every value made JSON-safe (:func:`_clean`; the values that need nothing, most
+    """Rows with every value made JSON-safe (:func:`clean_value`; the values that need nothing, most
     of them, are told by their type alone, without a call per value)."""
-    return [{k: v if type(v) in _PLAIN or (type(v) is float and v == v) else _clean(v) for k, v in row.items()}
+    return [{k: v if type(v) in _PLAIN or (type(v) is float and v == v) else clean_value(v) for k, v in row.items()}
             for row in rows]
-
-
-def frame_records(frame: Any) -> list[dict[str, Any]]:
-    """``clean_rows(frame.to_dict("records"))`` of a DataFrame, converted column by column (the
-    same values and types, without a Python call per cell of a numeric column)."""
-    import numpy as np
-
-    columns = []
-    for name in frame.columns:
-        values = frame[name].to_numpy()
-        col = values.tolist()
-        if values.dtype.kind == "f":
-            for i in np.flatnonzero(np.isnan(values)).tolist():
-                col[i] = None
-        elif values.dtype.kind not in "iub":  # names and domains: strings and None pass as they are
-            col = [v if v is None or type(v) is str else _clean(v) for v in col]
-        columns.append(col)
-    names = list(frame.columns)
-    return [dict(zip(names, row)) for row in zip(*columns)]
 
 
 @dataclass(frozen=True)

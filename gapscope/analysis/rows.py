@@ -17,6 +17,8 @@ from typing import Any, overload
 
 import numpy as np
 
+from gapscope.analysis.result import clean_value
+
 
 @dataclass(frozen=True)
 class Nested:
@@ -38,16 +40,11 @@ Column = np.ndarray | Nested
 
 
 def _plain(value: Any) -> Any:
-    """A cell of a text column as a Python value (numpy scalars become Python ones)."""
+    """A cell of a text column as a Python value: result.clean_value's (numpy scalars become
+    Python ones, NaN None), and numpy's str_ a plain str."""
     if value is None or type(value) is str:
         return value
-    if isinstance(value, str):  # numpy's str_, a subclass
-        return str(value)
-    if hasattr(value, "item") and not isinstance(value, (list, dict, str)):
-        value = value.item()
-    if isinstance(value, float) and value != value:
-        return None
-    return value
+    return str(value) if isinstance(value, str) else clean_value(value)
 
 
 def _column(values: Any) -> Column:
@@ -124,7 +121,8 @@ class RowTable(Sequence):
         if not names:
             return [{} for _ in range(hi - lo)]
         # The dicts hold numbers, text and dicts of numbers, no cycle: the collector, which would
-        # run every 700 new dicts and walk the older ones, is held off while they are made.
+        # run every 700 new dicts and walk the older ones, is held off while they are made (at
+        # 100,000 rows that halves the time, benchmarks/bench_rows.py).
         collecting = gc.isenabled()
         gc.disable()
         try:

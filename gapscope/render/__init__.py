@@ -73,8 +73,8 @@ def render(result: Any, fmt: str, file: TextIO | str | Path, **options: Any) -> 
         module = RENDERERS[(kind, fmt)]
     except KeyError:
         raise GapscopeError(f"a {kind} result has no {fmt!r} format (it has: {', '.join(formats(kind))})") from None
-    if kind == "analysis" and module != "json":
-        # The JSON writes rows a slice at a time; the others read the names, devices and streams
-        # again and again, and pick the range instances they show by their fields.
-        result = result.listed(("by_name", "devices", "streams"))
+    if kind == "analysis" and module != "json":  # the JSON writes rows a slice at a time
+        from gapscope.render.sections import READ_AGAIN
+
+        result = result.listed(READ_AGAIN)
     importlib.import_module(f"gapscope.render.{module}").render(result, file, **options)

@@ -74,6 +74,7 @@ def steps(part: Part, limit: int) -> Iterator[tuple[str, Any]]:
 
     result = part.result
     if result is not None:
+        result = result.listed(sections.READ_AGAIN)  # a report of several traces is not rendered through render()
         yield "header", result
     for step in sections.DOCUMENT:
         if step[0] == "figure":

@@ -104,6 +104,11 @@ def _folded(result: AnalysisResult, row: dict[str, Any]) -> bool:
     return not result.options.get("domain_filter") and is_library_domain(row.get("domain"))
 
 
+#: The row sections the builders read more than once, made into lists of dicts once per report
+#: (AnalysisResult.listed); the range instances are picked by their fields instead (:func:`ranges`).
+READ_AGAIN = ("by_name", "devices", "streams")
+
+
 def _values(rows: Any, name: str) -> list[Any]:
     """One field of every row: a RowTable's column as Python values (no row made), a list's
     ``row.get(name)``."""
