@@ -209,7 +209,8 @@ def test_each_file_of_several_gives_the_merge_what_one_pass_gives(name, monkeypa
                                                  (999, 5, 1_000), (1_000, 5, 1_000)])
 def test_members_by_window_is_a_stable_sort_by_window_block_by_block(monkeypatch, n, n_windows, block):
     """SYNTHETIC memberships: the block-by-block placement equals one stable sort of the busy
-    memberships by their activity's window, written here by a loop over windows."""
+    memberships by their activity's window, the others after them, written here by a loop over
+    windows."""
     from gapscope.analysis import windows
 
     monkeypatch.setattr(windows, "MEMBER_BLOCK", block)
@@ -223,5 +224,6 @@ def test_members_by_window_is_a_stable_sort_by_window_block_by_block(monkeypatch
     for w in range(n_windows):  # each window's busy memberships, in membership order
         expected += [m for m in range(n) if busy[member_act[m]] and window_of[member_act[m]] == w]
         starts.append(len(expected))
+    expected += [m for m in range(n) if not busy[member_act[m]]]  # then the others, in their order
     assert order.tolist() == expected
     assert bounds.tolist() == starts

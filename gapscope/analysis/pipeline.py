@@ -79,7 +79,9 @@ class AnalysisArrays:
     """Everything computed on the way to the result: the frames, launch links, range
     membership, per-pair statistics and the gap lists of every level with their categories.
     The links and the membership are 32-bit arrays where the trace allows (fewer than 2**31
-    calls, activities and ranges), as the activity arrays' device and stream codes are."""
+    calls, activities and ranges), as the activity arrays' device and stream codes are. The
+    memberships (``member_act``, ``member_pair``, ``member_range``, one entry per activity in a
+    range) come in no set order: range by range, or (measured in windows) window by window."""
 
     frames: TraceFrames
     acts: ActivityArrays
@@ -352,10 +354,11 @@ def _levels_windowed(frames: TraceFrames, acts: ActivityArrays, launch: np.ndarr
                      member_act: np.ndarray, member_pair: np.ndarray, n_pairs: int, pair_range: np.ndarray,
                      n_ranges: int, stream_keys: pd.DataFrame, rp: Replays, names: tuple[np.ndarray, np.ndarray],
                      stats_launch: np.ndarray, attribution: bool, stall_threshold_ns: int, top: int,
-                     selected: bool, device_gaps: bool = False) -> Levels:
+                     selected: bool, plan: windows.WindowPlan, device_gaps: bool = False) -> Levels:
     """The levels measured one window of activities at a time (gapscope.analysis.windows), no
     gap list held whole but, with ``device_gaps``, the device level's: the same figures as
-    :func:`_levels_kept`, in less memory."""
+    :func:`_levels_kept`, in less memory. ``plan``: the windows (gapscope.analysis.windows.planned),
+    the memberships given in its order."""
     name_codes, name_table = names
     n_dev, n_str = acts.device_ids.size, len(stream_keys)
     # Between the large steps the heap's free pages go back (heap.give_back_for): a step's
@@ -380,7 +383,7 @@ def _levels_windowed(frames: TraceFrames, acts: ActivityArrays, launch: np.ndarr
                     wait([attributor])
                 return _launch_rows(frames, stats_launch, acts, names)
             launches = pool.submit(statistics)
-        pairs, devices, streams, longest = windows.measure(acts, member_act, member_pair, n_pairs, pair_range,
+        pairs, devices, streams, longest = windows.measure(acts, member_act, member_pair, plan, n_pairs, pair_range,
                                                            n_ranges, rp, attributor, top, selected,
                                                            keep_device_gaps=device_gaps)
         if launches is not None:
@@ -456,9 +459,16 @@ def run_analysis(
     pair_range = np.arange(n_pairs, dtype=np.int64) // max(n_dev, 1)
     graph_call = np.isin(name_table, list(GRAPH_LAUNCH_CALLS))[name_codes]
     rp = Replays(frames.activities["kind"].to_numpy(), launch, graph_call)
-    measured = _levels_kept if gaps else partial(_levels_windowed, device_gaps=merge)
-    lv = measured(frames, acts, launch, member_act, member_pair, n_pairs, pair_range, n_ranges, stream_keys,
-                  rp, (name_codes, name_table), stats_launch, attribution, stall_threshold_ns, top, selected)
+    plan = None
+    if not gaps:
+        # The memberships in the windows' order, those passed let go (no index of every
+        # membership held through the windows beside them); every later step only sums them.
+        member_act, member_pair, plan = windows.planned(acts, member_act, member_pair)
+    levels = (frames, acts, launch, member_act, member_pair, n_pairs, pair_range, n_ranges, stream_keys, rp,
+              (name_codes, name_table), stats_launch, attribution, stall_threshold_ns, top, selected)
+    # (the windows' plan is used up by the windows: its order goes with them)
+    lv = _levels_kept(*levels) if gaps else _levels_windowed(*levels, device_gaps=merge, plan=plan)
+    del levels
 
     rf = table.frame
     range_name, name_keys = _name_groups(rf)

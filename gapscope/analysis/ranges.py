@@ -24,7 +24,7 @@ import pandas as pd
 from gapscope.analysis.domains import LIBRARY_DOMAINS, is_library_domain  # noqa: F401  (numpy-free, for renderers)
 from gapscope.analysis.intervals import gathered_slices
 from gapscope.analysis.range_names import OP_SUFFIX  # noqa: F401  (numpy-free, for renderers)
-from gapscope.analysis.keys import TimeKeys, call_key, narrowed
+from gapscope.analysis.keys import TimeKeys, call_key, index_dtype, narrowed
 from gapscope.errors import GapscopeError
 from gapscope.trace.frames import NVTX_DOMAIN_CREATE, TraceFrames
 
@@ -54,6 +54,11 @@ class RangeTable:
     frame: pd.DataFrame  # name, group, domain, pid, thread, tid (globalTid), start_ns, end_ns, depth
 
 
+#: Activities :meth:`CallIndex.find` looks up at a time: its keys and positions are 64-bit, so
+#: they are made for one block, not for every activity (some 33 bytes an activity at once).
+FIND_BLOCK = 1 << 20
+
+
 class CallIndex:
     """Finds CUDA API calls by (process, correlationId), the key that ties GPU work and
     synchronization records to the call that issued them."""
@@ -62,18 +67,27 @@ class CallIndex:
         codes, self._procs = pd.factorize(api["proc"].to_numpy())
         corr = api["corr"].to_numpy()
         key = np.where(corr > 0, call_key(codes, corr), -1)
-        self._order = np.argsort(key, kind="stable")
+        del codes
+        # Held while the activities are looked up: 12 bytes a call (a 32-bit order), not 16.
+        self._order = narrowed(np.argsort(key, kind="stable"), key.size)
         self._keys = key[self._order]
+        self._proc_index = pd.Index(self._procs)
 
     def find(self, proc: np.ndarray, corr: np.ndarray) -> np.ndarray:
-        """Index of the call with each (proc, corr), -1 where there is none."""
+        """Index of the call with each (proc, corr), -1 where there is none (32-bit where the
+        calls allow), FIND_BLOCK at a time."""
+        proc, corr = np.asarray(proc), np.asarray(corr)
+        out = np.full(proc.size, -1, dtype=index_dtype(self._keys.size))
         if self._keys.size == 0:
-            return np.full(np.asarray(proc).size, -1, dtype=np.int64)
-        p = pd.Index(self._procs).get_indexer(proc).astype(np.int64)
-        key = call_key(p, corr)
-        pos = np.minimum(np.searchsorted(self._keys, key), self._keys.size - 1)
-        hit = (p >= 0) & (corr > 0) & (self._keys[pos] == key)
-        return np.where(hit, self._order[pos], -1)
+            return out
+        for a in range(0, proc.size, FIND_BLOCK):
+            p = self._proc_index.get_indexer(proc[a:a + FIND_BLOCK]).astype(np.int64)
+            c = corr[a:a + FIND_BLOCK]
+            key = call_key(p, c)
+            pos = np.minimum(np.searchsorted(self._keys, key), self._keys.size - 1)
+            hit = (p >= 0) & (c > 0) & (self._keys[pos] == key)
+            out[a:a + FIND_BLOCK][hit] = self._order[pos[hit]]
+        return out
 
 
 def link_launches(frames: TraceFrames, calls: CallIndex) -> np.ndarray:
@@ -183,7 +197,7 @@ def _launch_slices(frames: TraceFrames, launch: np.ndarray, ranges: RangeTable, 
     """(linked activity indices sorted by (owner, call start), lo, hi): range i's activities are
     ``sorted[lo[i]:hi[i]]``, the owner being the launching thread (``same``) or its process."""
     rf = ranges.frame
-    linked = np.flatnonzero(launch >= 0)
+    linked = narrowed(np.flatnonzero(launch >= 0), launch.size)
     api = frames.api
     call = launch[linked]
     if threads == "process":
@@ -194,14 +208,20 @@ def _launch_slices(frames: TraceFrames, launch: np.ndarray, ranges: RangeTable, 
     del call
     # Sort launches by (owner, call start); a range is then one slice of that order. Each
     # temporary over every launch is let go once the next is made (they were 68 bytes a launch).
-    t_inv, owners = pd.factorize(np.concatenate([call_owner, rng_owner]))
+    # Owners numbered in order of appearance, the calls' first, then those only ranges have
+    # (what factorizing both at once gives, without a 64-bit code for every launch).
+    t_call, owners = pd.factorize(call_owner)
     del call_owner
-    t_call, t_rng = t_inv[:call_start.size], t_inv[call_start.size:].astype(np.int64)
-    del t_inv
-    tk = TimeKeys([call_start, rf["start_ns"].to_numpy(), rf["end_ns"].to_numpy()], owners.size)
+    t_call = narrowed(t_call, owners.size)
+    t_rng = pd.Index(owners).get_indexer(rng_owner).astype(np.int64)
+    alone = t_rng < 0
+    extra, _ = pd.factorize(rng_owner[alone])
+    t_rng[alone] = owners.size + extra
+    n_owners = owners.size + (int(extra.max()) + 1 if extra.size else 0)
+    tk = TimeKeys([call_start, rf["start_ns"].to_numpy(), rf["end_ns"].to_numpy()], n_owners)
     key_call = tk.key(t_call, call_start)
     del t_call, call_start
-    order = np.argsort(key_call, kind="stable")
+    order = narrowed(np.argsort(key_call, kind="stable"), key_call.size)
     key_call = key_call[order]  # sorted
     lo = np.searchsorted(key_call, tk.key(t_rng, rf["start_ns"].to_numpy()), "left")
     hi = np.searchsorted(key_call, tk.key(t_rng, rf["end_ns"].to_numpy()), "right")
@@ -221,7 +241,7 @@ def range_members(
         return empty, empty
     acts, lo, hi = _launch_slices(frames, launch, ranges, threads)
     # 32-bit: 8 bytes a membership, not 16 (an activity is often inside several nested ranges).
-    return gathered_slices(narrowed(acts, launch.size), lo, hi)
+    return gathered_slices(acts, lo, hi)
 
 
 def process_work_counts(frames: TraceFrames, launch: np.ndarray, ranges: RangeTable) -> np.ndarray:

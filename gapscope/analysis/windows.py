@@ -160,9 +160,10 @@ MEMBER_BLOCK = 1 << 20
 
 def members_by_window(busy: np.ndarray, member_act: np.ndarray, window_of: np.ndarray,
                       n_windows: int) -> tuple[np.ndarray, np.ndarray]:
-    """(order, bounds): the memberships whose activity is busy, grouped by that activity's
-    window and in membership order within each window (what a stable sort by window gives),
-    and where each window's begin in that order. Sorted MEMBER_BLOCK memberships at a time, each
+    """(order, bounds): every membership, those whose activity is busy grouped by that
+    activity's window and in membership order within each window (what a stable sort by window
+    gives), then the others in membership order; and where each window's begin in that order
+    (the last bound is where the others begin). Sorted MEMBER_BLOCK memberships at a time, each
     block's placed after the earlier blocks' members of the same window, so the temporaries are
     one block's, not 20 bytes for every membership."""
     n = member_act.size
@@ -176,8 +177,9 @@ def members_by_window(busy: np.ndarray, member_act: np.ndarray, window_of: np.nd
     for lo in range(0, n, MEMBER_BLOCK):
         counts += np.bincount(block(lo)[1], minlength=n_windows)
     bounds = np.r_[0, np.cumsum(counts)].astype(np.int64)
-    order = np.empty(int(bounds[-1]), dtype=index_dtype(n))
+    order = np.empty(n, dtype=index_dtype(n))
     fill = bounds[:-1].copy()  # where each window's next member goes
+    idle = int(bounds[-1])  # where the next member of no window goes
     for lo in range(0, n, MEMBER_BLOCK):
         idx, w = block(lo)
         by_window = np.argsort(w, kind="stable")
@@ -186,7 +188,48 @@ def members_by_window(busy: np.ndarray, member_act: np.ndarray, window_of: np.nd
         rank = np.arange(w.size) - (np.cumsum(count) - count)[w]  # place among the block's of its window
         order[fill[w] + rank] = idx[by_window] + lo
         fill += count
+        rest = np.flatnonzero(~busy[member_act[lo:lo + MEMBER_BLOCK]]) + lo
+        order[idle:idle + rest.size] = rest
+        idle += rest.size
     return order, bounds
+
+
+@dataclass
+class WindowPlan:
+    """How the activities are cut into windows (:func:`activity_windows`: ``order``,
+    ``bounds``) and where each window's range memberships begin (``member_bounds``) in the
+    memberships :func:`planned` put in window order. Used up by :func:`measure`, so that the
+    order (4 bytes an activity) is let go with the windows, whoever holds the plan."""
+
+    order: np.ndarray | None
+    bounds: np.ndarray
+    member_bounds: np.ndarray
+
+    def taken(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(order, bounds, member_bounds), the plan left without its order."""
+        if self.order is None:
+            raise RuntimeError("this window plan was used already")
+        order, self.order = self.order, None
+        return order, self.bounds, self.member_bounds
+
+
+def planned(acts: ActivityArrays, member_act: np.ndarray, member_pair: np.ndarray
+            ) -> tuple[np.ndarray, np.ndarray, WindowPlan]:
+    """(member_act, member_pair, plan): the memberships in window order (:func:`members_by_window`:
+    each window's busy ones together, in their own order, the others last) and the windows'
+    plan for :func:`measure`. The memberships are the same set, only reordered: what the
+    windows read one slice at a time, with no index array of every membership held beside
+    them (4 bytes a membership). The caller lets the memberships it passed go."""
+    order, bounds = activity_windows(acts.start, window_size())
+    n_windows = bounds.size - 1
+    # Each activity's window (16 bits where they suffice: a stable sort of those is a radix sort).
+    window_of = np.empty(order.size, dtype=np.int16 if n_windows <= np.iinfo(np.int16).max else index_dtype(n_windows))
+    window_of[order] = np.repeat(np.arange(n_windows, dtype=window_of.dtype), np.diff(bounds))
+    m_order, m_bounds = members_by_window(acts.busy, member_act, window_of, n_windows)
+    del window_of
+    member_act = member_act[m_order]
+    member_pair = member_pair[m_order]
+    return member_act, member_pair, WindowPlan(order, bounds, m_bounds)
 
 
 @dataclass(frozen=True)
@@ -199,30 +242,26 @@ class _WindowLevels:
     pair_member: np.ndarray  # the range membership row of the interval ending each range pair gap
 
 
-def measure(acts: ActivityArrays, member_act: np.ndarray, member_pair: np.ndarray, n_pairs: int,
+def measure(acts: ActivityArrays, member_act: np.ndarray, member_pair: np.ndarray, plan: WindowPlan, n_pairs: int,
             pair_range: np.ndarray, n_ranges: int, replays: Replays, attributor: "Future[Attributor] | None",
             top: int, selected: bool, keep_device_gaps: bool = False,
             ) -> tuple[LevelSums, LevelSums, LevelSums, tuple[GapList, np.ndarray] | None]:
-    """(pairs, devices, streams, longest): every level's sums over the windows; ``longest``:
-    (the ``top`` longest candidates of the device gaps, or with ``selected`` of the distinct
-    range gaps, in one pass's order; their order key) when ``attributor`` (being built) is given.
-    Range pair ``inside`` is summed per range (``pair_range``); ``keep_device_gaps``: the device
-    level keeps its gap lists (:meth:`LevelSums.kept`). The next window's gaps are found on a
-    thread while this one's are attributed and summed."""
+    """(pairs, devices, streams, longest): every level's sums over the windows of ``plan``
+    (the memberships in its window order, :func:`planned`; the plan is used up); ``longest``: (the ``top`` longest
+    candidates of the device gaps, or with ``selected`` of the distinct range gaps, in one
+    pass's order; their order key) when ``attributor`` (being built) is given. Range pair
+    ``inside`` is summed per range (``pair_range``); ``keep_device_gaps``: the device level
+    keeps its gap lists (:meth:`LevelSums.kept`). The next window's gaps are found on a thread
+    while this one's are attributed and summed."""
     n_dev, n_str = acts.device_ids.size, acts.stream_keys.size
     attributed = attributor is not None
     pairs = LevelSums.empty(n_pairs, n_ranges, attributed)
     devices = LevelSums.empty(n_dev, n_dev, attributed, keep_device_gaps)
     streams = LevelSums.empty(n_str, 0, attributed)
-    order, bounds = activity_windows(acts.start, window_size())
+    order, bounds, m_bounds = plan.taken()
     busy = acts.busy
-    # Range members grouped by window, each window's in one pass's order: (pair, start, member).
+    # Range members of each window, in one pass's order: (pair, start, member).
     n_windows = bounds.size - 1
-    # Each activity's window (16 bits where they suffice: a stable sort of those is a radix sort).
-    window_of = np.empty(order.size, dtype=np.int16 if n_windows <= np.iinfo(np.int16).max else index_dtype(n_windows))
-    window_of[order] = np.repeat(np.arange(n_windows, dtype=window_of.dtype), np.diff(bounds))
-    m_order, m_bounds = members_by_window(busy, member_act, window_of, n_windows)
-    del window_of
 
     def level(timelines: RunningTimelines, codes: np.ndarray, a: np.ndarray) -> GapList:
         a = a[np.argsort(codes[a], kind="stable")]  # (group, start, index)
@@ -232,7 +271,7 @@ def measure(acts: ActivityArrays, member_act: np.ndarray, member_pair: np.ndarra
     def found(w: int) -> _WindowLevels:
         a = order[bounds[w]:bounds[w + 1]]
         a = a[busy[a]]
-        m = m_order[m_bounds[w]:m_bounds[w + 1]]
+        m = np.arange(m_bounds[w], m_bounds[w + 1], dtype=np.int64)
         m = m[np.lexsort((m, acts.start[member_act[m]], member_pair[m]))]
         m_act = member_act[m]
         pw = pairs.timelines.feed(member_pair[m], acts.start[m_act], acts.end[m_act], m_act)
