@@ -54,7 +54,12 @@ def test_every_activity_as_none_reads_what_the_explicit_membership_reads(analysi
 
 def test_range_memberships_are_32_bit_with_the_64_bit_values(analysis):
     assert analysis.member_range.dtype == np.int32 and analysis.member_act.dtype == np.int32
-    assert analysis.acts.device_code.dtype == np.int32 and analysis.acts.stream_code.dtype == np.int32
+    acts = analysis.acts
+    assert acts.device_ids.size <= 127 and acts.stream_keys.size <= 127  # these traces: a byte a code
+    assert acts.device_code.dtype == np.int8 and acts.stream_code.dtype == np.int8
+    dev = analysis.frames.activities["device"].to_numpy()  # the codes give back every device id
+    assert acts.device_ids[acts.device_code].tolist() == dev.tolist()
+    assert acts.device_of(np.arange(dev.size)).tolist() == dev.tolist()
     # Each member is a (range, activity) pair whose activity was launched inside the range, on its thread.
     rf, api = analysis.ranges.frame, analysis.frames.api
     call = analysis.launch[analysis.member_act.astype(np.int64)]
@@ -88,6 +93,17 @@ def test_narrowed_holds_the_values_in_32_bits_below_2_31():
     assert narrowed_to_fit(np.zeros(0, dtype=np.int64)).dtype == np.int32
 
 
+def test_small_codes_take_the_narrowest_dtype_that_holds_minus_one_to_n():
+    from gapscope.analysis.keys import code_dtype, small_codes
+
+    assert [code_dtype(n) for n in (0, 127, 128, 32_767, 32_768, 2**31 - 1, 2**31)] == \
+        [np.int8, np.int8, np.int16, np.int16, np.int32, np.int32, np.int64]
+    for n in (127, 128, 32_768):
+        codes = np.array([-1, 0, n - 1], dtype=np.int64)
+        small = small_codes(codes, n)
+        assert small.dtype == code_dtype(n) and small.tolist() == [-1, 0, n - 1]
+
+
 @pytest.mark.parametrize("block", [3, 1 << 18])
 def test_narrow_durations_a_block_at_a_time(monkeypatch, block):
     """SYNTHETIC activities: durations computed DURATION_BLOCK at a time equal end - start for
@@ -100,7 +116,7 @@ def test_narrow_durations_a_block_at_a_time(monkeypatch, block):
     start = np.array([0, 10, 20, 30, 40, 50, 60, 70], dtype=np.int64)
     end = start + np.array([1, 2, 3, 4, 5, 6, 7, 2**31 + 5], dtype=np.int64)
     z = np.zeros(start.size, dtype=np.int32)
-    acts = ActivityArrays(start=start, end=end, device=z, is_kernel=z > 0, is_memop=z > 0, busy=z > 0,
+    acts = ActivityArrays(start=start, end=end, is_kernel=z > 0, is_memop=z > 0, busy=z > 0,
                           device_code=z, device_ids=np.zeros(1, np.int64), stream_code=z,
                           stream_keys=np.zeros(1, np.int64))
     short = acts.narrow_durations(np.array([6, 0, 2, 2, 5], dtype=np.int32))

@@ -142,6 +142,24 @@ def test_the_result_does_not_depend_on_the_windows(path, monkeypatch):
                 assert run_analysis(frames, gaps=False, **options).result.to_dict() == expected, (options, size)
 
 
+@pytest.mark.parametrize("path", LEVEL_TRACES, ids=lambda p: Path(p).name)
+def test_letting_the_read_ids_go_changes_no_figure(path):
+    """``release_ids`` (what `gapscope analyze` runs with) against frames kept whole: the same
+    result, field for field, with the defaults and with every thread's launches; the frames
+    lack the released columns afterwards and keep every other."""
+    path = path if isinstance(path, Path) else thirdparty(path)
+    with open_trace(path) as trace:
+        for options in ({}, {"threads": "process", "top": 3}):
+            expected = run_analysis(trace.frames(syncs=True), gaps=False, **options).result.to_dict()
+            frames = trace.frames(syncs=True)
+            before = {k: set(getattr(frames, k).columns) for k in ("activities", "api")}
+            assert run_analysis(frames, gaps=False, release_ids=True, **options).result.to_dict() == expected
+            gone = {"activities": {"proc", "corr", "device", "row"}, "api": {"proc", "corr", "name_id", "start",
+                                                                             "end", "tid"}}
+            for k in before:
+                assert set(getattr(frames, k).columns) == before[k] - gone[k], k
+
+
 def test_a_tiled_trace_gives_the_same_result_in_windows(tmp_path, monkeypatch):
     """A SYNTHETIC tiling (benchmarks/tile_trace.py) of a shipped trace, 20 copies end to end:
     windows of 1,000 activities against one pass."""

@@ -35,7 +35,7 @@ import pandas as pd
 from gapscope.analysis import host_timeline as ht
 from gapscope.analysis.host_timeline import DEFAULT_STALL_THRESHOLD_NS, HostTimeline
 from gapscope.analysis.intervals import union_blocks
-from gapscope.analysis.keys import TimeKeys, narrowed, pid_stream_key, stream_key, stream_key_without_device
+from gapscope.analysis.keys import TimeKeys, narrowed, pid_stream_key, small_codes, stream_key, stream_key_without_device
 from gapscope.analysis.metrics import ActivityArrays, GapList
 from gapscope.trace.cuda_api import QUIET_CALLS, base_name, call_role
 from gapscope.trace.frames import TraceFrames
@@ -135,7 +135,7 @@ def api_names(frames: TraceFrames) -> tuple[np.ndarray, np.ndarray]:
     codes, uniques = pd.factorize(frames.api["name_id"].to_numpy())
     names = frames.names.lookup(int(u) for u in uniques)
     table = np.array([base_name(names[int(u)]) for u in uniques] + [""], dtype=object)
-    return narrowed(codes, table.size), table
+    return small_codes(codes, table.size), table
 
 
 def _previous(sorted_keys: np.ndarray, query: np.ndarray, side: str = "right") -> np.ndarray:
@@ -162,7 +162,6 @@ class Attributor:
         self.name_codes, self.name_table = names if names is not None else api_names(frames)
         self.api_start = api["start"].to_numpy()
         self.api_end = api["end"].to_numpy()
-        self.api_tid = api["tid"].to_numpy()
         self.is_memop = acts.is_memop
         # Times keyed per device, stream or calling thread (the timeline checks its threads).
         self.tk = TimeKeys([acts.start, acts.end, self.api_start, self.api_end],
@@ -170,7 +169,8 @@ class Attributor:
         self.lo = self.tk.lo
         roles = np.array([call_role(str(n)) for n in self.name_table], dtype=np.int8)
         quiet = np.isin(self.name_table, sorted(QUIET_CALLS))
-        self.timeline = HostTimeline(self.api_start, self.api_end, self.api_tid, roles[self.name_codes],
+        # (the calls' threads are read here only: the timeline keeps their codes)
+        self.timeline = HostTimeline(self.api_start, self.api_end, api["tid"].to_numpy(), roles[self.name_codes],
                                      stall_threshold_ns, self.tk,
                                      counted=~quiet[self.name_codes] if quiet.any() else None)
         self._index_memops()
@@ -432,15 +432,13 @@ def distinct_gaps(gaps: GapList) -> GapList:
     return gap_subset(gaps, first_of_each_gap(gaps))
 
 
-def activities_before(frames: TraceFrames, gaps: GapList, idx: np.ndarray, busy: np.ndarray) -> np.ndarray:
+def activities_before(frames: TraceFrames, acts: ActivityArrays, gaps: GapList, idx: np.ndarray) -> np.ndarray:
     """For each gap ``idx``, the busy activity that ended exactly at its start on its device (the
     first such in the activity frame), -1 where none did."""
-    a = frames.activities
-    ends = a["end"].to_numpy()
-    dev = a["device"].to_numpy()
+    ends = frames.activities["end"].to_numpy()
     starts = gaps.start[idx]
-    cand = np.flatnonzero(busy & pd.Series(ends, copy=False).isin(starts).to_numpy())  # a hash set, not a sort
-    before = pd.DataFrame({"device": dev[cand], "end": ends[cand], "idx": cand}).drop_duplicates(["device", "end"])
+    cand = np.flatnonzero(acts.busy & pd.Series(ends, copy=False).isin(starts).to_numpy())  # a hash set, not a sort
+    before = pd.DataFrame({"device": acts.device_of(cand), "end": ends[cand], "idx": cand}).drop_duplicates(["device", "end"])
     want = pd.DataFrame({"device": gaps.device[idx], "end": starts})
     prev = want.merge(before, on=["device", "end"], how="left")["idx"].to_numpy(dtype=np.float64)
     return np.where(np.isnan(prev), -1, prev).astype(np.int64)
@@ -448,7 +446,7 @@ def activities_before(frames: TraceFrames, gaps: GapList, idx: np.ndarray, busy:
 
 def longest_gaps(
     frames: TraceFrames, gaps: GapList, launch: np.ndarray,
-    name_codes: np.ndarray, name_table: np.ndarray, busy: np.ndarray, top: int,
+    name_codes: np.ndarray, name_table: np.ndarray, acts: ActivityArrays, top: int,
 ) -> list[dict]:
     """The ``top`` longest of the (attributed) gaps with their categories and their
     surroundings: the activity that ended just before (its end is the gap's start), the one
@@ -459,7 +457,7 @@ def longest_gaps(
     pick = longest_indices(gaps.length, top)
     split = gaps.split.matrix(pick, gaps.length)
     stream = frames.activities["stream"].to_numpy()
-    prev = activities_before(frames, gaps, pick, busy)
+    prev = activities_before(frames, acts, gaps, pick)
     nxt = gaps.next_act[pick]
     after_names = frames.activity_names(nxt)
     has_prev = prev >= 0

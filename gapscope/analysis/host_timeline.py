@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from gapscope.analysis.intervals import expand_slices, grouped_running_max
-from gapscope.analysis.keys import TimeKeys, index_dtype, narrowed
+from gapscope.analysis.keys import TimeKeys, index_dtype, small_codes
 from gapscope.trace.cuda_api import ROLE_LAUNCH, ROLE_SETUP, ROLE_SYNC
 
 #: The categories a thread's state gives (indexes of HostTimeline.split's columns).
@@ -61,7 +61,7 @@ class HostTimeline:
         start = np.asarray(start, dtype=np.int64)
         end = np.maximum(np.asarray(end, dtype=np.int64), start)
         codes, threads = pd.factorize(np.asarray(tid))
-        self.call_thread = narrowed(codes, len(threads))
+        self.call_thread = small_codes(codes, len(threads))
         seg_thread = self.call_thread
         if counted is not None:
             counted = np.asarray(counted, dtype=bool)
@@ -84,11 +84,9 @@ class HostTimeline:
             seg_key, seg_cat = self._with_process_stalls(seg_key, seg_cat, seg_thread, start, end, thread_proc)
         self.seg_key, self.seg_cat = seg_key, seg_cat
         # The time per category before each segment. A segment's length runs to the next
-        # segment's key; across a thread boundary that adds a constant to every later sum,
-        # which cancels in split(), a difference of two points of one thread.
-        length = np.empty_like(seg_key)
-        np.subtract(seg_key[1:], seg_key[:-1], out=length[:-1])
-        length[-1] = 0
+        # segment's key (the last's is 0); across a thread boundary that adds a constant to
+        # every later sum, which cancels in split(), a difference of two points of one thread.
+        # No array of every length is held: each category's sums take them from the keys.
         self._sums: list[np.ndarray | tuple[np.ndarray, np.ndarray] | None] = []
         # The most frequent category is not kept: before any segment, its time is all the time
         # (the key's distance to the first segment's) less the other categories'.
@@ -100,14 +98,16 @@ class HostTimeline:
             elif np.count_nonzero(mine) >= self.DENSE_SHARE * seg_key.size:
                 # The time of this category before each segment, summed in place (no array
                 # of the segments' own times beside it).
-                dense = np.empty_like(length)
+                dense = np.empty_like(seg_key)
                 dense[0] = 0
-                np.multiply(length[:-1], mine[:-1], out=dense[1:])
+                np.subtract(seg_key[1:], seg_key[:-1], out=dense[1:])
+                dense[1:] *= mine[:-1]
                 np.cumsum(dense[1:], out=dense[1:])
                 self._sums.append(dense)
             else:
                 where = np.flatnonzero(mine)
-                self._sums.append((where, np.r_[0, np.cumsum(length[where])]))
+                nxt = np.minimum(where + 1, seg_key.size - 1)  # the last segment's length is 0
+                self._sums.append((where, np.r_[0, np.cumsum(seg_key[nxt] - seg_key[where])]))
 
     def _thread_segments(self, call_thread: np.ndarray, start: np.ndarray, end: np.ndarray, role: np.ndarray,
                          alone: bool) -> tuple[np.ndarray, np.ndarray]:

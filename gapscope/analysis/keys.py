@@ -88,6 +88,23 @@ def narrowed(values: np.ndarray, bound: int) -> np.ndarray:
     return np.asarray(values).astype(index_dtype(bound), copy=False)
 
 
+def code_dtype(n_codes: int) -> type[np.signedinteger]:
+    """The narrowest signed dtype that holds the codes ``-1 .. n_codes - 1`` (8, 16, then
+    :func:`index_dtype`'s 32 or 64 bits): for codes over every activity or call with few
+    distinct values (devices, streams, threads, call names). Arithmetic on such codes casts
+    them to int64 first (as :func:`pair_code`, :func:`stream_key` and TimeKeys.key do)."""
+    if n_codes <= np.iinfo(np.int8).max:
+        return np.int8
+    if n_codes <= np.iinfo(np.int16).max:
+        return np.int16
+    return index_dtype(n_codes)
+
+
+def small_codes(codes: np.ndarray, n_codes: int) -> np.ndarray:
+    """``codes`` (each in ``-1 .. n_codes - 1``) as :func:`code_dtype` of ``n_codes``."""
+    return np.asarray(codes).astype(code_dtype(n_codes), copy=False)
+
+
 def narrowed_to_fit(values: np.ndarray) -> np.ndarray:
     """:func:`narrowed` with the bound its own largest value gives (none below -2**31): 32 bits
     when every value is below 2**31 (a duration under 2.1 s, a row), else as they are."""

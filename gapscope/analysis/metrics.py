@@ -34,14 +34,21 @@ class ActivityArrays:
 
     start: np.ndarray
     end: np.ndarray
-    device: np.ndarray
     is_kernel: np.ndarray  # kernels and graph-level executions
     is_memop: np.ndarray
     busy: np.ndarray  # counted in the busy union
-    device_code: np.ndarray  # index into device_ids (int32)
+    device_code: np.ndarray  # index into device_ids (keys.small_codes: 8 bits for up to 127 devices)
     device_ids: np.ndarray  # sorted device ids
-    stream_code: np.ndarray  # index into stream_keys (int32)
+    stream_code: np.ndarray  # index into stream_keys (keys.small_codes)
     stream_keys: np.ndarray  # sorted packed stream keys (gapscope.analysis.keys.stream_key)
+
+    def device_of(self, idx: np.ndarray) -> np.ndarray:
+        """The device ids of the activities ``idx`` (from their codes: no array of every
+        activity's id is held), 32-bit where the ids fit."""
+        ids = self.device_ids
+        if ids.size and int(ids.min()) >= -2**31 and int(ids.max()) < 2**31:
+            ids = ids.astype(np.int32)
+        return ids[self.device_code[idx]]
 
     @property
     def duration(self) -> np.ndarray:
@@ -123,7 +130,7 @@ def level_stats(
     next_act = b_act[tl.gaps_next]
     gaps = GapList(
         row=pair_row[tl.gaps_group],
-        device=acts.device[next_act] if next_act.size else np.zeros(0, np.int64),
+        device=acts.device_of(next_act) if next_act.size else np.zeros(0, np.int64),
         length=tl.gaps_len,
         start=tl.gaps_start,
         next_act=next_act,

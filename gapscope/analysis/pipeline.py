@@ -31,7 +31,7 @@ from gapscope.analysis.attribution import (
     CATEGORY_LABELS, Attributor, IdleCategory, api_names, category_sums, distinct_gaps, longest_gaps,
 )
 from gapscope.analysis.host_timeline import DEFAULT_STALL_THRESHOLD_NS
-from gapscope.analysis.keys import narrowed, pair_code, stream_key, unpack_stream_key
+from gapscope.analysis.keys import narrowed, pair_code, small_codes, stream_key, unpack_stream_key
 from gapscope.analysis.launches import launch_stats
 from gapscope.analysis.metrics import (
     STATS_FIELDS, ActivityArrays, GapList, level_stats, level_table, member_kernels, rollup_stats,
@@ -104,6 +104,22 @@ class AnalysisArrays:
     comm: communication.CommKernels | None = None
 
 
+#: The frames' columns read only up to the range memberships (run_analysis's ``release_ids``):
+#: processes and correlation ids (the launch links), the activities' devices (their codes are
+#: kept) and the calls' name ids (their codes are kept). An activity's source row goes too
+#: where its name id is loaded (the row is read only to look a name id up).
+READ_ONCE = {"activities": ("proc", "corr", "device"), "api": ("proc", "corr", "name_id")}
+#: The calls' columns read up to the levels' end (the launch statistics, the attribution).
+READ_BY_LEVELS = {"api": ("start", "end", "tid")}
+
+
+def _read_once(frames: TraceFrames) -> dict[str, tuple[str, ...]]:
+    """READ_ONCE, with the activities' source row where their name ids are loaded."""
+    if "name_id" not in frames.activities:
+        return READ_ONCE
+    return {**READ_ONCE, "activities": (*READ_ONCE["activities"], "row")}
+
+
 def activity_arrays(frames: TraceFrames, count_memops: bool) -> ActivityArrays:
     """The activity columns as arrays, with kernels (and graph executions) always busy and
     memcpy/memset busy only when ``count_memops`` is set, and device and stream codes."""
@@ -112,7 +128,7 @@ def activity_arrays(frames: TraceFrames, count_memops: bool) -> ActivityArrays:
     is_kernel = (kind == ActivityKind.KERNEL) | (kind == ActivityKind.GRAPH)
     is_memop = (kind == ActivityKind.MEMCPY) | (kind == ActivityKind.MEMSET)
     dev_codes, device_ids = pd.factorize(a["device"].to_numpy(), sort=True)
-    dev_codes = narrowed(dev_codes, len(device_ids))  # 4 bytes an activity, not 8
+    dev_codes = small_codes(dev_codes, len(device_ids))  # a byte an activity where there are few devices
     s_codes, s_keys = pd.factorize(
         stream_key(a["proc"].to_numpy(), dev_codes, a["stream"].to_numpy()), sort=True
     )
@@ -122,13 +138,12 @@ def activity_arrays(frames: TraceFrames, count_memops: bool) -> ActivityArrays:
     return ActivityArrays(
         start=start,
         end=end,
-        device=a["device"].to_numpy(),
         is_kernel=is_kernel,
         is_memop=is_memop,
         busy=is_kernel | (is_memop & count_memops),
         device_code=dev_codes,
         device_ids=np.asarray(device_ids, dtype=np.int64),
-        stream_code=narrowed(s_codes, len(s_keys)),
+        stream_code=small_codes(s_codes, len(s_keys)),
         stream_keys=np.asarray(s_keys, dtype=np.int64),
     )
 
@@ -344,7 +359,7 @@ def _levels_kept(frames: TraceFrames, acts: ActivityArrays, launch: np.ndarray,
     if attributor is not None:
         # With a selection, the longest gaps are those of the selected ranges' work.
         top_gaps = longest_gaps(frames, distinct_gaps(range_gaps) if selected else device_gaps, launch,
-                                name_codes, name_table, acts.busy, top)
+                                name_codes, name_table, acts, top)
     return Levels(pair_stats, (pair_gaps.row, pair_gaps.length), device_stats, stream_stats,
                   rp.inside_ns(range_gaps, n_ranges), rp.inside_ns(device_gaps, n_dev), pair_cats, device_cats,
                   stream_cats, top_gaps, launch_rows, pair_gaps, range_gaps, device_gaps, stream_gaps)
@@ -354,11 +369,14 @@ def _levels_windowed(frames: TraceFrames, acts: ActivityArrays, launch: np.ndarr
                      member_act: np.ndarray, member_pair: np.ndarray, n_pairs: int, pair_range: np.ndarray,
                      n_ranges: int, stream_keys: pd.DataFrame, rp: Replays, names: tuple[np.ndarray, np.ndarray],
                      stats_launch: np.ndarray, attribution: bool, stall_threshold_ns: int, top: int,
-                     selected: bool, plan: windows.WindowPlan, device_gaps: bool = False) -> Levels:
+                     selected: bool, plan: windows.WindowPlan, device_gaps: bool = False,
+                     release_ids: bool = False) -> Levels:
     """The levels measured one window of activities at a time (gapscope.analysis.windows), no
     gap list held whole but, with ``device_gaps``, the device level's: the same figures as
     :func:`_levels_kept`, in less memory. ``plan``: the windows (gapscope.analysis.windows.planned),
-    the memberships given in its order."""
+    the memberships given in its order; ``release_ids``: the calls' threads are let go from
+    ``frames`` once the attribution's timeline has their codes (on a large trace, before the
+    windows)."""
     name_codes, name_table = names
     n_dev, n_str = acts.device_ids.size, len(stream_keys)
     # Between the large steps the heap's free pages go back (heap.give_back_for): a step's
@@ -375,6 +393,8 @@ def _levels_windowed(frames: TraceFrames, acts: ActivityArrays, launch: np.ndarr
         attributor = _attributor(pool, frames, acts, launch, names, attribution, stall_threshold_ns)
         if serial and attributor is not None:
             attributor.result()  # built before the windows' own set-up, not beside it
+            if release_ids:  # the launch statistics and the timeline have read them
+                frames.release({"api": ("tid",)})
             heap.give_back_for(acts.start.size)
         launches = None
         if not serial:  # the statistics beside the windows, once the indexes are built
@@ -399,7 +419,7 @@ def _levels_windowed(frames: TraceFrames, acts: ActivityArrays, launch: np.ndarr
 
     top_gaps = None
     if longest is not None:
-        top_gaps = longest_gaps(frames, longest[0], launch, name_codes, name_table, acts.busy, top)
+        top_gaps = longest_gaps(frames, longest[0], launch, name_codes, name_table, acts, top)
     pair_stats = stats(pairs, member_act, member_pair, n_pairs)
     # The device and stream tables read the same kernels' durations, one level after the other
     # (each level's gap lengths are let go before the next is read).
@@ -417,7 +437,7 @@ def run_analysis(
     frames: TraceFrames, *, ranges: Sequence[str] = (), domains: Sequence[str] = (),
     count_memops: bool = False, attribution: bool = True, top: int = 10,
     stall_threshold_ns: int = DEFAULT_STALL_THRESHOLD_NS, threads: str = "same", normalize: bool = True,
-    gaps: bool = True, merge: bool = False,
+    gaps: bool = True, merge: bool = False, release_ids: bool = False,
 ) -> AnalysisArrays:
     """Compute every metric of docs/metrics.md on loaded frames (``attribution``: also the
     gap categories, graph payoff and the ``top`` longest gaps). ``ranges``/``domains`` select
@@ -430,7 +450,13 @@ def run_analysis(
     let go once its figures are summed, which lowers the peak memory (docs/performance.md);
     ``pairs``, ``range_gaps``, ``device_gaps`` and ``stream_gaps`` are then None, except with
     ``merge``: ``pairs`` and ``device_gaps`` kept, what the many-trace merge reads. The result
-    is the same either way."""
+    is the same either way.
+
+    ``release_ids``: let go of the frames' columns once read for good (dropped from ``frames``
+    in place, so the returned ``frames`` lack them): :data:`READ_ONCE` once the range
+    memberships are found, :data:`READ_BY_LEVELS` once the levels are measured; some 16 bytes
+    an activity and 36 a call less under the analysis's peaks. For a caller that reads only the
+    result (:func:`opened_analysis` without ``gaps`` nor ``all_calls``)."""
     if stall_threshold_ns < 0:
         raise GapscopeError(f"the stall threshold must be 0 or more, not {stall_threshold_ns} ns")
     acts = activity_arrays(frames, count_memops)
@@ -440,6 +466,11 @@ def run_analysis(
     n_ranges = len(table.frame)
     name_codes, name_table = api_names(frames)
     selected = bool(ranges or domains)
+    # What reads the link ids (the other threads' work, the calls' names) is done before they go.
+    elsewhere = _other_thread_warnings(frames, launch, table, member_range, threads, domains)
+    mode = _graph_trace_mode(frames, launch)
+    if release_ids:
+        frames.release(_read_once(frames))
 
     device_ids = acts.device_ids
     n_dev = device_ids.size
@@ -467,8 +498,11 @@ def run_analysis(
     levels = (frames, acts, launch, member_act, member_pair, n_pairs, pair_range, n_ranges, stream_keys, rp,
               (name_codes, name_table), stats_launch, attribution, stall_threshold_ns, top, selected)
     # (the windows' plan is used up by the windows: its order goes with them)
-    lv = _levels_kept(*levels) if gaps else _levels_windowed(*levels, device_gaps=merge, plan=plan)
+    lv = _levels_kept(*levels) if gaps else _levels_windowed(*levels, device_gaps=merge, plan=plan,
+                                                                        release_ids=release_ids)
     del levels
+    if release_ids:
+        frames.release(READ_BY_LEVELS)
 
     rf = table.frame
     range_name, name_keys = _name_groups(rf)
@@ -495,7 +529,6 @@ def run_analysis(
         chosen = [*(repr(r) for r in ranges), *(f"domain {d!r}" for d in domains)]
         raise GapscopeError(f"the ranges matching {', '.join(chosen)} launched no GPU work")
 
-    mode = _graph_trace_mode(frames, launch)
     range_keys = rf[["name", "domain", "pid", "thread", "start_ns", "end_ns", "depth"]].copy()
     range_keys.insert(0, "id", np.arange(n_ranges))
     # Each section's rows as columns (gapscope.analysis.rows): a dict per row is made only when read.
@@ -533,7 +566,6 @@ def run_analysis(
         _with_verdicts(columns)
     communication.with_fields(comm, acts, member_act, member_pair, range_name, (range_cols, name_cols, device_cols))
 
-    elsewhere = _other_thread_warnings(frames, launch, table, member_range, threads, domains)
     result = AnalysisResult(
         trace={
             "path": frames.meta.path,
@@ -592,7 +624,9 @@ def opened_analysis(path: str | Path, *, all_calls: bool = False, progress: Prog
         read = time.perf_counter() - started
         if progress is not None:
             progress("analyzing", rows)
-        yield replace(run_analysis(frames, **options), read_seconds=read)
+        # Only the result is read: the link ids go once used (run_analysis's release_ids).
+        release = not options.get("gaps", True) and not all_calls
+        yield replace(run_analysis(frames, release_ids=release, **options), read_seconds=read)
 
 
 def analysis_of(path: str | Path, **options: Any) -> AnalysisArrays:

@@ -144,7 +144,7 @@ def kernel_table(arrays: AnalysisArrays, names: _Names) -> pd.DataFrame:
         "id": every,
         "kind": categorical(a["kind"].to_numpy().astype(np.int64), [k.name.lower() for k in ActivityKind]),
         "name": names.activities(every),
-        "device": acts.device.astype(np.int64),
+        "device": acts.device_of(every).astype(np.int64),
         "stream": a["stream"].to_numpy().astype(np.int64),
         "pid": process_ids(arrays)[every],
         "start_ns": acts.start.copy(),
@@ -167,7 +167,7 @@ def gap_table(arrays: AnalysisArrays, names: _Names) -> pd.DataFrame:
     every = np.arange(gaps.length.size, dtype=np.int64)
     a = arrays.frames.activities
     after = gaps.next_act
-    before = activities_before(arrays.frames, gaps, every, arrays.acts.busy)
+    before = activities_before(arrays.frames, arrays.acts, gaps, every)
     rng = gap_ranges(arrays, gaps)
     out: dict[str, Any] = {
         "device": gaps.device.astype(np.int64),

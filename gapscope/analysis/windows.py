@@ -150,7 +150,7 @@ def _gap_list(w: WindowGaps, acts: ActivityArrays, act: np.ndarray) -> GapList:
     """The GapList of a window's gaps, their rows the groups (``act``: the activity of each of
     the window's intervals)."""
     next_act = act[w.next_pos]
-    return GapList(row=w.group, device=acts.device[next_act], length=w.length, start=w.start,
+    return GapList(row=w.group, device=acts.device_of(next_act), length=w.length, start=w.start,
                    next_act=next_act, prev_act=w.prev_id)
 
 

@@ -441,7 +441,7 @@ def cross_device_hops(ct: CaseTrace, r: int) -> pd.DataFrame:
     ready = np.maximum(stream_free, ct.api_end[launch[k_after]])
     start = a.start[k_after]
     return pd.DataFrame({
-        "device": a.device[k_after],
+        "device": a.device_of(k_after),
         "wait": np.maximum(start - ready, 0),
         "latency": np.maximum(start - np.maximum(ready, a.end[k_before]), 0),
     })

@@ -104,6 +104,16 @@ class TraceFrames:
     names: Names
     warnings: list[str] = field(default_factory=list)
 
+    def release(self, columns: Mapping[str, Iterable[str]]) -> None:
+        """Drop these columns (by frame name) from the frames, in place, so that their memory
+        goes back once nothing else holds them: an analysis that has read them for good (the
+        launch links' ids) lets them go before its peak. Columns absent are skipped."""
+        for key, names in columns.items():
+            frame = getattr(self, key)
+            gone = [c for c in names if c in frame.columns]
+            for c in gone:
+                del frame[c]  # column by column: no copy of the columns kept
+
     def activity_labels(self, idx: np.ndarray | None = None) -> tuple[np.ndarray, list[str], list[ActivityKind]]:
         """(code per activity, label per code, kind per code) of the activities ``idx`` (every
         activity when None). A label is the kernel's short name, ``graph <id>``, ``memcpy`` or
