@@ -154,7 +154,7 @@ def test_letting_the_read_ids_go_changes_no_figure(path):
             frames = trace.frames(syncs=True)
             before = {k: set(getattr(frames, k).columns) for k in ("activities", "api")}
             assert run_analysis(frames, gaps=False, release_ids=True, **options).result.to_dict() == expected
-            gone = {"activities": {"proc", "corr", "device", "row"}, "api": {"proc", "corr", "name_id", "start",
+            gone = {"activities": {"proc", "corr", "device", "stream", "row"}, "api": {"proc", "corr", "name_id", "start",
                                                                              "end", "tid"}}
             for k in before:
                 assert set(getattr(frames, k).columns) == before[k] - gone[k], k

@@ -456,9 +456,9 @@ def longest_gaps(
     cats = gaps.category
     pick = longest_indices(gaps.length, top)
     split = gaps.split.matrix(pick, gaps.length)
-    stream = frames.activities["stream"].to_numpy()
     prev = activities_before(frames, acts, gaps, pick)
     nxt = gaps.next_act[pick]
+    stream = acts.stream_of(nxt)  # as the streams table gives it
     after_names = frames.activity_names(nxt)
     has_prev = prev >= 0
     prev_names = dict(zip(np.flatnonzero(has_prev).tolist(), frames.activity_names(prev[has_prev])))
@@ -471,7 +471,7 @@ def longest_gaps(
             "category": IdleCategory(int(cats[i])).label,
             "gap_by_category_ns": dict(zip(CATEGORY_LABELS, map(int, split[j]))),
             "device": int(gaps.device[i]),
-            "stream": int(stream[nxt[j]]),
+            "stream": int(stream[j]),
             "before": prev_names.get(j),
             "after": after_names[j],
             "launched_by": str(name_table[name_codes[call[j]]]) if call[j] >= 0 else None,

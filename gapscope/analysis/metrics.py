@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from gapscope.analysis.intervals import group_timelines, grouped_quantiles, key_dtype
-from gapscope.analysis.keys import index_dtype, narrowed, narrowed_to_fit
+from gapscope.analysis.keys import index_dtype, narrowed, narrowed_to_fit, unpack_stream_key
 from gapscope.schema import STATS_FIELDS  # noqa: F401  (the columns every timeline row carries)
 
 QUANTILES = (0.5, 0.9, 0.99, 1.0)
@@ -49,6 +49,11 @@ class ActivityArrays:
         if ids.size and int(ids.min()) >= -2**31 and int(ids.max()) < 2**31:
             ids = ids.astype(np.int32)
         return ids[self.device_code[idx]]
+
+    def stream_of(self, idx: np.ndarray) -> np.ndarray:
+        """The stream ids of the activities ``idx``, as the stream keys hold them (the streams
+        table's ``stream``), from their codes."""
+        return unpack_stream_key(self.stream_keys)[2][self.stream_code[idx]]
 
     @property
     def duration(self) -> np.ndarray:

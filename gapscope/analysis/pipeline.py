@@ -105,10 +105,10 @@ class AnalysisArrays:
 
 
 #: The frames' columns read only up to the range memberships (run_analysis's ``release_ids``):
-#: processes and correlation ids (the launch links), the activities' devices (their codes are
-#: kept) and the calls' name ids (their codes are kept). An activity's source row goes too
+#: processes and correlation ids (the launch links), the activities' devices and streams and
+#: the calls' name ids (their codes are kept). An activity's source row goes too
 #: where its name id is loaded (the row is read only to look a name id up).
-READ_ONCE = {"activities": ("proc", "corr", "device"), "api": ("proc", "corr", "name_id")}
+READ_ONCE = {"activities": ("proc", "corr", "device", "stream"), "api": ("proc", "corr", "name_id")}
 #: The calls' columns read up to the levels' end (the launch statistics, the attribution).
 READ_BY_LEVELS = {"api": ("start", "end", "tid")}
 
