@@ -246,3 +246,25 @@ def test_gaps_classified_in_blocks_get_the_categories_of_one_block(monkeypatch):
                               b.split.matrix(np.arange(b.length.size), b.length))
     assert one.device_gaps.length.size == 5231
     assert (np.bincount(one.device_gaps.category, minlength=len(IdleCategory))[:-1] > 0).all()
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_previous_on_stream_a_block_at_a_time_is_the_stream_sort(seed):
+    """SYNTHETIC activities (repeated starts, one to 40 streams, one stream with no activity):
+    each one's predecessor on its stream found block by block from the (start, index) order
+    equals the one a sort of every activity by (stream, start, index) gives, by hand."""
+    from gapscope.analysis.attribution import previous_on_stream
+
+    rng = np.random.default_rng(seed)
+    n, n_streams = int(rng.integers(1, 400)), int(rng.integers(1, 41))
+    start = rng.integers(0, 50, n)  # many ties
+    code = rng.integers(0, n_streams, n).astype(np.int8)
+    by_start = np.argsort(start, kind="stable").astype(np.int32)
+    want = [-1] * n
+    for s in range(n_streams):
+        mine = sorted((int(start[i]), i) for i in range(n) if code[i] == s)
+        for (_, a), (_, b) in zip(mine, mine[1:]):
+            want[b] = a
+    for block in (1, 7, n):
+        got = previous_on_stream(code, n_streams + 1, by_start, block)
+        assert got.dtype == np.int32 and got.tolist() == want, block

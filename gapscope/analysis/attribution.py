@@ -35,7 +35,7 @@ import pandas as pd
 from gapscope.analysis import host_timeline as ht
 from gapscope.analysis.host_timeline import DEFAULT_STALL_THRESHOLD_NS, HostTimeline
 from gapscope.analysis.intervals import union_blocks
-from gapscope.analysis.keys import TimeKeys, narrowed, pid_stream_key, small_codes, stream_key, stream_key_without_device
+from gapscope.analysis.keys import TimeKeys, index_dtype, narrowed, pid_stream_key, small_codes, stream_key, stream_key_without_device
 from gapscope.analysis.metrics import ActivityArrays, GapList
 from gapscope.trace.cuda_api import QUIET_CALLS, base_name, call_role
 from gapscope.trace.frames import TraceFrames
@@ -152,9 +152,11 @@ class Attributor:
 
     def __init__(self, frames: TraceFrames, acts: ActivityArrays, launch: np.ndarray,
                  names: tuple[np.ndarray, np.ndarray] | None = None, *,
-                 stall_threshold_ns: int = DEFAULT_STALL_THRESHOLD_NS) -> None:
+                 stall_threshold_ns: int = DEFAULT_STALL_THRESHOLD_NS, start_order: np.ndarray | None = None) -> None:
         """``names``: :func:`api_names` of ``frames``, when the caller has them already;
-        ``stall_threshold_ns``: no-call stretches and calls longer than this are ``stall``."""
+        ``stall_threshold_ns``: no-call stretches and calls longer than this are ``stall``;
+        ``start_order``: the activities in (start, index) order, when the caller has it (the
+        windows' order): each one's predecessor on its stream is then found a block at a time."""
         self.frames = frames
         self.acts = acts
         self.launch = launch
@@ -174,7 +176,7 @@ class Attributor:
                                      stall_threshold_ns, self.tk,
                                      counted=~quiet[self.name_codes] if quiet.any() else None)
         self._index_memops()
-        self._index_streams()
+        self._index_streams(start_order)
         #: whether any activity has its launching call in the trace (else every gap is `unknown`)
         self.has_calls = bool((launch >= 0).any())
 
@@ -203,18 +205,21 @@ class Attributor:
         inside = np.where(i >= 0, np.minimum(t, be[np.maximum(i, 0)]) - bs[np.maximum(i, 0)], 0)
         return np.where(i >= 0, before[np.maximum(i, 0)] + inside, 0)
 
-    def _index_streams(self) -> None:
-        """Per stream: each activity's predecessor by GPU start, and the stream-wait-event calls
-        issued on it (to see whether a wait came between two launches)."""
+    def _index_streams(self, start_order: np.ndarray | None) -> None:
+        """Per stream: each activity's predecessor by GPU start (ties by index), and the
+        stream-wait-event calls issued on it (to see whether a wait came between two launches)."""
         acts = self.acts
-        order = np.lexsort((acts.start, acts.stream_code))
-        order = narrowed(order, order.size)  # what is built here is 32-bit, held or not
-        code = acts.stream_code[order]
-        same = code[1:] == code[:-1]
-        del code
-        prev = np.full(order.size, -1, dtype=order.dtype)
-        prev[order[1:][same]] = order[:-1][same]  # the activity before each on its stream
-        self.prev_on_stream = prev
+        if start_order is not None:
+            self.prev_on_stream = previous_on_stream(acts.stream_code, acts.stream_keys.size, start_order)
+        else:
+            order = np.lexsort((acts.start, acts.stream_code))
+            order = narrowed(order, order.size)  # what is built here is 32-bit, held or not
+            code = acts.stream_code[order]
+            same = code[1:] == code[:-1]
+            del code
+            prev = np.full(order.size, -1, dtype=order.dtype)
+            prev[order[1:][same]] = order[:-1][same]  # the activity before each on its stream
+            self.prev_on_stream = prev
 
         self.wait_keys = None
         waits = self.frames.syncs  # stream-wait records only; each starts inside its API call
@@ -385,6 +390,35 @@ class Attributor:
             states[at_sync, ht.STATE_SETUP] = kept[:, 1]
             states[at_sync, ht.STATE_SYNC] = length[at_sync] - kept.sum(axis=1)
         return states
+
+
+#: Activities :func:`previous_on_stream` takes at a time.
+STREAM_BLOCK = 1 << 20
+
+
+def previous_on_stream(stream_code: np.ndarray, n_streams: int, start_order: np.ndarray,
+                       block: int | None = None) -> np.ndarray:
+    """Each activity's predecessor on its stream in (start, index) order, -1 for a stream's
+    first: the activities of ``start_order`` (that order) taken ``block`` at a time, each
+    block's streams carried from the last activity each stream had before it. The same as
+    sorting every activity by (stream, start, index), without a 64-bit index of them all."""
+    block = block or STREAM_BLOCK
+    n = start_order.size
+    prev = np.full(n, -1, dtype=index_dtype(n))
+    last = np.full(max(int(n_streams), 1), -1, dtype=np.int64)  # each stream's latest activity so far
+    for lo in range(0, n, block):
+        a = start_order[lo:lo + block]
+        code = stream_code[a]
+        by_stream = np.argsort(code, kind="stable")  # in the block: by stream, then (start, index)
+        a, code = a[by_stream], code[by_stream]
+        first = np.r_[True, code[1:] != code[:-1]]
+        before = np.empty(a.size, dtype=np.int64)
+        before[1:] = a[:-1]
+        before[first] = last[code[first]]
+        prev[a] = before
+        final = np.r_[first[1:], True]
+        last[code[final]] = a[final]
+    return prev
 
 
 def gap_subset(gaps: GapList, idx: np.ndarray) -> GapList:

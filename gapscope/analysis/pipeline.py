@@ -315,10 +315,11 @@ def _launch_rows(frames: TraceFrames, launch: np.ndarray, acts: ActivityArrays,
 
 def _attributor(pool: ThreadPoolExecutor, frames: TraceFrames, acts: ActivityArrays, launch: np.ndarray,
                 names: tuple[np.ndarray, np.ndarray], attribution: bool,
-                stall_threshold_ns: int) -> "Future[Attributor] | None":
-    """The attribution's indexes being built on ``pool``, when ``attribution``."""
-    return pool.submit(Attributor, frames, acts, launch, names,
-                       stall_threshold_ns=stall_threshold_ns) if attribution else None
+                stall_threshold_ns: int, start_order: np.ndarray | None = None) -> "Future[Attributor] | None":
+    """The attribution's indexes being built on ``pool``, when ``attribution`` (``start_order``:
+    Attributor's, the windows' order of the activities)."""
+    return pool.submit(Attributor, frames, acts, launch, names, stall_threshold_ns=stall_threshold_ns,
+                       start_order=start_order) if attribution else None
 
 
 def _levels_kept(frames: TraceFrames, acts: ActivityArrays, launch: np.ndarray,
@@ -390,7 +391,7 @@ def _levels_windowed(frames: TraceFrames, acts: ActivityArrays, launch: np.ndarr
         heap.give_back_for(acts.start.size)
         launch_rows = _launch_rows(frames, stats_launch, acts, names)
     with ThreadPoolExecutor(1 if serial else 2) as pool:
-        attributor = _attributor(pool, frames, acts, launch, names, attribution, stall_threshold_ns)
+        attributor = _attributor(pool, frames, acts, launch, names, attribution, stall_threshold_ns, plan.order)
         if serial and attributor is not None:
             attributor.result()  # built before the windows' own set-up, not beside it
             if release_ids:  # the launch statistics and the timeline have read them
