@@ -59,7 +59,9 @@ class HostTimeline:
         read with every call) count as host time, as when they are not read at all, so the
         figures do not depend on how many calls were read."""
         start = np.asarray(start, dtype=np.int64)
-        end = np.maximum(np.asarray(end, dtype=np.int64), start)
+        end = np.asarray(end, dtype=np.int64)
+        if (end < start).any():  # a call that ends before it starts lasts no time (else: no copy)
+            end = np.maximum(end, start)
         codes, threads = pd.factorize(np.asarray(tid))
         self.call_thread = small_codes(codes, len(threads))
         seg_thread = self.call_thread
@@ -153,7 +155,9 @@ class HostTimeline:
         lead = pos[has_lead] - 1
         seg_key[lead] = tk.key(t[has_lead], tk.lo)
         after = pos[has_stretch] + 1
-        seg_key[after] = (key + (run - s))[has_stretch]
+        key += run  # the calls' keys are not read again: each becomes its block's end, in place
+        key -= s
+        seg_key[after] = key[has_stretch]
         if alone:
             long_lead = (s - tk.lo)[has_lead] > self.threshold_ns
             long_after = last.copy()
