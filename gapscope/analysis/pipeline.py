@@ -455,7 +455,7 @@ def run_analysis(
 
     ``release_ids``: let go of the frames' columns once read for good (dropped from ``frames``
     in place, so the returned ``frames`` lack them): :data:`READ_ONCE` once the range
-    memberships are found, :data:`READ_BY_LEVELS` once the levels are measured; some 16 bytes
+    memberships are found, :data:`READ_BY_LEVELS` once the levels are measured; some 20 bytes
     an activity and 36 a call less under the analysis's peaks. For a caller that reads only the
     result (:func:`opened_analysis` without ``gaps`` nor ``all_calls``)."""
     if stall_threshold_ns < 0:
