@@ -156,7 +156,7 @@ class Attributor:
         """``names``: :func:`api_names` of ``frames``, when the caller has them already;
         ``stall_threshold_ns``: no-call stretches and calls longer than this are ``stall``;
         ``start_order``: the activities in (start, index) order, when the caller has it (the
-        windows' order): each one's predecessor on its stream is then found a block at a time."""
+        windows' order; else it is made here), from which each one's predecessor on its stream is found."""
         self.frames = frames
         self.acts = acts
         self.launch = launch
@@ -209,17 +209,9 @@ class Attributor:
         """Per stream: each activity's predecessor by GPU start (ties by index), and the
         stream-wait-event calls issued on it (to see whether a wait came between two launches)."""
         acts = self.acts
-        if start_order is not None:
-            self.prev_on_stream = previous_on_stream(acts.stream_code, acts.stream_keys.size, start_order)
-        else:
-            order = np.lexsort((acts.start, acts.stream_code))
-            order = narrowed(order, order.size)  # what is built here is 32-bit, held or not
-            code = acts.stream_code[order]
-            same = code[1:] == code[:-1]
-            del code
-            prev = np.full(order.size, -1, dtype=order.dtype)
-            prev[order[1:][same]] = order[:-1][same]  # the activity before each on its stream
-            self.prev_on_stream = prev
+        if start_order is None:
+            start_order = narrowed(np.argsort(acts.start, kind="stable"), acts.start.size)
+        self.prev_on_stream = previous_on_stream(acts.stream_code, acts.stream_keys.size, start_order)
 
         self.wait_keys = None
         waits = self.frames.syncs  # stream-wait records only; each starts inside its API call

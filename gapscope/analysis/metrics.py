@@ -45,10 +45,7 @@ class ActivityArrays:
     def device_of(self, idx: np.ndarray) -> np.ndarray:
         """The device ids of the activities ``idx`` (from their codes: no array of every
         activity's id is held), 32-bit where the ids fit."""
-        ids = self.device_ids
-        if ids.size and int(ids.min()) >= -2**31 and int(ids.max()) < 2**31:
-            ids = ids.astype(np.int32)
-        return ids[self.device_code[idx]]
+        return narrowed_to_fit(self.device_ids)[self.device_code[idx]]
 
     def stream_of(self, idx: np.ndarray) -> np.ndarray:
         """The stream ids of the activities ``idx``, as the stream keys hold them (the streams

@@ -110,9 +110,9 @@ class TraceFrames:
         launch links' ids) lets them go before its peak. Columns absent are skipped."""
         for key, names in columns.items():
             frame = getattr(self, key)
-            gone = [c for c in names if c in frame.columns]
-            for c in gone:
-                del frame[c]  # column by column: no copy of the columns kept
+            for c in names:
+                if c in frame.columns:
+                    del frame[c]  # column by column: no copy of the columns kept
 
     def activity_labels(self, idx: np.ndarray | None = None) -> tuple[np.ndarray, list[str], list[ActivityKind]]:
         """(code per activity, label per code, kind per code) of the activities ``idx`` (every
