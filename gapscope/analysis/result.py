@@ -10,6 +10,7 @@ holding all the host-side time) still loads, keeps its schema name and reads as 
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -40,6 +41,14 @@ def clean_value(value: Any) -> Any:
 
 #: Types :func:`clean_value` returns as they are (a float too, unless it is NaN).
 _PLAIN = frozenset({int, str, bool, type(None), list, dict})
+
+
+def is_row_table(rows: Any) -> bool:
+    """Whether a result section is a RowTable (gapscope.analysis.rows), told without importing
+    that module (nor numpy with it) where none was ever made: a result loaded from JSON holds
+    lists, and a renderer of a cached result imports no numpy."""
+    module = sys.modules.get("gapscope.analysis.rows")
+    return module is not None and isinstance(rows, module.RowTable)
 
 
 def clean_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

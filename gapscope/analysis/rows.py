@@ -79,9 +79,6 @@ class RowTable(Sequence):
 
     #: Rows made into dicts at a time when iterating.
     SLICE = 4096
-    #: Rows read out are JSON-safe as they are (what result.clean_rows makes of other rows):
-    #: Python numbers, str and None, NaN read as None (the JSON renderer skips cleaning them).
-    JSON_SAFE = True
 
     def __init__(self, columns: Mapping[str, Any], rows: int | None = None) -> None:
         """``columns``: field name to values (one per row: numbers, text or None, or a Nested);

@@ -41,7 +41,7 @@ def _write_compact(result: Any, file: TextIO) -> None:
     each key's value, and each row section ROW_SLICE rows at a time, so that neither a JSON-safe
     copy of every row nor the whole text is ever held (at 30M kernels they are each some
     hundreds of MB). The text is the same as ``dumps(result.to_dict())``."""
-    from gapscope.analysis.result import clean_rows
+    from gapscope.analysis.result import clean_rows, is_row_table
 
     file.write("{")
     for i, (key, value) in enumerate(result.to_dict(clean=False).items()):
@@ -49,12 +49,16 @@ def _write_compact(result: Any, file: TextIO) -> None:
         if key not in result.ROW_SECTIONS:
             file.write(dumps(value))
             continue
-        # A RowTable's rows are JSON-safe as read out (gapscope.analysis.rows); a loaded result's
-        # lists are cleaned here. Either way only one slice's dicts are made at a time.
-        clean = (lambda rows: rows) if getattr(value, "JSON_SAFE", False) else clean_rows
+        # A RowTable is written column by column (row_texts), a slice at a time; a loaded
+        # result's lists are cleaned and dumped one slice's dicts at a time.
+        table = is_row_table(value)
+        if table:
+            from gapscope.render.json_rows import row_texts
         file.write("[")
         for lo in range(0, len(value), ROW_SLICE):
-            file.write(("," if lo else "") + dumps(clean(value[lo:lo + ROW_SLICE]))[1:-1])
+            hi = min(lo + ROW_SLICE, len(value))
+            text = ",".join(row_texts(value, lo, hi)) if table else dumps(clean_rows(value[lo:hi]))[1:-1]
+            file.write(("," if lo else "") + text)
         file.write("]")
     file.write("}")
 

@@ -133,9 +133,11 @@ class NsysSqlite:
     def activity_rows(self) -> int:
         """The number of GPU activity rows (kernels, graph executions, copies, memsets) the
         export holds, from each table's rowid span (no row is read; nsys numbers rows from 1
-        without holes), at most one per 16 bytes of the file whatever a damaged table's rowids say."""
+        without holes), at most one per 16 bytes of the file whatever a damaged table's rowids say.
+        Each end is its own subquery: SQLite finds a lone min() or max() of the rowid at the end
+        of the table's b-tree, while both in one SELECT scan every row (0.13 s at 1M kernels)."""
         conn = self._live()
-        spans = [f"(SELECT coalesce(max(rowid) - min(rowid) + 1, 0) FROM {t})"
+        spans = [f"coalesce((SELECT max(rowid) FROM {t}) - (SELECT min(rowid) FROM {t}) + 1, 0)"
                  for t in ACTIVITY_TABLES if t in self.meta.tables]
         rows = sum(int(n or 0) for n in _sql(conn, f"SELECT {', '.join(spans)}")[0]) if spans else 0
         return min(rows, self.path.stat().st_size // 16)
