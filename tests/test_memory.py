@@ -35,6 +35,23 @@ def test_sqlite_rows_are_counted_without_reading_them(path):
         assert trace.activity_rows() == counted(path)
 
 
+def test_the_count_reads_no_row():
+    """The rowid spans are two b-tree lookups a table (SQLite's plan searches, never scans)."""
+    from gapscope.trace.nsys_sqlite import rowid_spans_sql
+
+    conn = sqlite3.connect(f"file:{TRACES / 'torch_decode.sqlite'}?mode=ro", uri=True)
+    try:
+        have = [t for t in ACTIVITY if conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (t,)).fetchone()]
+        plan = [row[-1] for row in conn.execute("EXPLAIN QUERY PLAN " + rowid_spans_sql(have))]
+        values = conn.execute(rowid_spans_sql(have)).fetchone()
+    finally:
+        conn.close()
+    assert len(have) == 2  # kernels and copies
+    assert sorted(p for p in plan if p.startswith(("SCAN", "SEARCH"))) == \
+        ["SCAN CONSTANT ROW"] + sorted(f"SEARCH {t}" for t in have for _ in range(2))
+    assert sum(values) == counted(TRACES / "torch_decode.sqlite")
+
+
 @pytest.mark.parametrize("folder,suffix", [("torch_decode_small_parquet", ".parquet"),
                                            ("torch_decode_small_arrow", ".arrow"),
                                            ("profile_torch_decode_graph_arrow", ".arrow")])

@@ -134,12 +134,10 @@ class NsysSqlite:
         """The number of GPU activity rows (kernels, graph executions, copies, memsets) the
         export holds, from each table's rowid span (no row is read; nsys numbers rows from 1
         without holes), at most one per 16 bytes of the file whatever a damaged table's rowids say.
-        Each end is its own subquery: SQLite finds a lone min() or max() of the rowid at the end
-        of the table's b-tree, while both in one SELECT scan every row (0.13 s at 1M kernels)."""
+        """
         conn = self._live()
-        spans = [f"coalesce((SELECT max(rowid) FROM {t}) - (SELECT min(rowid) FROM {t}) + 1, 0)"
-                 for t in ACTIVITY_TABLES if t in self.meta.tables]
-        rows = sum(int(n or 0) for n in _sql(conn, f"SELECT {', '.join(spans)}")[0]) if spans else 0
+        tables = [t for t in ACTIVITY_TABLES if t in self.meta.tables]
+        rows = sum(int(n or 0) for n in _sql(conn, rowid_spans_sql(tables))[0]) if tables else 0
         return min(rows, self.path.stat().st_size // 16)
 
     # -- names (gapscope.trace.frames.Names) --------------------------------------------------
@@ -369,6 +367,14 @@ def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
 def _integer(expr: str) -> str:
     """``expr`` where it holds an integer, else NULL."""
     return f"CASE typeof({expr}) WHEN 'integer' THEN {expr} END"
+
+
+def rowid_spans_sql(tables: Iterable[str]) -> str:
+    """One SELECT of each table's rowid span (max - min + 1, 0 when empty). Each end is its own
+    subquery: SQLite finds a lone min() or max() of the rowid at an end of the table's b-tree,
+    while both in one SELECT scan every row (0.13 s at 1M kernels, some seconds at 30M)."""
+    return "SELECT " + ", ".join(f"coalesce((SELECT max(rowid) FROM {t}) - (SELECT min(rowid) FROM {t}) + 1, 0)"
+                                 for t in tables)
 
 
 def _session_end(conn: sqlite3.Connection, tables: frozenset[str]) -> int | None:
