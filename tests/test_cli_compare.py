@@ -4,7 +4,6 @@ output format."""
 
 from __future__ import annotations
 
-import importlib
 import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -21,10 +20,9 @@ Run = Callable[..., tuple[int, str, str]]
 @pytest.fixture
 def run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> Run:
     """Run ``gapscope ARGS`` in tmp_path (no pyproject.toml, no $GITHUB_STEP_SUMMARY) and return
-    (exit code, stdout, stderr). Only the compare command is registered."""
+    (exit code, stdout, stderr)."""
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(gapscope.cli, "_register", lambda: importlib.import_module("gapscope.cli.compare"))
 
     def _run(*args: str) -> tuple[int, str, str]:
         with pytest.raises(SystemExit) as info:
