@@ -17,8 +17,10 @@ reading its peak resident memory from the kernel (``wait4``):
   the export (SHA-1, as the key needs) and reads the entry's bytes;
 * ``json`` / ``table``: the report of a trace with 20,000 NVTX ranges of distinct names
   (traces/torch_emit_nvtx.sqlite tiled, ``--no-normalize``), written in one process after one
-  analysis: compact JSON, the old indented JSON, and the table, beside ``result.to_dict()``
-  alone (what every renderer walks; the floor of any output);
+  analysis: compact JSON, the old indented JSON, CSV and the table, beside ``result.to_dict()``
+  alone: every row as a dict, what the table and the indented JSON walk (the compact JSON and
+  the CSV write the result's columns without making them: gapscope.render.json_rows, so they
+  can take less than this floor);
 * ``--jobs``: eight copies of a 200,000-kernel export analyzed together with --jobs 1 (beside
   one file's whole process times eight) and 2, beside the floor for two workers (half the
   --jobs 1 time: both cores busy, nothing lost).
@@ -93,7 +95,8 @@ def write(fmt, **options):
 out = {"ranges": len(result.ranges), "names": len(result.by_name),
        "to_dict": best(result.to_dict),
        "json": best(lambda: write("json")), "json_indent": best(lambda: write("json", indent=2)),
-       "table": best(lambda: write("table")),
+       "table": best(lambda: write("table")), "csv": best(lambda: write("csv")),
+       "csv_bytes": len(write("csv")),
        "json_bytes": len(write("json")), "json_indent_bytes": len(write("json", indent=2)),
        "table_lines": write("table").count("\n")}
 print(json.dumps(out))
@@ -234,9 +237,10 @@ def output_rows(workdir: Path, ranges: int, repeat: int) -> None:
     o = json.loads(text.strip().splitlines()[-1])
     floor = o["to_dict"][0]
     n = f"{o['ranges']:,} ranges"
-    for key, what, note in (("to_dict", "result.to_dict (floor)", ""),
+    for key, what, note in (("to_dict", "result.to_dict (rows)", ""),
                             ("json", "json (compact)", f"{o['json_bytes'] / 1e6:.1f} MB"),
                             ("json_indent", "json --indent 2", f"{o['json_indent_bytes'] / 1e6:.1f} MB"),
+                            ("csv", "csv", f"{o['csv_bytes'] / 1e6:.1f} MB"),
                             ("table", "table", f"{o['table_lines']} lines")):
         best, worst = o[key]
         row(what, n, {"best": best, "worst": worst, "mb": float("nan")}, None if key == "to_dict" else floor, note)
