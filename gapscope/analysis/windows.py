@@ -288,8 +288,7 @@ def measure(acts: ActivityArrays, member_act: np.ndarray, member_pair: np.ndarra
                 coming = finder.submit(found, w + 1)
             d_gaps, p_gaps, s_gaps = lv.devices, lv.pairs, lv.streams
             if attributed:
-                d_gaps, p_gaps = attributor.attribute([d_gaps, p_gaps])
-                s_gaps = attributor.attribute([d_gaps, s_gaps])[1]
+                d_gaps, p_gaps, s_gaps = attributor.attribute([d_gaps, p_gaps, s_gaps])  # both take the device split
                 for sums, g in ((devices, d_gaps), (pairs, p_gaps), (streams, s_gaps)):
                     _add_categories(sums.categories, g)
                 if selected:
