@@ -146,7 +146,10 @@ def test_hf_generate_readings(hf_nsys: dict) -> None:
     assert eager["gap_fraction"] > 0.5
     cats = eager["gap_by_category_ns"]
     assert cats["launch"] + cats["host"] > 0.25 * eager["gap_ns"]
-    assert verdict(by["generate_compiled"]) in GRAPHS_PAY
+    # (once in the tenth session's two runs this read another verdict; the message keeps the figures)
+    compiled = by["generate_compiled"]
+    assert verdict(compiled) in GRAPHS_PAY, {k: compiled.get(k) for k in (
+        "verdict", "gap_fraction", "gap_ns", "kernels", "gap_by_category_ns", "graph_ceiling_speedup")}
     # the compile warm-up: one idle stretch of half a second or more with no GPU work at all
     assert by["compile_warmup"]["gap_max_ns"] >= 500_000_000
     assert by["compile_warmup"]["gap_max_ns"] > by["generate_eager"]["gap_max_ns"]
