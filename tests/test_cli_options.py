@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from clirun import assert_one_line_error, gapscope
-from paths import ROOT
+from paths import ROOT, TRACES
 
 TRACE = "traces/torch_decode.sqlite"
 
@@ -118,3 +118,17 @@ def test_top_level_help_names_every_command():
     commands = proc.stdout.split("Commands:")[1].split()
     assert every <= set(commands)
     assert "_GAPSCOPE_COMPLETE=bash_source gapscope" in summary
+
+
+def test_a_command_imports_no_other_commands_module(tmp_path):
+    """`gapscope analyze` imports its own module of gapscope.cli, not those of the six others."""
+    code = ("import sys\nfrom gapscope.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n"
+            "    assert e.code == 0, e.code\n"
+            "print(sorted(m for m in sys.modules if m.startswith('gapscope.cli.')))")
+    out = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, "-c", code, "analyze", str(TRACES / "torch_decode_small.sqlite"),
+                           "-f", "json", "-o", str(out), "--no-cache"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    loaded = json.loads(proc.stdout.strip().splitlines()[-1].replace("'", "\""))
+    assert "gapscope.cli.analyze" in loaded and out.stat().st_size > 0
+    assert not {f"gapscope.cli.{c}" for c in ("compare", "plot", "report", "export", "profile", "run")} & set(loaded)

@@ -119,9 +119,9 @@ def _values(rows: Any, name: str) -> list[Any]:
 
 def top_indices(gap_ns: list[Any], candidates: list[int], limit: int) -> list[int]:
     """The ``limit`` candidates with the most gap time (the first on a tie), in their own order:
-    :func:`top_rows` by position. One pass for the ``limit``-th largest gap time (heapq, no sort
-    of every candidate: 126,000 range rows in 0.02 s, not 0.25), then the candidates above it
-    and, of those equal to it, the first ones."""
+    :func:`top_rows` by position. The ``limit``-th largest gap time is found with heapq (no sort
+    of every candidate), then the candidates above it are kept and, of those equal to it, the
+    first ones."""
     if len(candidates) <= limit:
         return candidates
     if limit <= 0:

@@ -133,8 +133,7 @@ class NsysSqlite:
     def activity_rows(self) -> int:
         """The number of GPU activity rows (kernels, graph executions, copies, memsets) the
         export holds, from each table's rowid span (no row is read; nsys numbers rows from 1
-        without holes), at most one per 16 bytes of the file whatever a damaged table's rowids say.
-        """
+        without holes), at most one per 16 bytes of the file whatever a damaged table's rowids say."""
         conn = self._live()
         tables = [t for t in ACTIVITY_TABLES if t in self.meta.tables]
         rows = sum(int(n or 0) for n in _sql(conn, rowid_spans_sql(tables))[0]) if tables else 0
