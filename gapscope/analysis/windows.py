@@ -24,7 +24,7 @@ from gapscope.analysis.attribution import (
 )
 from gapscope.analysis.host_timeline import N_STATES
 from gapscope.analysis.intervals import RunningTimelines, WindowGaps
-from gapscope.analysis.keys import index_dtype, narrowed, narrowed_to_fit
+from gapscope.analysis.keys import code_dtype, index_dtype, narrowed, narrowed_to_fit
 from gapscope.analysis.metrics import ActivityArrays, GapList
 from gapscope.analysis.replays import Replays
 from gapscope.heap import give_back_freed_pages
@@ -222,8 +222,8 @@ def planned(acts: ActivityArrays, member_act: np.ndarray, member_pair: np.ndarra
     them (4 bytes a membership). The caller lets the memberships it passed go."""
     order, bounds = activity_windows(acts.start, window_size())
     n_windows = bounds.size - 1
-    # Each activity's window (16 bits where they suffice: a stable sort of those is a radix sort).
-    window_of = np.empty(order.size, dtype=np.int16 if n_windows <= np.iinfo(np.int16).max else index_dtype(n_windows))
+    # Each activity's window (8 or 16 bits where they suffice: a stable sort of those is a radix sort).
+    window_of = np.empty(order.size, dtype=code_dtype(n_windows))
     window_of[order] = np.repeat(np.arange(n_windows, dtype=window_of.dtype), np.diff(bounds))
     m_order, m_bounds = members_by_window(acts.busy, member_act, window_of, n_windows)
     del window_of

@@ -37,10 +37,7 @@ def _column_texts(column: Column, lo: int, hi: int) -> list[str]:
     time instead of one dict per row: NaN and infinities null, as the rows read out and
     :func:`dumps` make them."""
     if isinstance(column, Nested):
-        keys = [encode_basestring_ascii(k) for k in column.keys]
-        template = "{" + ",".join(k.replace("%", "%%") + ":%s" for k in keys) + "}"
-        texts = [_column_texts(c, 0, c.size) for c in column.values[lo:hi].T] if keys else []
-        return [template % cells for cells in zip(*texts)] if keys else ["{}"] * (hi - lo)
+        return _objects(column.keys, [_column_texts(c, 0, c.size) for c in column.values[lo:hi].T], hi - lo)
     part = column[lo:hi]
     kind = part.dtype.kind
     if kind == "b":
@@ -55,13 +52,18 @@ def _column_texts(column: Column, lo: int, hi: int) -> list[str]:
     return [_cell_text(v) for v in part.tolist()]
 
 
+def _objects(keys: tuple[str, ...], texts: list[list[str]], n: int) -> list[str]:
+    """``n`` JSON objects, object i mapping each of ``keys`` to its column's text i (``texts``:
+    one list per key), put together from one ``%`` template."""
+    if not keys:
+        return ["{}"] * n
+    template = "{" + ",".join(encode_basestring_ascii(k).replace("%", "%%") + ":%s" for k in keys) + "}"
+    return [template % cells for cells in zip(*texts)]
+
+
 def row_texts(table: RowTable, lo: int, hi: int) -> list[str]:
     """Rows ``lo..hi-1`` of a RowTable (gapscope.analysis.rows) as the compact JSON text of
     each row's dict, column by column: the same text as ``dumps(table[lo:hi])``'s rows, with
     no dict made."""
     names = table.fields
-    if not names:
-        return ["{}"] * (hi - lo)
-    template = "{" + ",".join(encode_basestring_ascii(k).replace("%", "%%") + ":%s" for k in names) + "}"
-    texts = [_column_texts(table.column(name), lo, hi) for name in names]
-    return [template % cells for cells in zip(*texts)]
+    return _objects(names, [_column_texts(table.column(name), lo, hi) for name in names], hi - lo)
