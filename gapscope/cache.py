@@ -5,6 +5,8 @@ never a folder beside a trace. It holds
 
 * ``reports/<sha256>/``: the exports of ``.nsys-rep`` reports (gapscope.trace.nsys_report);
 * ``columns/<sha1>-<size>/``: the column cache of SQLite exports (gapscope.trace.cache);
+* ``digests/<sha256>``: what :func:`content_digest` found a file's content hashes to, by the
+  file's identity (device, inode, size, mtime, ctime), so that a repeat need not read every byte;
 * ``results/<sha256>.result``: the result cache (:class:`ResultCache`): the compact result JSON
   of one `gapscope analyze TRACE`, keyed by the trace's content (every byte hashed), its path
   as given, every option the pipeline received, the result schema, the Python version, the
@@ -14,8 +16,8 @@ never a folder beside a trace. It holds
   an old one.
 
 Every entry ends in the CRC-32 of its bytes and is written to a private name, then renamed into
-place: one that fails its check is removed and made again, never trusted. Column and result
-entries together keep at most ``GAPSCOPE_CACHE_SIZE`` bytes (default 2 GiB; suffixes K, M, G),
+place: one that fails its check is removed and made again, never trusted. Column, result and
+digest entries together keep at most ``GAPSCOPE_CACHE_SIZE`` bytes (default 2 GiB; suffixes K, M, G),
 evicting those used least recently; ``GAPSCOPE_NO_CACHE=1`` (the commands' ``--no-cache``) turns
 both off. Their running total is kept in ``index`` (:class:`Ledger`), so a write costs the same
 however many entries there are: the entries are listed only when the total crosses the bound or
@@ -51,7 +53,7 @@ NO_CACHE_ENV = "GAPSCOPE_NO_CACHE"
 SIZE_ENV = "GAPSCOPE_CACHE_SIZE"
 DEFAULT_LIMIT = 2 << 30
 #: The folders under the root whose entries the size bound counts (report exports are not).
-BOUNDED = ("columns", "results")
+BOUNDED = ("columns", "results", "digests")
 #: The trace formats whose result is cached: those read from one file, keyed by its bytes.
 RESULT_FORMATS = ("nsys-sqlite", "kineto")
 #: The packages the analysis computes with, as their ``.dist-info`` folders name them: the
@@ -89,17 +91,43 @@ def file_digest(path: Path, algorithm: str = "sha256") -> str:
 
 #: content_digest's digests this process made, by the file's path and identity.
 _DIGESTS: dict[tuple[str, tuple[int, ...]], str] = {}
+#: A file's digest is kept for later processes only when its last change (ctime) is at least
+#: this old when the hashing starts: a write in the same clock tick as an earlier one may leave
+#: the identity as it was (the "racy" case git's index guards against the same way).
+SETTLED_NS = 2_000_000_000
+_HEX40 = re.compile(rb"[0-9a-f]{40}")
 
 
-def content_digest(path: Path) -> str:
-    """The SHA-1 of a file's content, the key of its column and result entries: hashed once per
-    process while the file's identity (device, inode, size, mtime, ctime) stays the same, so
-    one analysis reads the bytes once for both caches; every new process hashes them again."""
-    key = (os.path.abspath(path), _identity(path))
+def content_digest(path: Path, root: Path | None = None) -> str:
+    """The SHA-1 of a file's content, the key of its column and result entries. Hashed once per
+    process while the file's identity (device, inode, size, mtime, ctime) stays the same, so one
+    analysis reads the bytes once for both caches; and, with the caches on, kept in ``root``'s
+    (the cache folder's) ``digests/`` by that identity, so a later process reads 40 bytes instead
+    of the whole file. A write to the file changes its ctime, so its identity: the bytes are
+    hashed again. A file changed less than SETTLED_NS before its hashing is not kept."""
+    identity = _identity(path)
+    key = (os.path.abspath(path), identity)
     digest = _DIGESTS.get(key)
-    if digest is None:
-        digest = _DIGESTS[key] = file_digest(path, "sha1")
+    if digest is not None:
+        return digest
+    memo = _digest_file(identity, root) if cache_enabled() else None
+    body = read_sealed(memo) if memo is not None else None
+    if body is not None and _HEX40.fullmatch(body):
+        digest = body.decode()
+    else:
+        settled = time.time_ns() - identity[4] >= SETTLED_NS
+        digest = file_digest(path, "sha1")
+        if memo is not None and settled and _identity(path) == identity:
+            with contextlib.suppress(OSError):
+                Ledger(memo.parent.parent).keep(memo, digest.encode())
+    _DIGESTS[key] = digest
     return digest
+
+
+def _digest_file(identity: tuple[int, ...], root: Path | None) -> Path:
+    """Where content_digest keeps the digest of the file of this identity."""
+    name = hashlib.sha256(("sha1\0" + "\0".join(map(str, identity))).encode()).hexdigest()
+    return (root or cache_root()) / "digests" / name
 
 
 def cache_enabled(environ: Mapping[str, str] | None = None) -> bool:
@@ -427,7 +455,7 @@ class ResultCache:
             return None
         try:
             identity = _identity(path)
-            content = content_digest(path)
+            content = content_digest(path, root)
         except OSError:
             return None
         key = json.dumps({"layout": RESULT_LAYOUT, "content": content, "size": identity[2], "path": str(path),

@@ -52,7 +52,7 @@ class ColumnCache:
         if not cache_enabled():
             return None
         try:
-            key = f"{content_digest(path)}-{os.stat(path).st_size}"
+            key = f"{content_digest(path, root)}-{os.stat(path).st_size}"
         except OSError:
             return None
         base = (root or cache_root()) / "columns"
