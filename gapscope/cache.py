@@ -8,7 +8,7 @@ never a folder beside a trace. It holds
 * ``digests/<sha256>``: what :func:`content_digest` found a file's content hashes to, by the
   file's identity (device, inode, size, mtime, ctime), so that a repeat need not read every byte;
 * ``results/<sha256>.result``: the result cache (:class:`ResultCache`): the compact result JSON
-  of one `gapscope analyze TRACE`, keyed by the trace's content (every byte hashed), its path
+  of one `gapscope analyze TRACE`, keyed by the trace's content (the SHA-1 of every byte, :func:`content_digest`), its path
   as given, every option the pipeline received, the result schema, the Python version, the
   versions of the packages the analysis computes with and a digest of gapscope's own code
   (every ``.py`` file of the package), so a repeat renders it
@@ -19,7 +19,7 @@ Every entry ends in the CRC-32 of its bytes and is written to a private name, th
 place: one that fails its check is removed and made again, never trusted. Column, result and
 digest entries together keep at most ``GAPSCOPE_CACHE_SIZE`` bytes (default 2 GiB; suffixes K, M, G),
 evicting those used least recently; ``GAPSCOPE_NO_CACHE=1`` (the commands' ``--no-cache``) turns
-both off. Their running total is kept in ``index`` (:class:`Ledger`), so a write costs the same
+them all off. Their running total is kept in ``index`` (:class:`Ledger`), so a write costs the same
 however many entries there are: the entries are listed only when the total crosses the bound or
 the index cannot be trusted. Report exports are not counted or evicted: only nsys can make them again. This module
 imports neither numpy, pandas nor pyarrow: a result cache hit needs none of them.
@@ -115,7 +115,7 @@ def content_digest(path: Path, root: Path | None = None) -> str:
     if body is not None and _HEX40.fullmatch(body):
         digest = body.decode()
     else:
-        settled = time.time_ns() - identity[4] >= SETTLED_NS
+        settled = time.time_ns() - identity[4] >= SETTLED_NS  # identity[4]: the ctime
         digest = file_digest(path, "sha1")
         if memo is not None and settled and _identity(path) == identity:
             with contextlib.suppress(OSError):
@@ -427,6 +427,7 @@ def write_in_flight(path: Path) -> bool:
 
 
 def _identity(path: Path) -> tuple[int, ...]:
+    """(device, inode, size, mtime, ctime) of a file, times in ns."""
     st = os.stat(path)
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
