@@ -219,24 +219,26 @@ def _sealed_copy(folder: Path, body: Any) -> str:
     return tmp
 
 
+def _entry(entry: Path) -> tuple[float, int, Path]:
+    """(last use, bytes, path) of one entry: a column entry is a folder (last use: its STAMP's
+    mtime), a result or digest entry a file (its own mtime). OSError when it is gone."""
+    if entry.is_dir():
+        files = list(entry.iterdir())
+        size = sum(f.stat().st_size for f in files)
+        used = max((f.stat().st_mtime for f in files if f.name == STAMP), default=0.0)
+        return used, size, entry
+    st = entry.stat()
+    return st.st_mtime, st.st_size, entry
+
+
 def _entries(bases: Iterable[Path]) -> list[tuple[float, int, Path]]:
-    """(last use, bytes, path) of every entry under ``bases``: a column entry is a folder (last
-    use: its STAMP's mtime), a result entry a file (its own mtime)."""
+    """:func:`_entry` of every entry under ``bases``."""
     out = []
     for base in bases:
         with contextlib.suppress(OSError):
             for entry in base.iterdir():
-                try:
-                    if entry.is_dir():
-                        files = list(entry.iterdir())
-                        size = sum(f.stat().st_size for f in files)
-                        used = max((f.stat().st_mtime for f in files if f.name == STAMP), default=0.0)
-                    else:
-                        st = entry.stat()
-                        size, used = st.st_size, st.st_mtime
-                except OSError:
-                    continue
-                out.append((used, size, entry))
+                with contextlib.suppress(OSError):
+                    out.append(_entry(entry))
     return out
 
 
@@ -374,6 +376,21 @@ class Ledger:
                 os.unlink(tmp)
             raise
 
+    def remove(self, entry: Path) -> None:
+        """Remove one entry of a bounded folder (a column entry's folder, or a file) and take it
+        out of the total; nothing when it is not there."""
+        with self._locked() as state:
+            try:
+                size = _entry(entry)[1]
+            except OSError:
+                return
+            if entry.is_dir():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink()
+            state["bytes"] = max(0, state["bytes"] - size)
+            state["entries"] = max(0, state["entries"] - 1)
+
     def bound(self, limit: int) -> list[Path]:
         """When the index counts more than ``limit`` bytes: :func:`evict` on a listing of the
         folders (the entries used least recently go first), and the index set to what is left.
@@ -484,14 +501,17 @@ class ResultCache:
         return text
 
     def keep(self, text: str) -> bool:
-        """Keep ``text`` (the result JSON) unless the trace changed since :meth:`for_trace`
-        looked at it or the cache cannot be written (then quietly not); then keep the cache
-        within its bound. Whether it was kept."""
+        """Keep ``text`` (the result JSON) unless it alone is larger than the cache's bound, the
+        trace changed since :meth:`for_trace` looked at it or the cache cannot be written (then
+        quietly not); then keep the cache within its bound. Whether it was kept."""
         ledger = Ledger(self.file.parent.parent)
+        body = text.encode("utf-8")
+        if len(body) + CRC_BYTES > self.limit:  # evicted at once, after every other entry: not kept
+            return False
         try:
             if _identity(self.trace) != self.identity:
                 return False
-            ledger.keep(self.file, text.encode("utf-8"))
+            ledger.keep(self.file, body)
         except OSError:
             return False
         with contextlib.suppress(OSError):

@@ -170,8 +170,9 @@ def test_an_analysis_keeps_the_cache_within_its_bound(tmp_path, cache_on, monkey
     small = sum(p.stat().st_size for p in cache_on.rglob("*"))
     other = TRACES / "torch_decode.sqlite"
     monkeypatch.setenv(cache_folder.SIZE_ENV, str(small + 1))
-    analyze(other)  # bigger than the bound alone: neither entry stays
-    assert list(cache_on.iterdir()) == []
+    analyze(other)  # bigger than the bound alone: not kept, and nothing evicted for it
+    assert [p.name for p in cache_on.iterdir()] == [f"{cache_folder.file_digest(SMALL, 'sha1')}-{SMALL.stat().st_size}"]
+    assert sum(p.stat().st_size for p in cache_on.rglob("*")) == small
     monkeypatch.setenv(cache_folder.SIZE_ENV, "1G")
     analyze(SMALL)
     analyze(other)
@@ -185,6 +186,59 @@ def test_an_analysis_keeps_the_cache_within_its_bound(tmp_path, cache_on, monkey
     shutil.rmtree(next(p for p in cache_on.iterdir() if p != mine))  # SMALL's entry made again:
     analyze(SMALL)  # over the bound, and `other` is the least recently used
     assert [p.name for p in cache_on.iterdir()] == [f"{cache_folder.file_digest(SMALL, 'sha1')}-{SMALL.stat().st_size}"]
+
+
+def listed_totals(root: Path) -> tuple[int, int]:
+    """(bytes, entries) of the bounded folders under ``root``, by a plain walk (the truth the
+    ledger's running total is held to)."""
+    folders = [root / name for name in cache_folder.BOUNDED if (root / name).is_dir()]
+    entries = [e for f in folders for e in f.iterdir() if not e.name.startswith(".part")]
+    return sum(p.stat().st_size for f in folders for p in f.rglob("*") if p.is_file()), len(entries)
+
+
+def test_an_entry_larger_than_the_bound_is_not_written_past_it(tmp_path, cache_on, monkeypatch):
+    """A column entry that alone would pass the bound: its writes stop once the next table
+    would pass it, what was written goes, the other entries stay, and the running total is
+    what a listing finds."""
+    analyze(SMALL)
+    small_files = {p: p.stat().st_size for p in cache_on.rglob("*") if p.is_file()}
+    other = TRACES / "torch_decode.sqlite"
+    sizes: list[int] = []  # every table the reader hands the cache for `other`, as kept (+ CRC)
+    real_keep = cache_folder.Ledger.keep
+
+    def counted(self, path, body):
+        sizes.append(len(memoryview(body).cast("B")) + cache_folder.CRC_BYTES)
+        return real_keep(self, path, body)
+
+    monkeypatch.setattr(cache_folder.Ledger, "keep", counted)
+    analyze(other)  # the bound at 1G: every table kept
+    whole = sorted(sizes)
+    assert len(whole) >= 2
+    mine = cache_on / f"{cache_folder.file_digest(other, 'sha1')}-{other.stat().st_size}"
+    assert sorted(p.stat().st_size for p in mine.glob("*.arrow")) == whole
+    shutil.rmtree(mine)
+    sizes.clear()
+    limit = sum(whole) - 1  # one byte short of the whole entry
+    monkeypatch.setenv(cache_folder.SIZE_ENV, str(limit))
+    analyze(other)
+    assert 0 < sum(sizes) <= limit and len(sizes) < len(whole)  # written up to the bound, not past it
+    assert not mine.exists()
+    assert {p: p.stat().st_size for p in cache_on.rglob("*") if p.is_file()} == small_files
+    assert cache_folder.Ledger(cache_on.parent).totals() == listed_totals(cache_on.parent)
+
+
+def test_removing_an_entry_keeps_the_total(tmp_path):
+    root = tmp_path / "gapscope"
+    ledger = cache_folder.Ledger(root)
+    ledger.keep(root / "columns" / "a" / "q.arrow", b"x" * 100)
+    ledger.keep(root / "columns" / "b" / "q.arrow", b"x" * 50)
+    ledger.keep(root / "results" / "r.result", b"y" * 70)
+    assert ledger.totals() == (104 + 54 + 74, 3)
+    ledger.remove(root / "columns" / "a")
+    ledger.remove(root / "results" / "r.result")
+    ledger.remove(root / "columns" / "gone")  # not there: nothing
+    assert ledger.totals() == (54, 1) == listed_totals(root)
+    assert [p.name for p in (root / "columns").iterdir()] == ["b"]
 
 
 @pytest.mark.parametrize("text, limit", [("", cache_folder.DEFAULT_LIMIT), ("4096", 4096), ("500M", 500 << 20),

@@ -317,6 +317,23 @@ def test_the_size_bound_holds_columns_and_results_together(tmp_path, results, mo
     assert sum(p.stat().st_size for p in columns.rglob("*") if p.is_file()) == kept  # the columns stay
 
 
+def test_a_result_larger_than_the_bound_is_not_kept(results, monkeypatch):
+    """A result entry that alone would pass the bound is not written, and evicts nothing."""
+    trace = str(SMALL)
+    top3 = run(trace, "-f", "json", "--top", "3", "--no-cache")
+    run(trace, "-f", "json")  # the columns and the result kept
+
+    def kept() -> dict[Path, int]:
+        return {p: p.stat().st_size for f in ("columns", "results") for p in (results.parent / f).rglob("*")
+                if p.is_file()}
+
+    before = kept()
+    assert len(entries(results)) == 1
+    monkeypatch.setenv(cache.SIZE_ENV, str(len(top3.encode()) + cache.CRC_BYTES - 1))
+    assert run(trace, "-f", "json", "--top", "3") == top3  # a miss whose result is one byte too large
+    assert kept() == before  # nothing written, nothing evicted
+
+
 def test_a_miss_reads_the_trace_bytes_once_for_both_caches(results, tmp_path, monkeypatch):
     """The column entry and the result entry of one analysis are keyed by one SHA-1 of the
     export (gapscope.cache.content_digest), hashed once; a rewrite of the file (same size, a

@@ -296,7 +296,7 @@ class Levels:
 #: From this many activities on, the steps that ran side by side on two threads run one after
 #: the other (:func:`_one_at_a_time`). Side by side is faster on few cores, one after the other needs less memory: at 10M
 #: kernels on 2 cores 48 s and 1,936-1,971 MiB against 42-44 s and 2,189-2,239 MiB
-#: (docs/performance.md, "Issue 18, seventh session").
+#: (docs/performance.md, "Tried and dropped").
 SERIAL_ACTIVITIES = 1 << 22
 
 

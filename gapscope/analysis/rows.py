@@ -3,7 +3,7 @@
 The pipeline measures every figure of a section (ranges, names, devices, streams) as a column;
 a row becomes a dict only when it is read (by index, slice or iteration), so a result with
 380,000 range rows holds some 300 bytes a row, not the 2.5 KB of a dict of Python numbers
-(docs/performance.md, "Issue 18, eighth session"). A row read out is the dict the pipeline
+(docs/performance.md, "Result rows"). A row read out is the dict the pipeline
 built before: the same keys in the same order, the same values and types (ints, floats, str,
 None; NaN reads as None), ``gap_by_category_ns`` a dict of its own.
 """

@@ -12,7 +12,7 @@ into place and counted in the cache's running total (gapscope.cache.Ledger): an 
 fails its check (a damaged or truncated file) is removed and read from the export again, never
 trusted. Column and result entries together keep at most
 ``GAPSCOPE_CACHE_SIZE`` bytes (gapscope.cache.size_limit), evicting the entries used least
-recently; ``GAPSCOPE_NO_CACHE=1`` (the commands' ``--no-cache``) turns it off.
+recently; an entry larger than that alone is not kept (nor is anything evicted for it); ``GAPSCOPE_NO_CACHE=1`` (the commands' ``--no-cache``) turns it off.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from gapscope.cache import (
-    DEFAULT_LIMIT, STAMP, Ledger, cache_enabled, cache_root, content_digest, discard, read_sealed, size_limit,
+    CRC_BYTES, DEFAULT_LIMIT, STAMP, Ledger, cache_enabled, cache_root, content_digest, discard, read_sealed, size_limit,
 )
 
 #: Bumped whenever what an entry holds changes, so an older layout is never read.
@@ -44,6 +44,8 @@ class ColumnCache:
         self.ledger = Ledger(folder.parent.parent)
         self._lock = threading.Lock()
         self._wrote = False
+        self._bytes: int | None = None  # the entry's bytes, its files' as found, then what this read adds
+        self._too_large = False  # the entry alone would pass the bound: nothing more is kept
 
     @classmethod
     def for_file(cls, path: Path, root: Path | None = None, limit: int | None = None) -> "ColumnCache | None":
@@ -84,10 +86,21 @@ class ColumnCache:
         import pyarrow as pa
         import pyarrow.ipc as ipc
 
+        if self._too_large:
+            return
         sink = pa.BufferOutputStream()
         with ipc.new_file(sink, table.schema) as writer:
             writer.write_table(table)
         body = sink.getvalue()
+        with self._lock:
+            if self._bytes is None:  # files other reads of this content kept (other queries)
+                self._bytes = _kept_bytes(self.folder)
+            # An entry larger than the whole bound would be evicted as soon as it is complete,
+            # after every other entry had gone to make room for it: it is not kept at all.
+            self._too_large = self._too_large or self._bytes + body.size + CRC_BYTES > self.limit
+            if self._too_large:
+                return
+            self._bytes += body.size + CRC_BYTES
         try:
             self.ledger.keep(self._file(query), body)
         except OSError:
@@ -102,9 +115,23 @@ class ColumnCache:
 
     def finish(self) -> None:
         """After a read that wrote to this entry: evict the least recently used entries until the
-        column and result caches hold at most ``limit`` bytes (this entry too, when it alone is
-        larger)."""
-        if self._wrote:
+        column and result caches hold at most ``limit`` bytes. An entry that alone would hold more
+        than ``limit`` is not kept: what was written of it is removed, and no other entry is
+        evicted for it."""
+        if self._too_large:
+            with contextlib.suppress(OSError):
+                self.ledger.remove(self.folder)
+        elif self._wrote:
             with contextlib.suppress(OSError):
                 self.ledger.bound(self.limit)
 
+
+def _kept_bytes(folder: Path) -> int:
+    """The bytes of the tables kept in a column entry's folder (0 when there is none)."""
+    total = 0
+    with contextlib.suppress(OSError):
+        for f in folder.iterdir():
+            if f.name.endswith(_SUFFIX):
+                with contextlib.suppress(OSError):
+                    total += f.stat().st_size
+    return total
