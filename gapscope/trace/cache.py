@@ -12,7 +12,8 @@ into place and counted in the cache's running total (gapscope.cache.Ledger): an 
 fails its check (a damaged or truncated file) is removed and read from the export again, never
 trusted. Column and result entries together keep at most
 ``GAPSCOPE_CACHE_SIZE`` bytes (gapscope.cache.size_limit), evicting the entries used least
-recently; an entry larger than that alone is not kept (nor is anything evicted for it); ``GAPSCOPE_NO_CACHE=1`` (the commands' ``--no-cache``) turns it off.
+recently; an entry larger than that alone is not kept (nor is anything evicted for it);
+``GAPSCOPE_NO_CACHE=1`` (the commands' ``--no-cache``) turns it off.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from gapscope.cache import (
-    CRC_BYTES, DEFAULT_LIMIT, STAMP, Ledger, cache_enabled, cache_root, content_digest, discard, read_sealed, size_limit,
+    CRC_BYTES, DEFAULT_LIMIT, STAMP, Ledger, cache_enabled, cache_root, content_digest, discard, read_sealed,
+    size_limit,
 )
 
 #: Bumped whenever what an entry holds changes, so an older layout is never read.
@@ -116,8 +118,8 @@ class ColumnCache:
     def finish(self) -> None:
         """After a read that wrote to this entry: evict the least recently used entries until the
         column and result caches hold at most ``limit`` bytes. An entry that alone would hold more
-        than ``limit`` is not kept: what was written of it is removed, and no other entry is
-        evicted for it."""
+        than ``limit`` is not kept: it is removed (what this read and any earlier one wrote of
+        it), and no other entry is evicted for it."""
         if self._too_large:
             with contextlib.suppress(OSError):
                 self.ledger.remove(self.folder)
