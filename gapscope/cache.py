@@ -231,6 +231,14 @@ def _entry(entry: Path) -> tuple[float, int, Path]:
     return st.st_mtime, st.st_size, entry
 
 
+def entry_bytes(entry: Path) -> int:
+    """The bytes of one entry of a bounded folder (:func:`_entry`'s), 0 when there is none."""
+    try:
+        return _entry(entry)[1]
+    except OSError:
+        return 0
+
+
 def _entries(bases: Iterable[Path]) -> list[tuple[float, int, Path]]:
     """:func:`_entry` of every entry under ``bases``."""
     out = []

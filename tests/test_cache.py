@@ -190,7 +190,8 @@ def test_an_analysis_keeps_the_cache_within_its_bound(tmp_path, cache_on, monkey
 
 def listed_totals(root: Path) -> tuple[int, int]:
     """(bytes, entries) of the bounded folders under ``root``, by a plain walk (the truth the
-    ledger's running total is held to)."""
+    ledger's running total is held to); unlike test_cache_ledger's ``listing``, which its
+    hand-made folders suit, with the export's kept digest (``digests/``) an analysis writes."""
     folders = [root / name for name in cache_folder.BOUNDED if (root / name).is_dir()]
     entries = [e for f in folders for e in f.iterdir() if not e.name.startswith(".part")]
     return sum(p.stat().st_size for f in folders for p in f.rglob("*") if p.is_file()), len(entries)
@@ -227,18 +228,35 @@ def test_an_entry_larger_than_the_bound_is_not_written_past_it(tmp_path, cache_o
     assert cache_folder.Ledger(cache_on.parent).totals() == listed_totals(cache_on.parent)
 
 
-def test_removing_an_entry_keeps_the_total(tmp_path):
+def test_tables_other_reads_kept_count_toward_the_entry(tmp_path):
+    """An entry's size is what other reads of the same content kept in it (other queries)
+    plus this read's: once together they would pass the bound, the whole entry goes."""
+    import pyarrow as pa
+
+    from gapscope.trace.cache import ColumnCache
+
     root = tmp_path / "gapscope"
-    ledger = cache_folder.Ledger(root)
-    ledger.keep(root / "columns" / "a" / "q.arrow", b"x" * 100)
-    ledger.keep(root / "columns" / "b" / "q.arrow", b"x" * 50)
-    ledger.keep(root / "results" / "r.result", b"y" * 70)
-    assert ledger.totals() == (104 + 54 + 74, 3)
-    ledger.remove(root / "columns" / "a")
-    ledger.remove(root / "results" / "r.result")
-    ledger.remove(root / "columns" / "gone")  # not there: nothing
-    assert ledger.totals() == (54, 1) == listed_totals(root)
-    assert [p.name for p in (root / "columns").iterdir()] == ["b"]
+    table = pa.table({"x": list(range(1000))})
+    other = ColumnCache(root / "columns" / "other", limit=1 << 30)  # another export's entry, used long ago
+    other.keep("SELECT 1", pa.table({"x": [1]}))
+    other.finish()
+    os.utime(root / "columns" / "other" / cache_folder.STAMP, (1, 1))
+    small = cache_folder.entry_bytes(root / "columns" / "other")
+    first = ColumnCache(root / "columns" / "key", limit=1 << 30)
+    first.keep("SELECT 1", table)
+    first.finish()
+    [kept] = (root / "columns" / "key").glob("*.arrow")
+    one = kept.stat().st_size  # one table as kept, its CRC included
+    second = ColumnCache(root / "columns" / "key", limit=2 * one - 1)  # room for one table, not two
+    second.keep("SELECT 2", table)
+    second.finish()
+    assert not (root / "columns" / "key").exists()
+    assert cache_folder.entry_bytes(root / "columns" / "other") == small  # nothing evicted for it
+    third = ColumnCache(root / "columns" / "key", limit=2 * one)
+    third.keep("SELECT 1", table)
+    third.keep("SELECT 2", table)
+    third.finish()
+    assert sorted(p.stat().st_size for p in (root / "columns" / "key").glob("*.arrow")) == [one, one]
 
 
 @pytest.mark.parametrize("text, limit", [("", cache_folder.DEFAULT_LIMIT), ("4096", 4096), ("500M", 500 << 20),

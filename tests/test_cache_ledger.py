@@ -157,6 +157,20 @@ def test_an_entry_deleted_by_hand_is_noticed(tmp_path):
     assert counted(root) == listing(root) == (300, 3)
 
 
+def test_removing_an_entry_keeps_the_total(tmp_path):
+    root = tmp_path / "gapscope"
+    ledger = cache.Ledger(root)
+    ledger.keep(column(root, "a", "q"), b"x" * 100)
+    ledger.keep(column(root, "b", "q"), b"x" * 50)
+    ledger.keep(result(root, "r"), b"y" * 70)
+    assert counted(root) == listing(root) == (104 + 54 + 74, 3)
+    ledger.remove(root / "columns" / "a")
+    ledger.remove(result(root, "r"))
+    ledger.remove(root / "columns" / "gone")  # not there: nothing
+    assert counted(root) == listing(root) == (54, 1)
+    assert os.listdir(root / "columns") == ["b"]
+
+
 def test_a_file_removed_inside_an_entry_is_recounted_before_anything_is_evicted(tmp_path):
     """No folder fingerprint shows it: the total is too high until it crosses the bound, and
     then the listing, not the total, decides what goes."""

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from gapscope.cache import (
-    CRC_BYTES, DEFAULT_LIMIT, STAMP, Ledger, cache_enabled, cache_root, content_digest, discard, read_sealed,
-    size_limit,
+    CRC_BYTES, DEFAULT_LIMIT, STAMP, Ledger, cache_enabled, cache_root, content_digest, discard, entry_bytes,
+    read_sealed, size_limit,
 )
 
 #: Bumped whenever what an entry holds changes, so an older layout is never read.
@@ -96,7 +96,7 @@ class ColumnCache:
         body = sink.getvalue()
         with self._lock:
             if self._bytes is None:  # files other reads of this content kept (other queries)
-                self._bytes = _kept_bytes(self.folder)
+                self._bytes = entry_bytes(self.folder)
             # An entry larger than the whole bound would be evicted as soon as it is complete,
             # after every other entry had gone to make room for it: it is not kept at all.
             self._too_large = self._too_large or self._bytes + body.size + CRC_BYTES > self.limit
@@ -126,14 +126,3 @@ class ColumnCache:
         elif self._wrote:
             with contextlib.suppress(OSError):
                 self.ledger.bound(self.limit)
-
-
-def _kept_bytes(folder: Path) -> int:
-    """The bytes of the tables kept in a column entry's folder (0 when there is none)."""
-    total = 0
-    with contextlib.suppress(OSError):
-        for f in folder.iterdir():
-            if f.name.endswith(_SUFFIX):
-                with contextlib.suppress(OSError):
-                    total += f.stat().st_size
-    return total
