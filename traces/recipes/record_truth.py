@@ -1,0 +1,276 @@
+"""Record the ground-truth suite of graph_truth.py on a CUDA machine with nsys (the devkit's).
+
+    source .devkit/setup.sh && python3 traces/recipes/record_truth.py PART OUTDIR
+
+PART a: untraced timings of every case (timings_a.json), the torch.profiler traces of every
+        case (one process), then the nsys node-level recordings of the first cases.
+PART c: every case again, each trace beside untraced timings of the same process before and
+        after it (`--timed 3`; nsys with --capture-range=cudaProfilerApi around the traced pass):
+        node level, torch.profiler, graph level; then timings_c.json.
+PART b: the remaining nsys node-level recordings, the graph-level recordings (tiny, decode_b1,
+        biggraph), torch_decode.py at 32 and 64 steps (loop32, loop64), and the untraced
+        timings once more (timings_b.json: the run-to-run spread).
+Every nsys recording is
+`nsys profile -t cuda,nvtx --cuda-graph-trace=LEVEL --sample=none --cpuctxsw=none --export sqlite
+--force-overwrite true -o W/NAME PROGRAM`. Each command has a timeout; the part stops starting new
+ones when BUDGET_S (default 500) seconds are spent. Writes OUTDIR/truth_PART.tar.gz (folder
+truth_PART/: exports, traces, timings, walls, provenance.txt with every exact command and the
+versions, logs.txt), repacked after every step so a call cut short returns what it finished, and
+prints a summary table at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+TRUTH = HERE / "graph_truth.py"
+NSYS = ["nsys", "profile", "-t", "cuda,nvtx", "--sample=none", "--cpuctxsw=none"]
+BUDGET = float(os.environ.get("BUDGET_S", "500"))
+T0 = time.monotonic()
+
+NODE_A = ["tiny", "pyhost", "sleep", "sync", "gemm", "medium", "streams", "copies"]
+NODE_B = ["decode_b1", "decode_b256", "triton", "oneoff", "fallback", "rerecord", "biggraph"]
+GRAPH_LEVEL = ["tiny", "decode_b1", "biggraph", "sync", "streams"]
+
+
+def left() -> float:
+    return BUDGET - (time.monotonic() - T0)
+
+
+class Recorder:
+    def __init__(self, part: str, out: Path) -> None:
+        self.part, self.out = part, out
+        self.work = Path(tempfile.mkdtemp(prefix="gapscope-truth."))
+        self.pack = self.work / f"truth_{part}"
+        self.raw = self.work / "raw"
+        self.pack.mkdir()
+        self.raw.mkdir()
+        self.prov = open(self.pack / "provenance.txt", "a")
+        self.logs = open(self.pack / "logs.txt", "a")
+        self.rows: list[tuple[str, str, str]] = []
+
+    def say(self, line: str) -> None:
+        print(line, flush=True)
+        self.prov.write(line + "\n")
+        self.prov.flush()
+
+    def pack_up(self) -> None:
+        tmp = self.out / f"truth_{self.part}.tar.gz.tmp"
+        with tarfile.open(tmp, "w:gz") as tar:
+            tar.add(self.pack, arcname=self.pack.name)
+        os.replace(tmp, self.out / f"truth_{self.part}.tar.gz")
+
+    def run(self, label: str, cap: float, cmd: list[str], env: dict | None = None) -> bool:
+        t = min(cap, left())
+        if t < 20:
+            self.rows.append((label, "SKIPPED", "budget spent"))
+            self.say(f"SKIPPED: {label}")
+            return False
+        self.logs.write(f"== {label} ({time.strftime('%H:%M:%S')}, timeout {t:.0f}s): "
+                        f"{shlex.join(cmd)}\n")
+        self.logs.flush()
+        t0 = time.monotonic()
+        try:
+            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                  timeout=t, env={**os.environ, **(env or {})}, cwd=ROOT)
+            rc, text = proc.returncode, proc.stdout
+        except subprocess.TimeoutExpired as exc:
+            rc, text = 124, (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        dt = time.monotonic() - t0
+        self.logs.write(text + f"\n== {label}: rc {rc} after {dt:.1f}s\n")
+        self.logs.flush()
+        if rc != 0:
+            self.rows.append((label, f"FAILED rc {rc}", f"{dt:.0f} s"))
+            print(f"FAILED: {label} (rc {rc}); tail:\n" + "\n".join(
+                "    | " + x for x in text.splitlines()[-15:]), flush=True)
+            return False
+        mine = [x for x in text.splitlines() if not x.startswith(("Collecting", "Generating",
+                "Processing", "Generated", "Exporting", "    /", "[", "WARNING: CPU", "USDT"))]
+        print(f"ok: {label} ({dt:.0f} s)\n" + "\n".join("    " + x for x in mine[-6:]), flush=True)
+        self.rows.append((label, "ok", f"{dt:.0f} s"))
+        return True
+
+    def nsys(self, name: str, level: str, program: list[str], cap: float = 90,
+             capture: bool = False) -> None:
+        out = self.raw / name
+        extra = ["--capture-range=cudaProfilerApi", "--capture-range-end=stop"] if capture else []
+        cmd = NSYS + [f"--cuda-graph-trace={level}", *extra, "--export", "sqlite",
+                      "--force-overwrite", "true", "-o", str(out)] + program
+        if self.run(name, cap, cmd):
+            db = out.with_suffix(".sqlite")
+            if db.is_file():
+                shutil.copy(db, self.pack / db.name)
+                self.say(f"command {name}.sqlite: {shlex.join(cmd)}")
+                self.rows[-1] = (name, "ok", f"{self.rows[-1][2]}, {db.stat().st_size:,} B")
+            else:
+                self.rows[-1] = (name, "FAILED", "no sqlite written")
+            self.pack_up()
+
+    def truth(self, *args: str) -> list[str]:
+        return ["python3", str(TRUTH), *args]
+
+
+def environment(rec: Recorder) -> None:
+    def sh(cmd: str) -> str:
+        try:
+            return subprocess.run(cmd, shell=True, capture_output=True, text=True,
+                                  timeout=60).stdout.strip()
+        except Exception as exc:  # noqa: BLE001
+            return f"? ({exc})"
+
+    rec.say(f"ground-truth suite, part {rec.part}, {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}")
+    rec.say("gpu: " + sh("nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader"))
+    rec.say("nsys: " + sh("nsys --version") + " at " + sh("command -v nsys"))
+    rec.say("cpu: " + sh("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2") + f", {os.cpu_count()} cpus")
+    rec.say("python: " + sh("python3 -c 'import sys,torch,triton;print(sys.version.split()[0], "
+                            "\"torch\", torch.__version__, \"cuda\", torch.version.cuda, "
+                            "\"triton\", triton.__version__)'"))
+    rec.say("repo: " + sh(f"git -C {ROOT} rev-parse HEAD") + "; recipes sha256:")
+    rec.say(sh(f"cd {HERE} && sha256sum graph_truth.py record_truth.py torch_decode.py"))
+
+
+def main() -> int:
+    global NSYS
+    part, out = sys.argv[1], Path(sys.argv[2]).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    rec = Recorder(part, out)
+    environment(rec)
+    env = {"PYTHONUNBUFFERED": "1"}
+    if part == "a":
+        timings = rec.pack / "timings_a.json"
+        if rec.run("time_a", 200, rec.truth("time", "--out", str(timings)), env):
+            rec.say(f"command timings_a.json: {shlex.join(rec.truth('time', '--out', 'timings_a.json'))}")
+        rec.pack_up()
+        torch_cmd = rec.truth("run", "--tracer", "torch", "--trace-out",
+                              str(rec.pack / "{case}.pt.trace.json.gz"), "--wall-out",
+                              str(rec.pack / "{case}_torch_wall.json"))
+        if rec.run("torch_profiler", 200, torch_cmd, env):
+            rec.say("command {case}.pt.trace.json.gz: " + shlex.join(rec.truth(
+                "run", "--tracer", "torch", "--trace-out", "{case}.pt.trace.json.gz",
+                "--wall-out", "{case}_torch_wall.json")))
+        rec.pack_up()
+        for case in NODE_A:
+            rec.nsys(case, "node", rec.truth("run", "--case", case, "--wall-out",
+                                             str(rec.pack / f"{case}_nsys_wall.json")))
+    elif part == "d":
+        # Part c again, pinned: first every core's speed for the tiny loop, then every process
+        # pinned to the two fastest cores (a process's host speed varied up to 2x between runs
+        # and within one as the scheduler moved it; see docs/metrics.md).
+        speeds = {}
+        for core in range(os.cpu_count() or 1):
+            p = rec.raw / f"core{core}.json"
+            if rec.run(f"core{core}", 40, ["taskset", "-c", str(core)] + rec.truth(
+                    "time", "--case", "tiny", "--repeats", "3", "--time-steps", "20",
+                    "--out", str(p)), env):
+                c = json.loads(p.read_text())["cases"]["tiny"]
+                speeds[core] = c["eager_step_s"]
+        ranked = sorted(speeds, key=speeds.get)
+        rec.say("tiny eager us/step by core: " + ", ".join(
+            f"{c}: {speeds[c] * 1e6:.0f}" for c in sorted(speeds)))
+        pin = ["taskset", "-c", ",".join(str(c) for c in ranked[:2])] if len(ranked) >= 2 else []
+        rec.say(f"pinned to: {shlex.join(pin) or 'nothing'}")
+        NSYS = pin + NSYS
+        for case in NODE_A + NODE_B:
+            rec.nsys(case, "node", rec.truth("run", "--case", case, "--timed", "3",
+                                             "--profiler-api", "--wall-out",
+                                             str(rec.pack / f"{case}_nsys_wall.json")),
+                     capture=True)
+        for case in NODE_A + NODE_B:  # one process per case: CUPTI stays attached after a session
+            cmd = pin + rec.truth("run", "--case", case, "--tracer", "torch", "--timed", "3",
+                                  "--trace-out", str(rec.pack / f"{case}.pt.trace.json.gz"),
+                                  "--wall-out", str(rec.pack / f"{case}_torch_wall.json"))
+            if rec.run(f"{case}_torch", 60, cmd, env):
+                rec.say(f"command {case}.pt.trace.json.gz: " + shlex.join(
+                    pin + rec.truth("run", "--case", case, "--tracer", "torch", "--timed", "3",
+                                    "--trace-out", f"{case}.pt.trace.json.gz", "--wall-out",
+                                    f"{case}_torch_wall.json")))
+            rec.pack_up()
+        for case in GRAPH_LEVEL:
+            rec.nsys(f"{case}_graphlevel", "graph", rec.truth(
+                "run", "--case", case, "--timed", "3", "--profiler-api", "--wall-out",
+                str(rec.pack / f"{case}_graphlevel_wall.json")), capture=True)
+        timings = rec.pack / "timings_d.json"
+        if rec.run("time_d", 120, pin + rec.truth("time", "--repeats", "3", "--out", str(timings)), env):
+            rec.say("command timings_d.json: " + shlex.join(pin + rec.truth(
+                "time", "--repeats", "3", "--out", "timings_d.json")))
+        rec.pack_up()
+    elif part == "c":
+        # Every trace with the same process's untraced timings before and after it (--timed):
+        # nsys records only the traced pass (--capture-range=cudaProfilerApi).
+        for case in NODE_A + NODE_B:
+            rec.nsys(case, "node", rec.truth("run", "--case", case, "--timed", "3",
+                                             "--profiler-api", "--wall-out",
+                                             str(rec.pack / f"{case}_nsys_wall.json")),
+                     capture=True)
+        torch_cmd = rec.truth("run", "--tracer", "torch", "--timed", "3", "--trace-out",
+                              str(rec.pack / "{case}.pt.trace.json.gz"), "--wall-out",
+                              str(rec.pack / "{case}_torch_wall.json"))
+        if rec.run("torch_profiler", 240, torch_cmd, env):
+            rec.say("command {case}.pt.trace.json.gz: " + shlex.join(rec.truth(
+                "run", "--tracer", "torch", "--timed", "3", "--trace-out",
+                "{case}.pt.trace.json.gz", "--wall-out", "{case}_torch_wall.json")))
+        rec.pack_up()
+        for case in GRAPH_LEVEL:
+            rec.nsys(f"{case}_graphlevel", "graph", rec.truth(
+                "run", "--case", case, "--timed", "3", "--profiler-api", "--wall-out",
+                str(rec.pack / f"{case}_graphlevel_wall.json")), capture=True)
+        timings = rec.pack / "timings_c.json"
+        if rec.run("time_c", 200, rec.truth("time", "--out", str(timings)), env):
+            rec.say(f"command timings_c.json: {shlex.join(rec.truth('time', '--out', 'timings_c.json'))}")
+        rec.pack_up()
+    else:
+        for case in NODE_B:
+            rec.nsys(case, "node", rec.truth("run", "--case", case, "--wall-out",
+                                             str(rec.pack / f"{case}_nsys_wall.json")))
+        for case in GRAPH_LEVEL:
+            rec.nsys(f"{case}_graphlevel", "graph", rec.truth(
+                "run", "--case", case, "--wall-out", str(rec.pack / f"{case}_graphlevel_wall.json")))
+        for steps in (32, 64):
+            rec.nsys(f"loop{steps}", "node", ["python3", str(HERE / "torch_decode.py"), "--steps",
+                                              str(steps)])
+        timings = rec.pack / "timings_b.json"
+        if rec.run("time_b", 200, rec.truth("time", "--out", str(timings)), env):
+            rec.say(f"command timings_b.json: {shlex.join(rec.truth('time', '--out', 'timings_b.json'))}")
+        rec.pack_up()
+    # summary
+    print(f"\nsummary (part {part}, {time.monotonic() - T0:.0f} s)")
+    for label, status, note in rec.rows:
+        print(f"  {label:22} {status:14} {note}")
+    for w in sorted(rec.pack.glob("*_wall.json")):
+        d = json.loads(w.read_text())
+        if "untraced_speedup" in d:
+            print(f"  {w.stem:28} traced e {d['eager_traced_step_s'] * 1e6:8.1f} g "
+                  f"{d['graph_traced_step_s'] * 1e6:7.1f} | untraced e "
+                  f"{d['untraced_eager_step_s'] * 1e6:8.1f} g {d['untraced_graph_step_s'] * 1e6:7.1f}"
+                  f" {d['untraced_speedup']:6.2f}x spread {d['untraced_eager_spread'] * 100:3.0f}%")
+    for name in ("timings_a.json", "timings_b.json", "timings_c.json", "timings_d.json"):
+        p = rec.pack / name
+        if p.is_file():
+            cases = json.loads(p.read_text())["cases"]
+            print(f"  {name}: " + "  ".join(f"{k} {v['speedup']:.2f}x" for k, v in cases.items()))
+    rec.pack_up()
+    tb = out / f"truth_{part}.tar.gz"
+    size = tb.stat().st_size
+    print("tarball:", tb, f"{size:,} B")
+    if size > 15 * 2**20:  # $OUT returns files of at most 16 MiB: split, `cat` joins them
+        data = tb.read_bytes()
+        for i in range(0, len(data), 15 * 2**20):
+            (out / f"truth_{part}.tar.gz.part-{i // (15 * 2**20):02d}").write_bytes(data[i:i + 15 * 2**20])
+        tb.unlink()
+        print("split into", sorted(p.name for p in out.glob(f"truth_{part}.tar.gz.part-*")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
