@@ -11,7 +11,9 @@ read through nsys's export, which may be absent). A few option sets run on
 traces/torch_decode.sqlite besides (``--threads process``, a range selection,
 ``--no-attribution``, ``--count-memops``), and every SQLite input once more with
 ``--gaps-csv`` (``NAME.tables.json`` and ``NAME.gaps.csv``): that analysis keeps every gap list
-(the pipeline's other way through the levels) and writes the gaps too.
+(the pipeline's other way through the levels) and writes the gaps too. Two many-trace
+reports besides: ``cmp_base_*.sqlite`` together (``fleet.json``), and ``--ranks`` on
+fsdp-2gpu-h100-nccl.sqlite when the third-party traces are there (``ranks.json``).
 
 ``--checkout`` names the gapscope checkout to run (its folder goes first on PYTHONPATH), so
 that one base commit and the working tree analyze the same inputs, given by the same paths
@@ -85,6 +87,12 @@ def main() -> None:
         if p.name.endswith(".sqlite"):
             csv = args.out / f"{p.name}.gaps.csv"
             jobs.append((f"{p.name}.tables", [str(p), "--gaps-csv", str(csv)]))
+    found = {p.name: p for p in inputs(args.traces)}
+    many = [str(found[n]) for n in ("cmp_base_1.sqlite", "cmp_base_2.sqlite", "cmp_base_3.sqlite") if n in found]
+    if len(many) > 1:
+        jobs.append(("fleet", [*many, "--jobs", "1"]))
+    if "fsdp-2gpu-h100-nccl.sqlite" in found:
+        jobs.append(("ranks", ["--ranks", str(found["fsdp-2gpu-h100-nccl.sqlite"])]))
     for name, given in jobs:
         out = args.out / f"{name}.json"
         run(args.checkout.resolve(), [*given, "-f", "json", "--no-cache", "-o", str(out)],
