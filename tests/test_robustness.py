@@ -300,17 +300,17 @@ def test_plot_window_of_1e999_is_one_line():
 
 
 def test_a_bug_exits_3_with_one_line_naming_the_tracker(monkeypatch):
-    import gapscope.cli.analyze as analyze_cli
+    import gapscope.loading as loading
 
     def broken(*args, **kwargs):
         raise ZeroDivisionError("division by zero")
 
-    monkeypatch.setattr(analyze_cli, "load_input", broken)
+    monkeypatch.setattr(loading, "load_input", broken)
     proc = gapscope("analyze", str(TRACES / "torch_decode.sqlite"))
     assert proc.returncode == 3
     (line,) = proc.stderr.splitlines()
     assert line.startswith("gapscope: internal error (a bug in gapscope 0.1.0, not in your input): "
-                           "ZeroDivisionError: division by zero at gapscope/cli/analyze.py:")
+                           "ZeroDivisionError: division by zero at gapscope/loading.py:")
     assert line.endswith("please report it on the gapscope issue tracker with this line and the command you ran")
 
 
