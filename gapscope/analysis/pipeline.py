@@ -288,8 +288,8 @@ class _Memory:
     dropped from ``frames`` (with ``release_ids``: TraceFrames.release), and between its large
     steps the C heap's free pages go back to the system (gapscope.heap, from heap.TRIM_ROWS
     activities on): a step's window- and block-sized temporaries are freed scattered over the
-    heap, and the pages they leave would stay resident under the next step's peak. The steps'
-    own arrays go when the step that made them returns."""
+    heap, and the pages they leave would stay resident under the next step's peak
+    (docs/performance.md). The steps' own arrays go when the step that made them returns."""
 
     def __init__(self, frames: TraceFrames, release_ids: bool) -> None:
         self.frames = frames

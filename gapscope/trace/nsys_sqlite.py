@@ -200,7 +200,7 @@ class NsysSqlite:
 def rowid_spans_sql(tables: Iterable[str]) -> str:
     """One SELECT of each table's rowid span (max - min + 1, 0 when empty). Each end is its own
     subquery: SQLite finds a lone min() or max() of the rowid at an end of the table's b-tree,
-    while both in one SELECT scan every row (0.13 s at 1M kernels, some seconds at 30M)."""
+    while both in one SELECT scan every row (docs/performance.md)."""
     return "SELECT " + ", ".join(f"coalesce((SELECT max(rowid) FROM {t}) - (SELECT min(rowid) FROM {t}) + 1, 0)"
                                  for t in tables)
 

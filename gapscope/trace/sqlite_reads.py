@@ -316,8 +316,7 @@ def _concat(parts: list[Columns], r: Read) -> Columns:
     pieces (the 32-bit ids are one block per batch, under the mmap threshold) go back to the
     system before the next column is joined (heap.give_back_for), not at the next hand-back
     after the table; with the whole chunks copied out of the driver's batches
-    (:func:`_fast_columns`), the kernel table's join at 10M kernels starts at 579 MiB resident,
-    not 962."""
+    (:func:`_fast_columns`), the join starts from less resident memory (docs/performance.md)."""
     out: Columns = {}
     rows = sum(_length(p[r.names[0]][0]) for p in parts) if r.names else 0
     for name in r.names:
