@@ -98,10 +98,6 @@ BATCH_ROWS = 16_384
 Columns = dict[str, tuple[np.ndarray | list[np.ndarray], np.ndarray | None]]
 
 
-class _Typed(Exception):
-    """A chunk held values of another type than its column's: read the table typed."""
-
-
 class BulkReader:
     """Runs bulk SELECTs into DataFrames: through ADBC into Arrow when it is installed, split
     into rowid chunks read on a small thread pool (SQLite decoding is the bottleneck and ADBC
