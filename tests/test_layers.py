@@ -36,3 +36,11 @@ def test_the_import_lister_sees_imports_inside_functions(tmp_path):
                       "    from gapscope import cli\n", encoding="utf-8")
     assert _imports(source) == ["os", "gapscope.cli.output", "gapscope.cli.output.output_file",
                                 "gapscope", "gapscope.cli"]
+
+
+def test_the_reference_imports_nothing_of_gapscope():
+    """tests/reference.py recomputes every figure on its own: it reads the traces with the
+    standard library and pyarrow and spells out the CUDA calls by role itself, so a wrong entry
+    in gapscope's lists shows as a difference instead of being shared."""
+    reference = Path(__file__).resolve().parent / "reference.py"
+    assert [name for name in _imports(reference) if name.split(".")[0] == "gapscope"] == []
