@@ -177,8 +177,6 @@ def _analyze_one(path: str, options: dict[str, Any], report: _Report) -> None:
     """One input: its result loaded (analyzed, cached or saved), then every file asked for
     written, stdout last (its reader may go), the result kept in the cache after the files and
     before stdout; the figures after them."""
-    from gapscope.cli.progress import TraceStatus
-
     found = resolve(path)
     if report.plot_dir:
         from gapscope.plots.style import require_matplotlib
@@ -188,7 +186,7 @@ def _analyze_one(path: str, options: dict[str, Any], report: _Report) -> None:
     given = frozenset(n for n in ANALYSIS_OPTIONS if ctx.get_parameter_source(n) is ParameterSource.COMMANDLINE)
     # Only the plots read the gap lists; without them each level's gaps go once summed.
     loaded = load(found, options, given=given, tables=report.tables, gaps=bool(report.plot_dir),
-                  status=lambda trace: TraceStatus(trace, sys.stderr))
+                  status=_status)
     steps = [(report.output, lambda: _write_report(loaded, report))]
     if loaded.keeps:
         steps.append(("", loaded.keep))
@@ -198,6 +196,14 @@ def _analyze_one(path: str, options: dict[str, Any], report: _Report) -> None:
         write()
     if report.plot_dir:
         _plot(found, loaded.analysis, options["ranges"], report.plot_dir)
+
+
+def _status(trace: Path) -> Any:
+    """The status line of one trace on stderr (imported only when a trace is analyzed: a cached
+    result's report needs none)."""
+    from gapscope.cli.progress import TraceStatus
+
+    return TraceStatus(trace, sys.stderr)
 
 
 def _write_report(loaded: Loaded, report: _Report) -> None:
