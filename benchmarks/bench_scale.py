@@ -150,10 +150,10 @@ def run_one(argv: list[str], env: dict[str, str] | None) -> tuple[float, float, 
 QUERIES = r"""
 import json, os, sys
 from gapscope.analysis.pipeline import analyze
-from gapscope.trace import nsys_sqlite
+from gapscope.trace import sqlite_reads
 ran = []
-real = nsys_sqlite._Reader._query
-nsys_sqlite._Reader._query = lambda self, q: (ran.append(q), real(self, q))[1]
+real = sqlite_reads.BulkReader._query
+sqlite_reads.BulkReader._query = lambda self, q: (ran.append(q), real(self, q))[1]
 analyze(sys.argv[1])
 print(json.dumps(ran))
 """

@@ -101,15 +101,15 @@ def _section_frame(rows: list[dict[str, Any]] | None, section: str) -> pd.DataFr
 
 def _refuse_overwriting(out: PathLike, inputs: Sequence[str]) -> None:
     """GapscopeError when ``out`` is one of the inputs (or inside an input folder)."""
-    from gapscope.cli.output import refuse_overwriting
+    from gapscope.outputs import refuse_overwriting
 
     refuse_overwriting([i for i in inputs if i], [out])
 
 
 def _write_json(result: Any, path: PathLike, inputs: Sequence[str]) -> Path:
     """Write a result's JSON (what `gapscope analyze --format json` writes) to ``path``, with the
-    command line's checks and errors (gapscope.cli.output)."""
-    from gapscope.cli.output import output_file
+    command line's checks and errors (gapscope.outputs)."""
+    from gapscope.outputs import output_file
     from gapscope.render.json import render
 
     _refuse_overwriting(path, inputs)

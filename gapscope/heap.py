@@ -3,7 +3,7 @@
 The analysis allocates and frees arrays of one value per activity, from the main thread and
 from the threads that run beside it. glibc gives each thread its own arena and keeps what a
 thread frees there for that arena's reuse, so the freed pages of several arenas stay resident
-at once: at 1M kernels about 100 MB over what is live. :func:`use_one_arena` makes every thread
+at once (docs/performance.md). :func:`use_one_arena` makes every thread
 share one arena, as ``MALLOC_ARENA_MAX=1`` would; the command line and the many-trace workers
 call it, a program that imports gapscope as a library keeps its own settings.
 
@@ -28,8 +28,8 @@ import os
 _M_ARENA_MAX = -8
 _M_MMAP_THRESHOLD = -3
 #: Blocks of this many bytes or more get a mapping of their own (glibc's default is 128 KiB,
-#: raised as blocks are freed): at 1M kernels 20-35 MiB less at the peak than the default, at
-#: the cost of the page faults of mapping each block anew (docs/performance.md).
+#: raised as blocks are freed): a lower peak than the default, at the cost of the page faults of
+#: mapping each block anew (docs/performance.md).
 MMAP_THRESHOLD = 4 << 20
 
 
@@ -72,10 +72,9 @@ def _mallopt(param: int, value: int, variable: str) -> bool:
 
 
 #: Traces of at least this many activity or call rows have the heap's free pages handed back after
-#: the read and between the analysis's steps (:func:`give_back_freed_pages`). After the read: at
-#: 1M kernels that lowered the peak by 30-85 MiB at no cost in time (1.93-2.17 s against
-#: 2.05-2.50 s, 3 runs each), at 3M by 35-67 MiB; at 100k nothing changed (docs/performance.md).
-#: Between the steps, see gapscope.analysis.pipeline.
+#: the read and between the analysis's steps (:func:`give_back_freed_pages`): from a million rows
+#: on that lowers the peak at no cost in time; below this many it changes nothing
+#: (docs/performance.md). Between the steps, see gapscope.analysis.pipeline.
 TRIM_ROWS = 1 << 18
 
 

@@ -14,8 +14,6 @@ from collections import defaultdict
 from decimal import Decimal
 from pathlib import Path
 
-from gapscope.trace.cuda_api import LAUNCH_CALLS, QUIET_CALLS, SETUP_CALLS, SYNC_CALLS
-
 
 def merge(intervals: list[tuple[int, int]]) -> tuple[int, int, list[int]]:
     """(span, gap, individual gaps) of a list of [start, end) intervals."""
@@ -114,9 +112,89 @@ def range_metrics(rng: dict, ks: list[dict]) -> tuple[int, int, int]:
 # with sqlite3: per gap, a walk over the launching thread's calls. Nothing here is shared with
 # gapscope.analysis.
 
-# The calls by role are definitions, not computations: taken from gapscope.trace.cuda_api (its
-# QUIET_CALLS are left out of gapscope's API frame, matched with any _vNNNN tail).
-QUIET, SYNC, SETUP, LAUNCH = QUIET_CALLS, SYNC_CALLS, SETUP_CALLS, LAUNCH_CALLS
+# The calls by role, written out here (not taken from gapscope.trace.cuda_api), by the roles of
+# docs/metrics.md ("Gap attribution"); names without nsys's _vNNNN tail.
+#
+# Left out of gapscope's API frame (matched with any _vNNNN tail): event record and query,
+# stream waits, device and capture queries, attribute and function lookups.
+QUIET = frozenset({
+    "cuCtxGetCurrent", "cuCtxGetDevice", "cuCtxSetCurrent", "cuDeviceGetAttribute",
+    "cuDevicePrimaryCtxGetState", "cuEventElapsedTime", "cuEventQuery", "cuEventRecord",
+    "cuEventRecordWithFlags", "cuFuncGetAttribute", "cuFuncSetAttribute", "cuGetProcAddress",
+    "cuKernelGetAttribute", "cuKernelGetFunction", "cuKernelGetName", "cuLibraryGetKernel",
+    "cuLibraryGetModule", "cuModuleGetFunction", "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+    "cuPointerGetAttribute", "cuStreamGetCaptureInfo", "cuStreamIsCapturing", "cuStreamWaitEvent",
+    "cudaDeviceGetAttribute", "cudaEventElapsedTime", "cudaEventQuery", "cudaEventRecord",
+    "cudaEventRecordWithFlags", "cudaFuncGetAttributes", "cudaFuncSetAttribute", "cudaGetDevice",
+    "cudaGetDeviceCount", "cudaGetLastError", "cudaOccupancyMaxActiveBlocksPerMultiprocessor",
+    "cudaPeekAtLastError", "cudaPointerGetAttributes", "cudaSetDevice", "cudaStreamGetCaptureInfo",
+    "cudaStreamIsCapturing", "cudaStreamWaitEvent",
+})
+
+# The calling thread blocks until GPU work is done: synchronizes, synchronous copies and memsets.
+SYNC = frozenset({
+    "cuCtxSynchronize", "cuEventSynchronize", "cuMemcpy", "cuMemcpy2D", "cuMemcpy3D",
+    "cuMemcpyDtoD", "cuMemcpyDtoH", "cuMemcpyHtoD", "cuMemcpyPeer", "cuStreamSynchronize",
+    "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy", "cudaMemcpy2D", "cudaMemcpy3D",
+    "cudaMemcpyFromSymbol", "cudaMemcpyPeer", "cudaMemcpyToSymbol", "cudaMemset", "cudaMemset2D",
+    "cudaMemset3D", "cudaStreamSynchronize", "cudaThreadSynchronize",
+})
+
+# Resources prepared, no work issued: modules and libraries, device and host memory, streams
+# and events, graph capture, construction, instantiation, upload and teardown, contexts.
+SETUP = frozenset({
+    "cuArray3DCreate", "cuArrayCreate", "cuArrayDestroy", "cuCtxCreate", "cuCtxDestroy",
+    "cuDevicePrimaryCtxRelease", "cuDevicePrimaryCtxReset", "cuDevicePrimaryCtxRetain",
+    "cuEventCreate", "cuEventDestroy", "cuGraphAddChildGraphNode", "cuGraphAddEmptyNode",
+    "cuGraphAddEventRecordNode", "cuGraphAddEventWaitNode", "cuGraphAddHostNode",
+    "cuGraphAddKernelNode", "cuGraphAddMemcpyNode", "cuGraphAddMemsetNode", "cuGraphAddNode",
+    "cuGraphClone", "cuGraphCreate", "cuGraphDestroy", "cuGraphExecDestroy", "cuGraphInstantiate",
+    "cuGraphInstantiateWithFlags", "cuGraphInstantiateWithParams", "cuGraphUpload", "cuInit",
+    "cuLibraryLoadData", "cuLibraryLoadFromFile", "cuLibraryUnload", "cuLinkAddData",
+    "cuLinkAddFile", "cuLinkComplete", "cuLinkCreate", "cuLinkDestroy", "cuMemAddressFree",
+    "cuMemAddressReserve", "cuMemAlloc", "cuMemAllocAsync", "cuMemAllocFromPoolAsync",
+    "cuMemAllocHost", "cuMemAllocManaged", "cuMemAllocPitch", "cuMemCreate",
+    "cuMemExportToShareableHandle", "cuMemFree", "cuMemFreeAsync", "cuMemFreeHost",
+    "cuMemHostAlloc", "cuMemHostRegister", "cuMemHostUnregister", "cuMemImportFromShareableHandle",
+    "cuMemMap", "cuMemMapArrayAsync", "cuMemPoolCreate", "cuMemPoolDestroy", "cuMemPoolTrimTo",
+    "cuMemRelease", "cuMemSetAccess", "cuMemUnmap", "cuModuleLoad", "cuModuleLoadData",
+    "cuModuleLoadDataEx", "cuModuleLoadFatBinary", "cuModuleUnload", "cuStreamBeginCapture",
+    "cuStreamBeginCaptureToGraph", "cuStreamCreate", "cuStreamCreateWithPriority",
+    "cuStreamDestroy", "cuStreamEndCapture", "cudaDeviceReset", "cudaDeviceSetLimit",
+    "cudaEventCreate", "cudaEventCreateWithFlags", "cudaEventDestroy", "cudaFree", "cudaFreeArray",
+    "cudaFreeAsync", "cudaFreeHost", "cudaFreeMipmappedArray", "cudaGraphAddChildGraphNode",
+    "cudaGraphAddEmptyNode", "cudaGraphAddEventRecordNode", "cudaGraphAddEventWaitNode",
+    "cudaGraphAddHostNode", "cudaGraphAddKernelNode", "cudaGraphAddMemcpyNode",
+    "cudaGraphAddMemsetNode", "cudaGraphAddNode", "cudaGraphClone", "cudaGraphCreate",
+    "cudaGraphDestroy", "cudaGraphExecDestroy", "cudaGraphInstantiate",
+    "cudaGraphInstantiateWithFlags", "cudaGraphInstantiateWithParams", "cudaGraphUpload",
+    "cudaHostAlloc", "cudaHostRegister", "cudaHostUnregister", "cudaInitDevice",
+    "cudaLibraryLoadData", "cudaLibraryLoadFromFile", "cudaLibraryUnload", "cudaMalloc",
+    "cudaMalloc3D", "cudaMalloc3DArray", "cudaMallocArray", "cudaMallocAsync",
+    "cudaMallocFromPoolAsync", "cudaMallocHost", "cudaMallocManaged", "cudaMallocMipmappedArray",
+    "cudaMallocPitch", "cudaMemPoolCreate", "cudaMemPoolDestroy", "cudaMemPoolTrimTo",
+    "cudaStreamBeginCapture", "cudaStreamBeginCaptureToGraph", "cudaStreamCreate",
+    "cudaStreamCreateWithFlags", "cudaStreamCreateWithPriority", "cudaStreamDestroy",
+    "cudaStreamEndCapture",
+})
+
+# GPU work issued: kernel, cooperative, host-function and graph launches, asynchronous copies,
+# memsets and prefetches.
+LAUNCH = frozenset({
+    "cuGraphLaunch", "cuLaunchCooperativeKernel", "cuLaunchCooperativeKernelMultiDevice",
+    "cuLaunchGrid", "cuLaunchGridAsync", "cuLaunchHostFunc", "cuLaunchKernel", "cuLaunchKernelEx",
+    "cuMemPrefetchAsync", "cuMemcpy2DAsync", "cuMemcpy3DAsync", "cuMemcpy3DPeerAsync",
+    "cuMemcpyAsync", "cuMemcpyAtoHAsync", "cuMemcpyDtoDAsync", "cuMemcpyDtoHAsync",
+    "cuMemcpyHtoAAsync", "cuMemcpyHtoDAsync", "cuMemcpyPeerAsync", "cuMemsetD16Async",
+    "cuMemsetD2D16Async", "cuMemsetD2D32Async", "cuMemsetD2D8Async", "cuMemsetD32Async",
+    "cuMemsetD8Async", "cudaGraphLaunch", "cudaLaunch", "cudaLaunchCooperativeKernel",
+    "cudaLaunchCooperativeKernelMultiDevice", "cudaLaunchHostFunc", "cudaLaunchKernel",
+    "cudaLaunchKernelExC", "cudaMemPrefetchAsync", "cudaMemcpy2DAsync",
+    "cudaMemcpy2DFromArrayAsync", "cudaMemcpy2DToArrayAsync", "cudaMemcpy3DAsync",
+    "cudaMemcpy3DPeerAsync", "cudaMemcpyAsync", "cudaMemcpyFromSymbolAsync", "cudaMemcpyPeerAsync",
+    "cudaMemcpyToSymbolAsync", "cudaMemset2DAsync", "cudaMemset3DAsync", "cudaMemsetAsync",
+})
+
 CATEGORIES = ("launch", "host", "stall", "setup", "sync", "dependency", "memop", "pipeline", "unknown")
 
 
@@ -541,9 +619,7 @@ def _expected(conn: sqlite3.Connection, syncs: bool) -> dict:
     names = "StringIds" in tables and {"id", "value"} <= cols("StringIds")
     runtime = "CUPTI_ACTIVITY_KIND_RUNTIME" in tables
     if names and runtime and "nameId" in cols("CUPTI_ACTIVITY_KIND_RUNTIME"):  # as the reader asks
-        from gapscope.trace.cuda_api import QUIET_CALLS
-
-        for name in QUIET_CALLS:
+        for name in sorted(QUIET):
             quiet |= {i for (i,) in conn.execute(
                 "SELECT id FROM StringIds WHERE value = ? OR value LIKE ? ESCAPE '!'", (name, name + "!_v%"))
                 if _is_int(i)}

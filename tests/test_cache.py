@@ -20,7 +20,7 @@ from paths import TRACES
 
 from gapscope.analysis.pipeline import analyze
 from gapscope import cache as cache_folder
-from gapscope.trace import nsys_sqlite
+from gapscope.trace import sqlite_reads
 
 SMALL = TRACES / "torch_decode_small.sqlite"
 
@@ -35,13 +35,13 @@ def cache_on(cache_home) -> Path:
 def queries(monkeypatch) -> list[str]:
     """Every bulk query the SQLite reader runs against an export (not answered by the cache)."""
     ran: list[str] = []
-    real = nsys_sqlite._Reader._query
+    real = sqlite_reads.BulkReader._query
 
     def counted(self, query):
         ran.append(query)
         return real(self, query)
 
-    monkeypatch.setattr(nsys_sqlite._Reader, "_query", counted)
+    monkeypatch.setattr(sqlite_reads.BulkReader, "_query", counted)
     return ran
 
 

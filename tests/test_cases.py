@@ -1,4 +1,4 @@
-"""The seed's cases on their real H200 exports (traces/case_*.sqlite, provenance in
+"""The CUDA Graph cases of docs/cases.md on their real H200 exports (traces/case_*.sqlite, provenance in
 traces/README.md): every figure gapscope.run.case_figures reports, asserted exactly, and checked
 against `Plain`, an independent computation in Python loops over rows read with the stdlib
 sqlite3 module (no numpy, none of gapscope's code but the ladder's `pad`).

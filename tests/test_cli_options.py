@@ -132,3 +132,21 @@ def test_a_command_imports_no_other_commands_module(tmp_path):
     loaded = json.loads(proc.stdout.strip().splitlines()[-1].replace("'", "\""))
     assert "gapscope.cli.analyze" in loaded and out.stat().st_size > 0
     assert not {f"gapscope.cli.{c}" for c in ("compare", "plot", "report", "export", "profile", "run")} & set(loaded)
+
+
+def test_a_cached_result_is_reported_without_the_trace_status_line(tmp_path):
+    """A result cache hit imports none of what analyzing a trace needs: not the status line of
+    gapscope.cli.progress (which brings the many-trace executors and multiprocessing), while the
+    miss before it did."""
+    code = ("import sys\nfrom gapscope.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n"
+            "    assert e.code == 0, e.code\n"
+            "print([m for m in ('gapscope.cli.progress', 'multiprocessing') if m in sys.modules])")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_CACHE_HOME": str(tmp_path / "xdg"), "GAPSCOPE_NO_CACHE": ""}
+    loaded = []
+    for _ in ("miss", "hit"):
+        proc = subprocess.run([sys.executable, "-c", code, "analyze", str(TRACES / "torch_decode_small.sqlite"),
+                               "-f", "json", "-o", str(tmp_path / "r.json")], capture_output=True, text=True,
+                              env=env, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        loaded.append(json.loads(proc.stdout.strip().splitlines()[-1].replace("'", "\"")))
+    assert loaded == [["gapscope.cli.progress", "multiprocessing"], []]

@@ -178,20 +178,20 @@ def test_sqlite_frames_the_same_read_in_many_chunks_and_batches(monkeypatch):
     """The bulk read of a large export (many rowid chunks, each many Arrow batches joined in one
     copy, the heap trimmed after each chunk, as each column is joined and after the read) forced on a shipped trace: the same frames, row for row, as
     its one-chunk, one-batch read."""
-    from gapscope.trace import nsys_sqlite
+    from gapscope.trace import sqlite_reads
 
     whole = _sqlite_frames(SQLITE)
     chunks, trims = [], []
     from gapscope import heap
 
-    chunk, trim, concat, joined = nsys_sqlite._Reader._chunk, heap.give_back_freed_pages, nsys_sqlite._concat, []
-    monkeypatch.setattr(nsys_sqlite, "CHUNK_ROWS", 300)
-    monkeypatch.setattr(nsys_sqlite, "BATCH_ROWS", 7)
+    chunk, trim, concat, joined = sqlite_reads.BulkReader._chunk, heap.give_back_freed_pages, sqlite_reads._concat, []
+    monkeypatch.setattr(sqlite_reads, "CHUNK_ROWS", 300)
+    monkeypatch.setattr(sqlite_reads, "BATCH_ROWS", 7)
     monkeypatch.setattr(heap, "TRIM_ROWS", 0)
-    monkeypatch.setattr(nsys_sqlite._Reader, "_chunk", lambda self, r, lo, hi, typed: (
+    monkeypatch.setattr(sqlite_reads.BulkReader, "_chunk", lambda self, r, lo, hi, typed: (
         chunks.append(r.table), chunk(self, r, lo, hi, typed=typed))[1])
     monkeypatch.setattr(heap, "give_back_freed_pages", lambda: (trims.append(1), trim())[1])
-    monkeypatch.setattr(nsys_sqlite, "_concat", lambda parts, r: (joined.append(len(r.names)), concat(parts, r))[1])
+    monkeypatch.setattr(sqlite_reads, "_concat", lambda parts, r: (joined.append(len(r.names)), concat(parts, r))[1])
     assert _sqlite_frames(SQLITE) == whole
     conn = sqlite3.connect(f"file:{SQLITE}?mode=ro&immutable=1", uri=True)
     lo, hi = conn.execute("SELECT min(rowid), max(rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()

@@ -103,7 +103,7 @@ def test_reader_keeps_ids_32_bit_batch_by_batch_and_64_bit_when_one_does_not_fit
     out of the batches (a view would keep the driver's whole batch alive)."""
     import pyarrow as pa
 
-    from gapscope.trace.nsys_sqlite import Read, _concat, _fast_columns
+    from gapscope.trace.sqlite_reads import Read, _concat, _fast_columns
 
     r = Read("T", (("corr", "correlationId"), ("start", "start")), narrow=frozenset({"corr"}))
     fits = [[-1, 0, 7], [NARROW_LIMIT - 1]]

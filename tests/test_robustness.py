@@ -70,15 +70,15 @@ def test_one_null_kernel_start_is_left_out_with_a_warning(tmp_path):
 def test_damaged_cells_read_in_many_chunks_and_batches_give_the_one_chunk_result(tmp_path, monkeypatch):
     """A table with a text and a NULL cell is read again typed, chunk by chunk: with many rowid
     chunks and small Arrow batches the result is the one-chunk read's, damaged rows left out."""
-    from gapscope.trace import nsys_sqlite
+    from gapscope.trace import sqlite_reads
 
     path = damage(copy_trace("torch_decode", tmp_path), f"UPDATE {KERNEL} SET start = 'x' WHERE rowid = 100",
                   f"UPDATE {KERNEL} SET end = NULL WHERE rowid = 4000")
     whole = analyzed_json(path)
-    typed_reads, chunk = [], nsys_sqlite._Reader._chunk
-    monkeypatch.setattr(nsys_sqlite, "CHUNK_ROWS", 500)
-    monkeypatch.setattr(nsys_sqlite, "BATCH_ROWS", 7)
-    monkeypatch.setattr(nsys_sqlite._Reader, "_chunk", lambda self, r, lo, hi, typed: (
+    typed_reads, chunk = [], sqlite_reads.BulkReader._chunk
+    monkeypatch.setattr(sqlite_reads, "CHUNK_ROWS", 500)
+    monkeypatch.setattr(sqlite_reads, "BATCH_ROWS", 7)
+    monkeypatch.setattr(sqlite_reads.BulkReader, "_chunk", lambda self, r, lo, hi, typed: (
         typed and typed_reads.append(r.table), chunk(self, r, lo, hi, typed=typed))[1])
     assert analyzed_json(path) == whole
     assert typed_reads == [KERNEL] * 11  # rowids 1-5,232 in chunks of 500
@@ -300,17 +300,17 @@ def test_plot_window_of_1e999_is_one_line():
 
 
 def test_a_bug_exits_3_with_one_line_naming_the_tracker(monkeypatch):
-    import gapscope.cli.analyze as analyze_cli
+    import gapscope.loading as loading
 
     def broken(*args, **kwargs):
         raise ZeroDivisionError("division by zero")
 
-    monkeypatch.setattr(analyze_cli, "load_input", broken)
+    monkeypatch.setattr(loading, "load_input", broken)
     proc = gapscope("analyze", str(TRACES / "torch_decode.sqlite"))
     assert proc.returncode == 3
     (line,) = proc.stderr.splitlines()
     assert line.startswith("gapscope: internal error (a bug in gapscope 0.1.0, not in your input): "
-                           "ZeroDivisionError: division by zero at gapscope/cli/analyze.py:")
+                           "ZeroDivisionError: division by zero at gapscope/loading.py:")
     assert line.endswith("please report it on the gapscope issue tracker with this line and the command you ran")
 
 
@@ -350,10 +350,11 @@ def test_a_fifo_is_refused_before_it_is_opened(tmp_path, command):
 @pytest.mark.parametrize("rowid", [10**12, 9 * 10**18, -(2**63)])
 def test_a_huge_or_negative_rowid_is_read_in_a_few_queries(tmp_path, rowid, analyzed):
     """Was: rowid 1e12 made the chunked reader issue 2.5 million queries; 9e18 a SystemError."""
-    from gapscope.trace.nsys_sqlite import MAX_CHUNKS, Read, _bounds, _Source
+    from gapscope.trace.sqlite_reads import MAX_CHUNKS, Read, _bounds
+    from gapscope.trace.sqlite_source import Source
 
     path = damage(copy_trace("torch_decode", tmp_path), f"UPDATE {KERNEL} SET rowid = {rowid} WHERE rowid = 5232")
-    source = _Source(path)
+    source = Source(path)
     conn = source.connect()
     bounds = _bounds(conn, Read(KERNEL, (("start", "start"),)))
     conn.close()

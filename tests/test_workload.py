@@ -224,7 +224,7 @@ def test_workload_main_writes_plan_summary_and_timing(fake_cupy, tmp_path) -> No
     assert [round(t["median_us"], 6) for t in timing] == [2.0, 1.0, 50.0, 25.0]
 
 
-# ---------------------------------------------------------------- the seed's cases (fake GPU)
+# ------------------------------------------- the CUDA Graph cases of docs/cases.md (fake GPU)
 
 from gapscope.run.workload import cases as C  # noqa: E402
 from gapscope.run.workload import ladder as L  # noqa: E402

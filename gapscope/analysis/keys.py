@@ -139,7 +139,3 @@ class TimeKeys:
         key += np.asarray(times, dtype=np.int64)  # below 2**63: width * groups < 2**62, times < 2**53
         key -= self.lo
         return key
-
-    def group_of(self, keys: np.ndarray) -> np.ndarray:
-        """The group part of keys."""
-        return np.asarray(keys, dtype=np.int64) // self.width

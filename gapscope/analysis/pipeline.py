@@ -1,10 +1,21 @@
 """The analysis pipeline: from a trace's frames to an AnalysisResult, in one pass.
 
-Data flows one way: frames (gapscope.trace) -> launch links and range membership
-(gapscope.analysis.ranges) -> timeline metrics per (range, device) pair, device and stream
-(gapscope.analysis.metrics) -> gap categories (gapscope.analysis.attribution), launch statistics
-(gapscope.analysis.launches) and the graph payoff (gapscope.analysis.payoff) -> one
-AnalysisResult, built once at the end (gapscope.analysis.result).
+Data flows one way, in the five steps of :func:`run_analysis`:
+
+1. link (:func:`_linked`): the activities as arrays, each one's launching call, the NVTX ranges
+   and the work each owns (gapscope.analysis.ranges);
+2. levels (:func:`_levels_kept`, or :func:`_levels_windowed` one window at a time): the timeline
+   metrics per (range, device) pair, device and stream (gapscope.analysis.metrics,
+   gapscope.analysis.windows), the gap categories (gapscope.analysis.attribution), the launch
+   statistics (gapscope.analysis.launches) and the longest gaps;
+3. rollups (:func:`_rollups`): the pairs per range instance and per range name;
+4. sections (:func:`_sections`): each section's rows with their graph replays
+   (gapscope.analysis.replays), categories and graph payoff (gapscope.analysis.payoff), verdicts
+   and communication figures;
+5. one AnalysisResult, built once at the end (gapscope.analysis.result).
+
+Each step is a function whose temporaries go when it returns; the memory hand-backs between
+them (frame columns read for good, the heap's free pages) are :class:`_Memory`'s.
 
 :class:`AnalysisArrays` keeps the arrays computed on the way (gap lists with their categories, the
 per-pair statistics) for transforms that need more than the result: plots, the many-trace merge
@@ -14,7 +25,7 @@ and the case figures use them instead of computing them again.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -225,10 +236,7 @@ def _other_thread_warnings(frames: TraceFrames, launch: np.ndarray, table: Range
     some but miss what other threads launched inside them."""
     if threads != "same" or len(table.frame) == 0 or not (launch >= 0).any():
         return []
-    called = np.zeros(len(frames.api), dtype=bool)  # the calls that launched work (a byte a call)
-    called[launch[launch >= 0]] = True
-    launching = pd.unique(frames.api["tid"].to_numpy()[called])  # globalTids: process in bits 24+
-    del called
+    launching = _launching_threads(frames, launch)  # globalTids: process in bits 24+
     holding = pd.unique(table.frame["tid"].to_numpy())
     pairs = pd.DataFrame({"p": holding >> 24, "r": holding}).merge(pd.DataFrame({"p": launching >> 24, "t": launching}))
     if not (pairs["t"] != pairs["r"]).any():  # no other thread launches in a range's process
@@ -245,6 +253,13 @@ def _other_thread_warnings(frames: TraceFrames, launch: np.ndarray, table: Range
         if n:
             out.append(f"{n} NVTX ranges ({shown}) {text}")
     return out
+
+
+def _launching_threads(frames: TraceFrames, launch: np.ndarray) -> np.ndarray:
+    """The threads (globalTids) of the calls that launched work."""
+    called = np.zeros(len(frames.api), dtype=bool)  # a byte a call
+    called[launch[launch >= 0]] = True
+    return pd.unique(frames.api["tid"].to_numpy()[called])
 
 
 def _name_groups(rf: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
@@ -268,35 +283,134 @@ def _with_verdicts(columns: dict[str, Any]) -> None:
     columns["verdict"], columns["reading"] = column_verdicts(columns, rows_of(columns))
 
 
+class _Memory:
+    """The analysis's memory hand-backs, all of them: the frame columns it has read for good are
+    dropped from ``frames`` (with ``release_ids``: TraceFrames.release), and between its large
+    steps the C heap's free pages go back to the system (gapscope.heap, from heap.TRIM_ROWS
+    activities on): a step's window- and block-sized temporaries are freed scattered over the
+    heap, and the pages they leave would stay resident under the next step's peak
+    (docs/performance.md). The steps' own arrays go when the step that made them returns."""
+
+    def __init__(self, frames: TraceFrames, release_ids: bool) -> None:
+        self.frames = frames
+        self.release_ids = release_ids
+        self.rows = len(frames.activities)
+
+    def drop(self, columns: Mapping[str, Sequence[str]]) -> None:
+        """Let go of these frame columns, read for good (only with ``release_ids``)."""
+        if self.release_ids:
+            self.frames.release(columns)
+
+    def give_back(self) -> None:
+        """Hand the heap's free pages back, between two large steps."""
+        heap.give_back_for(self.rows)
+
+
+@dataclass(frozen=True)
+class Linked:
+    """The frames linked up, the pipeline's first step, which every later step reads: the
+    activities as arrays, each one's launching call (-1 for none), the NVTX ranges, each call's
+    name code with the names (attribution.api_names), the graph replays, the streams' keys and
+    the range of each (range, device) pair; with what was read while the link ids were there:
+    how graphs were traced (``graph_trace``) and the warnings about other threads' work."""
+
+    frames: TraceFrames
+    acts: ActivityArrays
+    launch: np.ndarray
+    table: RangeTable
+    names: tuple[np.ndarray, np.ndarray]
+    replays: Replays
+    stream_keys: pd.DataFrame
+    pair_range: np.ndarray
+    graph_trace: str
+    elsewhere: list[str]
+
+    @property
+    def n_ranges(self) -> int:
+        return len(self.table.frame)
+
+    @property
+    def n_dev(self) -> int:
+        return self.acts.device_ids.size
+
+    @property
+    def n_pairs(self) -> int:
+        return self.pair_range.size
+
+    @property
+    def n_str(self) -> int:
+        return len(self.stream_keys)
+
+
+@dataclass(frozen=True)
+class Memberships:
+    """The GPU work each range owns: one entry per (range, activity), in no set order (range by
+    range, or window by window: :meth:`in_windows`), ``act`` the activity and ``pair`` its
+    (range, device) pair, ``range * devices + device code``, 32-bit where they fit. The range
+    of an entry is its pair's (:meth:`ranges`): not held through the analysis's peak."""
+
+    act: np.ndarray
+    pair: np.ndarray
+    range_dtype: np.dtype
+
+    def in_windows(self, acts: ActivityArrays) -> tuple[Memberships, windows.WindowPlan]:
+        """The same memberships in the windows' order, and the windows' plan
+        (gapscope.analysis.windows.planned); the caller lets these go."""
+        act, pair, plan = windows.planned(acts, self.act, self.pair)
+        return Memberships(act, pair, self.range_dtype), plan
+
+    def ranges(self, n_dev: int) -> np.ndarray:
+        """The range of each membership."""
+        return (self.pair // max(n_dev, 1)).astype(self.range_dtype)
+
+
+@dataclass(frozen=True)
+class LevelOptions:
+    """What shapes the levels: ``attribution`` (the gap categories and the longest gaps), the
+    stall threshold, the ``top`` longest gaps kept, and whether ranges were ``selected`` by
+    name or domain (the launch statistics and the longest gaps then cover their work only)."""
+
+    attribution: bool
+    stall_threshold_ns: int
+    top: int
+    selected: bool
+
+
+@dataclass(frozen=True)
+class Level:
+    """One timeline level's figures: STATS per row (range pairs: percentiles left NaN, as they
+    only make sense over the groups pairs roll up into), gap time per row and IdleCategory (None
+    without attribution), gap time inside graph replays (range pairs: per range; none for
+    streams), and the level's gap list when it is kept."""
+
+    stats: pd.DataFrame
+    categories: np.ndarray | None
+    inside: np.ndarray | None = None
+    gaps: GapList | None = None
+
+
 @dataclass(frozen=True)
 class Levels:
-    """What the three timeline levels give the result: STATS per range pair (percentiles NaN),
-    device and stream, every range pair gap's (row, length) for the rollups' percentiles, gap
-    time inside graph replays per range and device, gap time per category per pair, device and
-    stream (None without attribution), the longest gaps and the launch statistics; the gap lists
-    themselves only when they were kept (``gaps``)."""
+    """What the three timeline levels give the result: the range pairs, devices and streams,
+    every range pair gap's (row, length) for the rollups' percentiles, the longest gaps (None
+    without attribution) and the launch statistics; the range level's gap list (the pairs' gaps
+    by range) only when every gap list was kept."""
 
-    pair_stats: pd.DataFrame
+    pairs: Level
+    devices: Level
+    streams: Level
     pair_gap_lengths: tuple[np.ndarray, np.ndarray]
-    device_stats: pd.DataFrame
-    stream_stats: pd.DataFrame
-    range_inside: np.ndarray
-    device_inside: np.ndarray
-    pair_cats: np.ndarray | None
-    device_cats: np.ndarray | None
-    stream_cats: np.ndarray | None
     top_gaps: list[dict] | None
     launch_rows: list[dict]
-    pair_gaps: GapList | None = None
     range_gaps: GapList | None = None
-    device_gaps: GapList | None = None
-    stream_gaps: GapList | None = None
 
+
+#: The calls' threads, read up to the attribution's build (its host timeline keeps their codes).
+READ_BY_ATTRIBUTION = {"api": ("tid",)}
 
 #: From this many activities on, the steps that ran side by side on two threads run one after
-#: the other (:func:`_one_at_a_time`). Side by side is faster on few cores, one after the other needs less memory: at 10M
-#: kernels on 2 cores 48 s and 1,936-1,971 MiB against 42-44 s and 2,189-2,239 MiB
-#: (docs/performance.md, "Tried and dropped").
+#: the other (:func:`_one_at_a_time`). Side by side is faster on few cores, one after the other
+#: needs less memory (docs/performance.md, "Tried and dropped").
 SERIAL_ACTIVITIES = 1 << 22
 
 
@@ -307,110 +421,157 @@ def _one_at_a_time(acts: ActivityArrays) -> bool:
     return acts.start.size >= SERIAL_ACTIVITIES
 
 
-def _launch_rows(frames: TraceFrames, launch: np.ndarray, acts: ActivityArrays,
-                 names: tuple[np.ndarray, np.ndarray]) -> list[dict]:
-    """The launch statistics of the calls ``launch`` links (gapscope.analysis.launches)."""
-    return launch_stats(launch, acts.start, frames.api["start"].to_numpy(), frames.api["end"].to_numpy(), *names)
+def _linked(frames: TraceFrames, ranges: Sequence[str], domains: Sequence[str], count_memops: bool,
+            threads: str, normalize: bool, memory: _Memory) -> tuple[Linked, Memberships]:
+    """Step 1: each activity, the call that launched it, the ranges and the work each owns.
+    What reads the link ids (the other threads' work, the calls' names) is done before they go."""
+    acts = activity_arrays(frames, count_memops)
+    launch = link_launches(frames, CallIndex(frames.api))  # the index is let go once the links are found
+    table = range_table(frames, ranges, domains=domains, normalize=normalize)
+    member_range, member_act = range_members(frames, launch, table, threads)
+    names = api_names(frames)
+    elsewhere = _other_thread_warnings(frames, launch, table, member_range, threads, domains)
+    mode = _graph_trace_mode(frames, launch)
+    memory.drop(_read_once(frames))
+    n_dev = acts.device_ids.size
+    pid, dev_code, stream = unpack_stream_key(acts.stream_keys)
+    stream_keys = pd.DataFrame({"pid": pid, "device": acts.device_ids[dev_code], "stream": stream})
+    n_pairs = len(table.frame) * n_dev
+    members = Memberships(member_act, narrowed(pair_code(member_range, acts.device_code[member_act], n_dev), n_pairs),
+                          member_range.dtype)
+    graph_call = np.isin(names[1], list(GRAPH_LAUNCH_CALLS))[names[0]]
+    replays = Replays(frames.activities["kind"].to_numpy(), launch, graph_call)
+    pair_range = np.arange(n_pairs, dtype=np.int64) // max(n_dev, 1)
+    return Linked(frames, acts, launch, table, names, replays, stream_keys, pair_range, mode, elsewhere), members
 
 
-def _attributor(pool: ThreadPoolExecutor, frames: TraceFrames, acts: ActivityArrays, launch: np.ndarray,
-                names: tuple[np.ndarray, np.ndarray], attribution: bool,
-                stall_threshold_ns: int, start_order: np.ndarray | None = None) -> "Future[Attributor] | None":
+def _launch_rows(w: Linked, m: Memberships, selected: bool, after: Future | None = None) -> list[dict]:
+    """The launch statistics (gapscope.analysis.launches) of the calls that launched work; with
+    a selection, of the selected ranges' work only. ``after``: a step to wait for first."""
+    if after is not None:
+        wait([after])
+    launch = w.launch
+    if selected:
+        launch = np.full(w.launch.size, -1, dtype=w.launch.dtype)
+        launch[m.act] = w.launch[m.act]
+    return launch_stats(launch, w.acts.start, w.frames.api["start"].to_numpy(), w.frames.api["end"].to_numpy(),
+                        *w.names)
+
+
+def _attributor(pool: ThreadPoolExecutor, w: Linked, o: LevelOptions,
+                start_order: np.ndarray | None = None) -> Future[Attributor] | None:
     """The attribution's indexes being built on ``pool``, when ``attribution`` (``start_order``:
     Attributor's, the windows' order of the activities)."""
-    return pool.submit(Attributor, frames, acts, launch, names, stall_threshold_ns=stall_threshold_ns,
-                       start_order=start_order) if attribution else None
+    return pool.submit(Attributor, w.frames, w.acts, w.launch, w.names, stall_threshold_ns=o.stall_threshold_ns,
+                       start_order=start_order) if o.attribution else None
 
 
-def _levels_kept(frames: TraceFrames, acts: ActivityArrays, launch: np.ndarray,
-                 member_act: np.ndarray, member_pair: np.ndarray, n_pairs: int, pair_range: np.ndarray,
-                 n_ranges: int, stream_keys: pd.DataFrame, rp: Replays, names: tuple[np.ndarray, np.ndarray],
-                 stats_launch: np.ndarray, attribution: bool, stall_threshold_ns: int, top: int,
-                 selected: bool) -> Levels:
+def _top_gaps(w: Linked, o: LevelOptions, candidates: GapList | None) -> list[dict] | None:
+    """The ``top`` longest gaps of the ``candidates`` (None without attribution): the device
+    level's, or with a selection the selected ranges' distinct gaps."""
+    if candidates is None:
+        return None
+    return longest_gaps(w.frames, candidates, w.launch, *w.names, w.acts, o.top)
+
+
+def _levels_kept(w: Linked, m: Memberships, o: LevelOptions) -> Levels:
     """The levels measured over the whole trace at once, every gap list kept (with its
     categories): what plots, the per-gap tables and the many-trace merge read."""
-    name_codes, name_table = names
-    n_dev, n_str = acts.device_ids.size, len(stream_keys)
+    acts = w.acts
     every = np.arange(acts.start.size, dtype=np.int64)  # the devices' and streams' members: every activity
-    # The levels and the attribution's indexes on two threads: their numpy sorts and searches
-    # release the GIL. The streams come last, reusing the device level's gap split.
-    with ThreadPoolExecutor(2) as pool:
-        attributor = _attributor(pool, frames, acts, launch, names, attribution, stall_threshold_ns)
-        launches = pool.submit(_launch_rows, frames, stats_launch, acts, names)
-        paired = pool.submit(level_stats, acts, member_act, member_pair, np.arange(n_pairs), n_pairs,
-                             percentiles=False)
-        devices = pool.submit(level_stats, acts, every, acts.device_code, np.arange(n_dev), n_dev)
-        pair_stats, pair_gaps = paired.result()
-        device_stats, device_gaps = devices.result()
-        attributor = attributor.result() if attributor else None
-        launch_rows = launches.result()
-    del paired, devices  # the futures hold the levels' gap lists
-    pair_cats = device_cats = stream_cats = top_gaps = None
-    if attributor is not None:
+    (pair_stats, pair_gaps), (device_stats, device_gaps), attributor, launch_rows = _kept_beside(w, m, o, every)
+    attributed = attributor is not None
+    if attributed:
         # The range and stream levels reuse the device level's split for the gaps they share
         # (one classification of most gaps).
         device_gaps, pair_gaps = attributor.attribute([device_gaps, pair_gaps])
-        pair_cats = category_sums(pair_gaps, n_pairs)
-        device_cats = category_sums(device_gaps, n_dev)
-    stream_stats, stream_gaps = level_stats(acts, every, acts.stream_code, np.arange(n_str), n_str)
-    if attributor is not None:
+    pair_cats, device_cats = _sums(pair_gaps, w.n_pairs, attributed), _sums(device_gaps, w.n_dev, attributed)
+    # The streams last, reusing the device level's gap split.
+    stream_stats, stream_gaps = level_stats(acts, every, acts.stream_code, np.arange(w.n_str), w.n_str)
+    if attributed:
         stream_gaps = attributor.attribute([device_gaps, stream_gaps])[1]
-        stream_cats = category_sums(stream_gaps, n_str)
-    range_gaps = replace(pair_gaps, row=pair_range[pair_gaps.row])
-    if attributor is not None:
+    stream_cats = _sums(stream_gaps, w.n_str, attributed)
+    range_gaps = replace(pair_gaps, row=w.pair_range[pair_gaps.row])
+    longest = None
+    if attributed:
         # With a selection, the longest gaps are those of the selected ranges' work.
-        top_gaps = longest_gaps(frames, distinct_gaps(range_gaps) if selected else device_gaps, launch,
-                                name_codes, name_table, acts, top)
-    return Levels(pair_stats, (pair_gaps.row, pair_gaps.length), device_stats, stream_stats,
-                  rp.inside_ns(range_gaps, n_ranges), rp.inside_ns(device_gaps, n_dev), pair_cats, device_cats,
-                  stream_cats, top_gaps, launch_rows, pair_gaps, range_gaps, device_gaps, stream_gaps)
+        longest = distinct_gaps(range_gaps) if o.selected else device_gaps
+    top_gaps = _top_gaps(w, o, longest)
+    return Levels(Level(pair_stats, pair_cats, w.replays.inside_ns(range_gaps, w.n_ranges), pair_gaps),
+                  Level(device_stats, device_cats, w.replays.inside_ns(device_gaps, w.n_dev), device_gaps),
+                  Level(stream_stats, stream_cats, None, stream_gaps),
+                  (pair_gaps.row, pair_gaps.length), top_gaps, launch_rows, range_gaps)
 
 
-def _levels_windowed(frames: TraceFrames, acts: ActivityArrays, launch: np.ndarray,
-                     member_act: np.ndarray, member_pair: np.ndarray, n_pairs: int, pair_range: np.ndarray,
-                     n_ranges: int, stream_keys: pd.DataFrame, rp: Replays, names: tuple[np.ndarray, np.ndarray],
-                     stats_launch: np.ndarray, attribution: bool, stall_threshold_ns: int, top: int,
-                     selected: bool, plan: windows.WindowPlan, device_gaps: bool = False,
-                     release_ids: bool = False) -> Levels:
+def _sums(gaps: GapList, n_rows: int, attributed: bool) -> np.ndarray | None:
+    """Gap time per row and category of a level's attributed gaps (attribution.category_sums);
+    None without attribution."""
+    return category_sums(gaps, n_rows) if attributed else None
+
+
+def _kept_beside(w: Linked, m: Memberships, o: LevelOptions, every: np.ndarray
+                 ) -> tuple[tuple[pd.DataFrame, GapList], tuple[pd.DataFrame, GapList], Attributor | None, list[dict]]:
+    """(range pair stats and gaps, device stats and gaps, the Attributor or None, the launch
+    statistics): the range pairs' and the devices' levels, the attribution's indexes and the
+    launch statistics on two threads, whose numpy sorts and searches release the GIL."""
+    acts, n_pairs, n_dev = w.acts, w.n_pairs, w.n_dev
+    with ThreadPoolExecutor(2) as pool:
+        attributor = _attributor(pool, w, o)
+        launches = pool.submit(_launch_rows, w, m, o.selected)
+        paired = pool.submit(level_stats, acts, m.act, m.pair, np.arange(n_pairs), n_pairs, percentiles=False)
+        devices = pool.submit(level_stats, acts, every, acts.device_code, np.arange(n_dev), n_dev)
+        return paired.result(), devices.result(), attributor.result() if attributor else None, launches.result()
+
+
+def _levels_windowed(w: Linked, m: Memberships, o: LevelOptions, plan: windows.WindowPlan, memory: _Memory,
+                     device_gaps: bool) -> Levels:
     """The levels measured one window of activities at a time (gapscope.analysis.windows), no
     gap list held whole but, with ``device_gaps``, the device level's: the same figures as
-    :func:`_levels_kept`, in less memory. ``plan``: the windows (gapscope.analysis.windows.planned),
-    the memberships given in its order; ``release_ids``: the calls' threads are let go from
-    ``frames`` once the attribution's timeline has their codes (on a large trace, before the
-    windows)."""
-    name_codes, name_table = names
-    n_dev, n_str = acts.device_ids.size, len(stream_keys)
-    # Between the large steps the heap's free pages go back (heap.give_back_for): a step's
-    # window- and block-sized temporaries are freed scattered over the heap, and the pages they
-    # leave would stay resident under the next step's peak (at 10M kernels some 400 MiB).
-    serial = _one_at_a_time(acts)
+    :func:`_levels_kept`, in less memory. ``plan``: the windows (Memberships.in_windows), the
+    memberships given in its order."""
+    pairs, devices, streams, longest, launch_rows = _windows_beside(w, m, o, plan, memory, device_gaps)
+    memory.give_back()  # the attribution's indexes (some 40 bytes an activity) went with the windows
+    top_gaps = _top_gaps(w, o, longest[0] if longest is not None else None)
+    pair_stats, device_stats, stream_stats = _level_tables(w, m, pairs, devices, streams)
+    pair_gap_lengths = pairs.lengths()
+    return Levels(Level(pair_stats, pairs.categories, pairs.inside),
+                  Level(device_stats, devices.categories, devices.inside, devices.kept()),
+                  Level(stream_stats, streams.categories), pair_gap_lengths, top_gaps, launch_rows)
+
+
+def _windows_beside(w: Linked, m: Memberships, o: LevelOptions, plan: windows.WindowPlan, memory: _Memory,
+                    device_gaps: bool) -> tuple[windows.LevelSums, windows.LevelSums, windows.LevelSums,
+                                                tuple[GapList, np.ndarray] | None, list[dict]]:
+    """(pairs, devices, streams, longest: windows.measure's; the launch statistics): the levels
+    summed window by window (``device_gaps``: the device level's gaps kept) while the
+    attribution's indexes are built, and then the launch statistics computed, beside them; for a
+    large trace (:func:`_one_at_a_time`) the launch statistics first, then the indexes, then the
+    windows. The indexes go when this returns."""
+    serial = _one_at_a_time(w.acts)
     launch_rows = None
     if serial:
         # The launch statistics first, on their own: beside the attribution's build and the
         # first windows their temporaries (some 50 bytes a call) made a large trace's peak.
-        heap.give_back_for(acts.start.size)
-        launch_rows = _launch_rows(frames, stats_launch, acts, names)
+        memory.give_back()
+        launch_rows = _launch_rows(w, m, o.selected)
     with ThreadPoolExecutor(1 if serial else 2) as pool:
-        attributor = _attributor(pool, frames, acts, launch, names, attribution, stall_threshold_ns, plan.order)
+        attributor = _attributor(pool, w, o, plan.order)
         if serial and attributor is not None:
             attributor.result()  # built before the windows' own set-up, not beside it
-            if release_ids:  # the launch statistics and the timeline have read them
-                frames.release({"api": ("tid",)})
-            heap.give_back_for(acts.start.size)
-        launches = None
-        if not serial:  # the statistics beside the windows, once the indexes are built
-            def statistics() -> list[dict]:
-                if attributor is not None:
-                    wait([attributor])
-                return _launch_rows(frames, stats_launch, acts, names)
-            launches = pool.submit(statistics)
-        pairs, devices, streams, longest = windows.measure(acts, member_act, member_pair, plan, n_pairs, pair_range,
-                                                           n_ranges, rp, attributor, top, selected,
-                                                           keep_device_gaps=device_gaps)
-        if launches is not None:
-            launch_rows = launches.result()
-    del attributor  # its indexes (some 40 bytes an activity) are not read again
-    heap.give_back_for(acts.start.size)
+            memory.drop(READ_BY_ATTRIBUTION)  # the launch statistics and the timeline have read them
+            memory.give_back()
+        # Beside the windows, once the indexes are built.
+        launches = None if serial else pool.submit(_launch_rows, w, m, o.selected, attributor)
+        measured = windows.measure(w.acts, m.act, m.pair, plan, w.n_pairs, w.pair_range, w.n_ranges, w.replays,
+                                   attributor, o.top, o.selected, keep_device_gaps=device_gaps)
+        return (*measured, launch_rows if launches is None else launches.result())
+
+
+def _level_tables(w: Linked, m: Memberships, pairs: windows.LevelSums, devices: windows.LevelSums,
+                  streams: windows.LevelSums) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """STATS of the range pairs, devices and streams from their sums over the windows; the
+    devices' and streams' with the percentiles of their gaps and kernels."""
+    acts = w.acts
 
     def stats(level: windows.LevelSums, m_act: np.ndarray | None, m_row: np.ndarray, n: int,
               kernels: tuple[np.ndarray, np.ndarray] | None = None) -> pd.DataFrame:
@@ -418,20 +579,92 @@ def _levels_windowed(frames: TraceFrames, acts: ActivityArrays, launch: np.ndarr
         return level_table(acts, m_act, m_row, n, tl.span_ns, tl.gap_ns, tl.gap_count,
                            level.lengths() if kernels is not None else None, kernels)
 
-    top_gaps = None
-    if longest is not None:
-        top_gaps = longest_gaps(frames, longest[0], launch, name_codes, name_table, acts, top)
-    pair_stats = stats(pairs, member_act, member_pair, n_pairs)
+    pair_stats = stats(pairs, m.act, m.pair, w.n_pairs)
     # The device and stream tables read the same kernels' durations, one level after the other
     # (each level's gap lengths are let go before the next is read).
     kern = narrowed(np.flatnonzero(acts.is_kernel), acts.start.size)
     k_dur = acts.narrow_durations(kern)
-    device_stats = stats(devices, None, acts.device_code, n_dev, (acts.device_code[kern], k_dur))
-    stream_stats = stats(streams, None, acts.stream_code, n_str, (acts.stream_code[kern], k_dur))
-    del kern, k_dur
-    return Levels(pair_stats, pairs.lengths(), device_stats, stream_stats,
-                  pairs.inside, devices.inside, pairs.categories, devices.categories, streams.categories,
-                  top_gaps, launch_rows, device_gaps=devices.kept())
+    device_stats = stats(devices, None, acts.device_code, w.n_dev, (acts.device_code[kern], k_dur))
+    stream_stats = stats(streams, None, acts.stream_code, w.n_str, (acts.stream_code[kern], k_dur))
+    return pair_stats, device_stats, stream_stats
+
+
+def _rollups(w: Linked, m: Memberships, pairs: Level, pair_gap_lengths: tuple[np.ndarray, np.ndarray],
+             range_name: np.ndarray, n_names: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Step 3: STATS per range instance and per range name, rolled up from the range pairs (the
+    percentiles from every pair gap's length and every member kernel's duration)."""
+    kernels = member_kernels(w.acts, m.act, m.pair)  # what both rollups' kernel medians read
+    by_name = range_name[w.pair_range] if w.n_pairs else w.pair_range
+    rollups = (partial(rollup_stats, pairs.stats, w.pair_range, w.n_ranges, pair_gap_lengths, kernels),
+               partial(rollup_stats, pairs.stats, by_name, n_names, pair_gap_lengths, kernels))
+    # The two rollups side by side (their percentile sorts release the GIL), but one after the
+    # other for a large trace: side by side their sort keys (8 bytes a gap and a kernel each)
+    # are held at once, at the analysis's peak.
+    if _one_at_a_time(w.acts):
+        range_stats, name_stats = (rollup() for rollup in rollups)
+        return range_stats, name_stats
+    with ThreadPoolExecutor(2) as pool:
+        range_stats, name_stats = (f.result() for f in [pool.submit(rollup) for rollup in rollups])
+        return range_stats, name_stats
+
+
+def _sections(w: Linked, m: Memberships, lv: Levels, range_stats: pd.DataFrame, name_stats: pd.DataFrame,
+              range_name: np.ndarray, name_keys: pd.DataFrame, comm: communication.CommKernels | None,
+              member_range: np.ndarray) -> dict[str, Any]:
+    """Step 4: the result's row sections as columns (gapscope.analysis.rows), ``ranges``,
+    ``by_name``, ``devices`` and ``streams`` as RowTables, and the ``payoff`` rows: each
+    section's keys and STATS, its graph replays, its gap categories and graph ceiling (with
+    attribution), its verdicts and its communication figures."""
+    range_keys = w.table.frame[["name", "domain", "pid", "thread", "start_ns", "end_ns", "depth"]].copy()
+    range_keys.insert(0, "id", np.arange(w.n_ranges))
+    # A dict per row is made only when read.
+    range_cols = _columns(range_keys, range_stats)
+    name_cols = _columns(name_keys, name_stats)
+    device_cols = _columns(pd.DataFrame({"device": np.asarray(w.acts.device_ids)}), lv.devices.stats)
+    stream_cols = _columns(w.stream_keys, lv.streams.stats)
+    _with_replays(w, m, lv, range_name, member_range, range_cols, name_cols, device_cols)
+    payoff = None
+    if lv.pairs.categories is not None:
+        _with_all_categories(w, lv, range_name, range_cols, name_cols, device_cols, stream_cols)
+        payoff = measured_pairs(RowTable(name_cols))
+    for columns in (range_cols, name_cols, device_cols):
+        _with_verdicts(columns)
+    communication.with_fields(comm, w.acts, m.act, m.pair, range_name, (range_cols, name_cols, device_cols))
+    return {"ranges": RowTable(range_cols, w.n_ranges), "by_name": RowTable(name_cols, len(name_keys)),
+            "devices": RowTable(device_cols, w.n_dev), "streams": RowTable(stream_cols, w.n_str), "payoff": payoff}
+
+
+def _with_replays(w: Linked, m: Memberships, lv: Levels, range_name: np.ndarray, member_range: np.ndarray,
+                  range_cols: dict[str, Any], name_cols: dict[str, Any], device_cols: dict[str, Any]) -> None:
+    """The range, name and device sections' graph replay columns added (gapscope.analysis.replays):
+    graph kernels, replays, and gap time inside them."""
+    n_names = len(name_cols["name"])
+    r_kernels, r_replays = w.replays.counts(m.act, member_range, w.n_ranges)
+    d_kernels, d_replays = w.replays.counts(None, w.acts.device_code, w.n_dev)
+
+    def by_name_sum(values: np.ndarray) -> np.ndarray:
+        return np.bincount(range_name, weights=values, minlength=n_names).astype(np.int64) if w.n_ranges \
+            else np.zeros(n_names, dtype=np.int64)
+
+    range_cols.update(replay_figures(r_kernels, r_replays, range_cols["gap_ns"], lv.pairs.inside))
+    name_cols.update(replay_figures(by_name_sum(r_kernels), by_name_sum(r_replays), name_cols["gap_ns"],
+                                    by_name_sum(lv.pairs.inside)))
+    device_cols.update(replay_figures(d_kernels, d_replays, device_cols["gap_ns"], lv.devices.inside))
+
+
+def _with_all_categories(w: Linked, lv: Levels, range_name: np.ndarray, range_cols: dict[str, Any],
+                         name_cols: dict[str, Any], device_cols: dict[str, Any], stream_cols: dict[str, Any]) -> None:
+    """Every section's gap categories added, the range pairs' summed per range and per name,
+    with the graph ceiling but for the streams."""
+    pair_cats = lv.pairs.categories
+    range_cats = pair_cats.reshape(w.n_ranges, w.n_dev, -1).sum(axis=1) if w.n_pairs else \
+        np.zeros((w.n_ranges, pair_cats.shape[1]), dtype=np.int64)
+    _with_categories(range_cols, range_cats, True)
+    name_cats = np.zeros((len(name_cols["name"]), range_cats.shape[1]), dtype=np.int64)
+    np.add.at(name_cats, range_name, range_cats)
+    _with_categories(name_cols, name_cats, True)
+    _with_categories(device_cols, lv.devices.categories, True)
+    _with_categories(stream_cols, lv.streams.categories, False)
 
 
 def run_analysis(
@@ -460,142 +693,64 @@ def run_analysis(
     result (:func:`opened_analysis` without ``gaps`` nor ``all_calls``)."""
     if stall_threshold_ns < 0:
         raise GapscopeError(f"the stall threshold must be 0 or more, not {stall_threshold_ns} ns")
-    acts = activity_arrays(frames, count_memops)
-    launch = link_launches(frames, CallIndex(frames.api))  # the index is let go once the links are found
-    table = range_table(frames, ranges, domains=domains, normalize=normalize)
-    member_range, member_act = range_members(frames, launch, table, threads)
-    n_ranges = len(table.frame)
-    name_codes, name_table = api_names(frames)
-    selected = bool(ranges or domains)
-    # What reads the link ids (the other threads' work, the calls' names) is done before they go.
-    elsewhere = _other_thread_warnings(frames, launch, table, member_range, threads, domains)
-    mode = _graph_trace_mode(frames, launch)
-    if release_ids:
-        frames.release(_read_once(frames))
-
-    device_ids = acts.device_ids
-    n_dev = device_ids.size
-    pid, dev_code, stream = unpack_stream_key(acts.stream_keys)
-    stream_keys = pd.DataFrame({"pid": pid, "device": device_ids[dev_code], "stream": stream})
-    n_pairs = n_ranges * n_dev
-    member_pair = narrowed(pair_code(member_range, acts.device_code[member_act], n_dev), n_pairs)
-    # The range of a membership is its pair's (pair // devices): made again once the levels and
-    # rollups, the peak of the analysis, are done, not held through them.
-    range_dtype = member_range.dtype
-    del member_range
-    # With a selection, the launch statistics cover the selected ranges' work only.
-    stats_launch = launch
-    if selected:
-        stats_launch = np.full(launch.size, -1, dtype=launch.dtype)
-        stats_launch[member_act] = launch[member_act]
-    pair_range = np.arange(n_pairs, dtype=np.int64) // max(n_dev, 1)
-    graph_call = np.isin(name_table, list(GRAPH_LAUNCH_CALLS))[name_codes]
-    rp = Replays(frames.activities["kind"].to_numpy(), launch, graph_call)
-    plan = None
-    if not gaps:
+    memory = _Memory(frames, release_ids)
+    options = LevelOptions(attribution, stall_threshold_ns, top, bool(ranges or domains))
+    # 1. Each activity, the call that launched it, the ranges and the work each owns.
+    w, members = _linked(frames, ranges, domains, count_memops, threads, normalize, memory)
+    # 2. The three timeline levels (range pairs, devices, streams), their gaps attributed; the
+    # launch statistics and the longest gaps beside them.
+    if gaps:
+        lv = _levels_kept(w, members, options)
+    else:
         # The memberships in the windows' order, those passed let go (no index of every
         # membership held through the windows beside them); every later step only sums them.
-        member_act, member_pair, plan = windows.planned(acts, member_act, member_pair)
-    levels = (frames, acts, launch, member_act, member_pair, n_pairs, pair_range, n_ranges, stream_keys, rp,
-              (name_codes, name_table), stats_launch, attribution, stall_threshold_ns, top, selected)
-    # (the windows' plan is used up by the windows: its order goes with them)
-    lv = _levels_kept(*levels) if gaps else _levels_windowed(*levels, device_gaps=merge, plan=plan,
-                                                                        release_ids=release_ids)
-    del levels
-    if release_ids:
-        frames.release(READ_BY_LEVELS)
-
-    rf = table.frame
-    range_name, name_keys = _name_groups(rf)
-    n_names = len(name_keys)
-    heap.give_back_for(acts.start.size)
-    kernels = member_kernels(acts, member_act, member_pair)  # what both rollups' kernel medians read
-    # The two rollups side by side (their percentile sorts release the GIL), but one after the
-    # other for a large trace: side by side their sort keys (8 bytes a gap and a kernel each)
-    # are held at once, at the analysis's peak.
-    rollups = (partial(rollup_stats, lv.pair_stats, pair_range, n_ranges, lv.pair_gap_lengths, kernels),
-               partial(rollup_stats, lv.pair_stats, range_name[pair_range] if n_pairs else pair_range,
-                       n_names, lv.pair_gap_lengths, kernels))
-    if _one_at_a_time(acts):
-        range_stats, name_stats = (rollup() for rollup in rollups)
-    else:
-        with ThreadPoolExecutor(2) as pool:
-            range_stats, name_stats = (f.result() for f in [pool.submit(rollup) for rollup in rollups])
-    del kernels
-    heap.give_back_for(acts.start.size)
-    # Before the rows are built: the match's temporaries never sit beside every range's row.
+        members, plan = members.in_windows(w.acts)
+        lv = _levels_windowed(w, members, options, plan, memory, device_gaps=merge)  # the plan is used up
+    memory.drop(READ_BY_LEVELS)
+    # 3. The range pairs rolled up per range instance and per range name.
+    range_name, name_keys = _name_groups(w.table.frame)
+    memory.give_back()
+    range_stats, name_stats = _rollups(w, members, lv.pairs, lv.pair_gap_lengths, range_name, len(name_keys))
+    memory.give_back()
+    # 4. Each section's rows, with their replays, categories, verdicts and communication. Before
+    # the rows are built: the match's temporaries never sit beside every range's row.
     comm = communication.find(frames)
-    member_range = (member_pair // max(n_dev, 1)).astype(range_dtype)
-    if selected and not (range_stats["kernels"].to_numpy() > 0).any():
+    member_range = members.ranges(w.n_dev)
+    if options.selected and not (range_stats["kernels"].to_numpy() > 0).any():
         chosen = [*(repr(r) for r in ranges), *(f"domain {d!r}" for d in domains)]
         raise GapscopeError(f"the ranges matching {', '.join(chosen)} launched no GPU work")
-
-    range_keys = rf[["name", "domain", "pid", "thread", "start_ns", "end_ns", "depth"]].copy()
-    range_keys.insert(0, "id", np.arange(n_ranges))
-    # Each section's rows as columns (gapscope.analysis.rows): a dict per row is made only when read.
-    range_cols = _columns(range_keys, range_stats)
-    name_cols = _columns(name_keys, name_stats)
-    device_cols = _columns(pd.DataFrame({"device": np.asarray(device_ids)}), lv.device_stats)
-    stream_cols = _columns(stream_keys, lv.stream_stats)
-
-    # Graph replays: graph kernels, replays, and gap time inside them, per range, name, device.
-    r_kernels, r_replays = rp.counts(member_act, member_range, n_ranges)
-    d_kernels, d_replays = rp.counts(None, acts.device_code, n_dev)
-
-    def by_name_sum(values: np.ndarray) -> np.ndarray:
-        return np.bincount(range_name, weights=values, minlength=n_names).astype(np.int64) if n_ranges \
-            else np.zeros(n_names, dtype=np.int64)
-
-    range_cols.update(replay_figures(r_kernels, r_replays, range_stats["gap_ns"].to_numpy(), lv.range_inside))
-    name_cols.update(replay_figures(by_name_sum(r_kernels), by_name_sum(r_replays), name_stats["gap_ns"].to_numpy(),
-                                    by_name_sum(lv.range_inside)))
-    device_cols.update(replay_figures(d_kernels, d_replays, lv.device_stats["gap_ns"].to_numpy(), lv.device_inside))
-
-    payoff = None
-    if lv.pair_cats is not None:
-        pair_cats = lv.pair_cats
-        range_cats = pair_cats.reshape(n_ranges, n_dev, -1).sum(axis=1) if n_pairs else \
-            np.zeros((n_ranges, pair_cats.shape[1]), dtype=np.int64)
-        _with_categories(range_cols, range_cats, True)
-        name_cats = np.zeros((n_names, range_cats.shape[1]), dtype=np.int64)
-        np.add.at(name_cats, range_name, range_cats)
-        _with_categories(name_cols, name_cats, True)
-        _with_categories(device_cols, lv.device_cats, True)
-        _with_categories(stream_cols, lv.stream_cats, False)
-        payoff = measured_pairs(RowTable(name_cols))
-    for columns in (range_cols, name_cols, device_cols):
-        _with_verdicts(columns)
-    communication.with_fields(comm, acts, member_act, member_pair, range_name, (range_cols, name_cols, device_cols))
-
+    sections = _sections(w, members, lv, range_stats, name_stats, range_name, name_keys, comm, member_range)
+    # 5. The result, built once.
     result = AnalysisResult(
-        trace={
-            "path": frames.meta.path,
-            "name": Path(frames.meta.path).name,
-            "format": frames.meta.format,
-            "nsys_version": frames.meta.nsys_version,
-            "export_schema": frames.meta.export_schema,
-            "graph_trace": mode,
-            "gpus": {str(k): v for k, v in sorted(frames.meta.gpu_names.items())},
-        },
+        trace=_trace_fields(frames, w.graph_trace),
         options={"count_memops": count_memops, "range_filter": list(ranges), "domain_filter": list(domains),
                  "threads": threads, "normalize_names": normalize,
                  "stall_threshold_ns": int(stall_threshold_ns) if attribution else None},
-        warnings=_warnings(frames, launch, table, mode, elsewhere),
-        ranges=RowTable(range_cols, n_ranges),
-        by_name=RowTable(name_cols, n_names),
-        devices=RowTable(device_cols, n_dev),
-        streams=RowTable(stream_cols, len(stream_keys)),
-        launch=lv.launch_rows,
-        payoff=payoff,
-        top_gaps=lv.top_gaps,
+        warnings=_warnings(frames, w.launch, w.table, w.graph_trace, w.elsewhere),
+        **sections, launch=lv.launch_rows, top_gaps=lv.top_gaps,
     )
     return AnalysisArrays(
-        frames=frames, acts=acts, launch=launch, ranges=table, name_of_range=range_name, member_range=member_range,
-        member_act=member_act, member_pair=member_pair,
-        pairs=RangePairs(n_dev, lv.pair_stats, lv.pair_gap_lengths, lv.pair_cats) if gaps or merge else None,
-        range_gaps=lv.range_gaps, device_gaps=lv.device_gaps, stream_keys=stream_keys, stream_gaps=lv.stream_gaps,
+        frames=frames, acts=w.acts, launch=w.launch, ranges=w.table, name_of_range=range_name,
+        member_range=member_range, member_act=members.act, member_pair=members.pair,
+        pairs=RangePairs(w.n_dev, lv.pairs.stats, lv.pair_gap_lengths, lv.pairs.categories) if gaps or merge else None,
+        range_gaps=lv.range_gaps, device_gaps=lv.devices.gaps, stream_keys=w.stream_keys, stream_gaps=lv.streams.gaps,
         result=result, comm=comm,
     )
+
+
+def _trace_fields(frames: TraceFrames, graph_trace: str) -> dict[str, Any]:
+    """The result's ``trace`` object: the file, its format and versions, how graphs were
+    traced, its GPUs."""
+    meta = frames.meta
+    return {
+        "path": meta.path,
+        "name": Path(meta.path).name,
+        "format": meta.format,
+        "nsys_version": meta.nsys_version,
+        "export_schema": meta.export_schema,
+        "graph_trace": graph_trace,
+        "gpus": {str(k): v for k, v in sorted(meta.gpu_names.items())},
+    }
 
 
 #: What :func:`opened_analysis` tells its ``progress`` callback: the step starting ("reading",

@@ -19,10 +19,7 @@ from typing import Any
 from gapscope import __version__
 from gapscope.errors import GapscopeError
 from gapscope.schema import ANALYSIS_SCHEMA as SCHEMA
-from gapscope.schema import READABLE, check_result, require_fields
-
-#: Every schema ``from_dict`` reads.
-READABLE_SCHEMAS = READABLE["analysis"]
+from gapscope.schema import check_result, require_fields
 
 #: Optional sections, in the order the JSON writes them (docs/schema.md).
 SECTIONS = ("launch", "payoff", "top_gaps")

@@ -1,4 +1,4 @@
-"""The design text's sweep table: gap fraction and graph speedup per launch path and kernel time,
+"""The sweep table of `gapscope run`: gap fraction and graph speedup per launch path and kernel time,
 from the range rows of an analysis (ranges named ``<path>`` or ``<path>/k=<us>us``, as
 `gapscope run` pushes them) and, when `gapscope run` made them, the untraced timings."""
 
@@ -46,7 +46,7 @@ def _median(values: Sequence[float]) -> float | None:
 
 def sweep_rows(ranges: Sequence[dict[str, Any]], timings: Sequence[dict[str, Any]],
                paths: Sequence[str], kernel_us: Sequence[float], n_kernels: int) -> list[SweepRow]:
-    """The seed's table from analysis range instances and untraced timings.
+    """The sweep table's rows from analysis range instances and untraced timings.
 
     Per-kernel traced time is span / n_kernels (the N launched), not over the trace's kernel
     count, which under graph-level tracing counts a whole graph execution as one.

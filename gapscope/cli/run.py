@@ -19,7 +19,7 @@ from gapscope.run.workload import CASES, KERNEL_KINDS, PATHS, parse_us_list
 @click.option("--streams", "-s", default=4, show_default=True,
               help="Streams of the multistream path (S).")
 @click.option("--paths", default=",".join(PATHS), show_default=True,
-              help="Paths to run, comma-separated: launch paths and the seed's cases "
+              help="Paths to run, comma-separated: launch paths and the CUDA Graph cases "
                    f"({', '.join(CASES)}; docs/cases.md).")
 @click.option("--repeat", "-r", default=1, show_default=True,
               help="Runs of each path under its range (median and spread in the table).")
@@ -51,9 +51,9 @@ def run_command(kernel_us: str, kernels: int, streams: int, paths: str, repeat: 
                 kind: str, nsys: str | None, graph_trace: str, steps: int, layers: int,
                 pool_sizes: str, seed: int, output_dir: str, fmt: str, report: bool,
                 dry_run: bool, quiet: bool, plot_dir: str | None) -> None:
-    """Record CuPy micro-kernels down eager, multi-stream and graph paths (and the seed's
-    cases) under nsys, then report the gap fraction of each path beside its untraced time per
-    kernel, and each case's figures.
+    """Record CuPy micro-kernels down eager, multi-stream and graph paths (and the CUDA Graph
+    cases of docs/cases.md) under nsys, then report the gap fraction of each path beside its
+    untraced time per kernel, and each case's figures.
     """
     from gapscope.run.runner import RunOptions, run
     from gapscope.run.workload.ladder import parse_sizes

@@ -5,16 +5,12 @@ loads and keeps its schema name)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from gapscope import __version__
 from gapscope.errors import GapscopeError
 from gapscope.schema import FLEET_SCHEMA as SCHEMA
-from gapscope.schema import READABLE, check_result
-
-#: Every schema ``from_dict`` reads.
-READABLE_SCHEMAS = READABLE["fleet"]
+from gapscope.schema import check_result
 
 
 @dataclass
@@ -80,10 +76,3 @@ class FleetResult:
             schema=schema,
             **{s: list(data.get(s, [])) for s in (*cls.SECTIONS, *cls.OPTIONAL)},
         )
-
-
-def load_fleet(path: str | Path) -> FleetResult:
-    """Read a fleet JSON written by `gapscope analyze A B ... --format json`."""
-    from gapscope.inputs import read_json
-
-    return FleetResult.from_dict(read_json(Path(path)), str(path))

@@ -1,4 +1,5 @@
-"""The crossover chart of a `gapscope run` sweep: the seed's decode-vs-prefill claim in one figure.
+"""The crossover chart of a `gapscope run` sweep: whether graphs pay at each kernel time in one figure
+(short kernels, as in decode, leave the timeline in gaps; long ones, as in prefill, amortize them).
 
 Top: each path's gap fraction against kernel time (log scale), with the thresholds of
 docs/metrics.md ("launch-bound" at 20 %, "amortized" below 5 %) and the kernel times at which the

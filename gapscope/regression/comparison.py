@@ -68,7 +68,6 @@ __all__ = [
 ]
 
 COMPARISON_SCHEMA = "gapscope.comparison/2"
-RESULT_SCHEMA_PREFIX = "gapscope.analysis/"
 #: A merged report of many traces (gapscope.fleet): its by_name, devices (one per rank) and
 #: streams sections have the fields compare reads; ranks match in order (docs/schema.md).
 FLEET_SCHEMA_PREFIX = "gapscope.fleet/"

@@ -45,7 +45,8 @@ def _e(text: Any) -> str:
 
 
 def share_class(f: float | None) -> str:
-    """The CSS class of a gap fraction by the design text's criterion."""
+    """The CSS class of a gap fraction by whether the gaps matter (docs/metrics.md, "Verdicts"):
+    ``bound`` from LAUNCH_BOUND on, ``some`` from AMORTIZED on, ``fine`` below."""
     if f is None:
         return ""
     return "bound" if f >= LAUNCH_BOUND else "some" if f >= AMORTIZED else "fine"

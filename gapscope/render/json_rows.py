@@ -1,8 +1,7 @@
 """The compact JSON text of a RowTable's rows (gapscope.analysis.rows), made column by column
 with no dict per row: the text ``json.dumps(rows, separators=(",", ":"))`` writes of the rows
-read out, NaN and infinities null (gapscope.render.json's strict JSON). The whole JSON of the
-1M-kernel tiling's result (12,672 range rows) takes 0.17 s so, against 0.37 s making the dicts
-and dumping them (best of 5, docs/performance.md)."""
+read out, NaN and infinities null (gapscope.render.json's strict JSON), in about half the time
+of making the dicts and dumping them (docs/performance.md)."""
 
 from __future__ import annotations
 

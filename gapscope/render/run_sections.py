@@ -4,7 +4,7 @@ Columns: kernel time (calibrated back-to-back us), path, gap % of the traced GPU
 over repeats, with min-max when repeated), traced span per kernel, the trace's median kernel
 duration, untraced time per kernel (CUDA events, no profiler), and the span speedup over eager.
 
-The seed's cases (docs/cases.md) each get a table of their rows and a summary: trace times
+The CUDA Graph cases of docs/cases.md each get a table of their rows and a summary: trace times
 (`*_ns`) are shown in microseconds, shares and fractions in percent, host timers as they are.
 """
 

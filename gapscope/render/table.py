@@ -30,7 +30,8 @@ ORDER = ("by_name", "domains", "ranges", "devices", "streams", "idle", "communic
 
 
 def share_text(f: float | None) -> Text:
-    """A gap fraction as a percentage, coloured by the design text's criterion."""
+    """A gap fraction as a percentage, coloured by whether the gaps matter (docs/metrics.md,
+    "Verdicts": red from LAUNCH_BOUND on, green below AMORTIZED)."""
     if f is None:
         return Text("-")
     style = "bold red" if f >= LAUNCH_BOUND else "yellow" if f >= AMORTIZED else "green"

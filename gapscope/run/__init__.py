@@ -1,2 +1,2 @@
-"""`gapscope run`: CuPy micro-kernels and the design text's cases recorded under nsys (``runner``,
+"""`gapscope run`: CuPy micro-kernels and the CUDA Graph cases of docs/cases.md recorded under nsys (``runner``,
 ``workload``), and the figures that answer each case (``case_figures``)."""

@@ -11,7 +11,7 @@ Everything lands in one output folder:
     analysis.json      `gapscope analyze`'s result for the export
     workload.json      what the profiled workload ran: range names, case sizes, traced host timers
     run.json           the RunResult: options, the above, the sweep table rows, and for the
-                       seed's cases (docs/cases.md) their host timers and figures
+                       CUDA Graph cases (docs/cases.md) their host timers and figures
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ class RunOptions:
 
     @property
     def cases(self) -> list[str]:
-        """The seed's cases among --paths."""
+        """The CUDA Graph cases (docs/cases.md) among --paths."""
         return split_paths(self.paths)[1]
 
     def case_config(self) -> Any:

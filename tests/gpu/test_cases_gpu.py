@@ -1,4 +1,4 @@
-"""GPU tests of the seed's cases under `gapscope run` (docs/cases.md): a real capture of every
+"""GPU tests of the CUDA Graph cases under `gapscope run` (docs/cases.md): a real capture of every
 single-GPU case, and multi-gpu as the machine allows (two GPUs: recorded and measured; one GPU:
 refused with exit 2). They carry the `gpu` marker, deselected by default; on the GPU machine:
 

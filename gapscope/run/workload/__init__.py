@@ -1,10 +1,10 @@
 """The CuPy micro-kernel workload that `gapscope run` records under nsys.
 
 `kernels` holds the RawKernels and their calibration, `paths` the eager, multi-stream and
-graph-replay launch paths, `timing` the same paths timed without a profiler, `cases` the seed's
-other cases (default stream, graph pool, graph updates, piecewise graphs, instantiation cost,
-two GPUs), `graphs` the CUDA graph calls CuPy lacks (through cuda-bindings) and `ladder` the
-pure batch-size arithmetic of graph pools. CuPy is imported lazily (inside functions), so this
+graph-replay launch paths, `timing` the same paths timed without a profiler, `cases` the CUDA
+Graph cases of docs/cases.md (default stream, graph pool, graph updates, piecewise graphs,
+instantiation cost, two GPUs), `graphs` the CUDA graph calls CuPy lacks (through cuda-bindings)
+and `ladder` the pure batch-size arithmetic of graph pools. CuPy is imported lazily (inside functions), so this
 package imports on machines without CuPy or a GPU.
 """
 

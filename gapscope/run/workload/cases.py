@@ -1,23 +1,23 @@
-"""The seed's other cases as launch paths of `gapscope run`, each under its own NVTX ranges.
+"""The CUDA Graph cases of docs/cases.md as launch paths of `gapscope run`, each under its own NVTX ranges.
 
-- `default-stream` (A.1.1): kernel + host-to-device copy pairs meant to overlap, three ways: the
+- `default-stream`: kernel + host-to-device copy pairs meant to overlap, three ways: the
   kernel on the legacy default stream and the copy on a blocking user stream (`legacy`), both on
   blocking user streams (`user-streams`), both on non-blocking streams (`nonblocking`);
-- `graph-pool` (A.3.3-A.3.4): a `layers`-kernel forward whose token kernel's work and launch
+- `graph-pool`: a `layers`-kernel forward whose token kernel's work and launch
   shape follow the batch size; `steps` requests of varying size run `eager`, from a graph
   captured for their `exact` size, and `padded` to the pool's ladder (ranges `capture`, `eager`,
   `exact`, `padded`);
-- `graph-update` (A.3.4): a `layers`-kernel graph whose kernels' iteration count alternates
+- `graph-update`: a `layers`-kernel graph whose kernels' iteration count alternates
   between replays, changed by re-capture and re-instantiation (`recapture`), cudaGraphExecUpdate
   from a fresh capture (`exec-update`) or cudaGraphExecKernelNodeSetParams (`set-params`), beside
   plain `eager` launches; each update sits in a nested `<method>/update` range;
 - `piecewise` (vLLM V1): `layers` layers of 2 kernels, an attention kernel whose grid grows every
   step, 2 kernels; run all `eager`, as graph `pieces` between eager attention launches, and as one
   `full` graph with the attention's shape fixed; each step in a nested `<variant>/step` range;
-- `instantiate` (A.3.2 point 4): an N-kernel stream captured, instantiated, launched for the
+- `instantiate`: an N-kernel stream captured, instantiated, launched for the
   first time and replayed (ranges `capture`, `instantiate`, `first-launch`, `replay`), three
   times over, beside the same N kernels launched `eager`;
-- `multi-gpu` (A.4): `layers` kernels a step on each of two GPUs, GPU 1 waiting on an event
+- `multi-gpu`: `layers` kernels a step on each of two GPUs, GPU 1 waiting on an event
   recorded on GPU 0 (`one-way`), and GPU 0 also waiting on GPU 1's previous step (`ping-pong`).
 
 Everything that must not count (compilation, fixture captures, one run of every variant) happens

@@ -3,7 +3,7 @@
 - `eager`: N launches one by one on one non-blocking stream;
 - `multistream`: the same N kernels over S non-blocking streams; each step forks (an event
   recorded on stream 0 that the other streams wait on), launches one kernel per stream, then
-  joins (an event per side stream that stream 0 waits on): the seed's A.1 DAG;
+  joins (an event per side stream that stream 0 waits on): a fork/join DAG a step;
 - `graph`: the eager sequence captured once by stream capture, instantiated once, then replayed
   with one cudaGraphLaunch per range.
 
