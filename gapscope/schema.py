@@ -15,14 +15,16 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from gapscope.catalog import CATEGORY_NAMES
 from gapscope.errors import GapscopeError
 
-ANALYSIS_SCHEMA = "gapscope.analysis/2"
+ANALYSIS_SCHEMA = "gapscope.analysis/3"
 FLEET_SCHEMA = "gapscope.fleet/2"
 #: Schemas this gapscope writes, by the kind of result (gapscope.inputs names kinds the same) ...
 SCHEMAS = {"analysis": ANALYSIS_SCHEMA, "fleet": FLEET_SCHEMA}
 #: ... and the schemas it reads (the previous version's still load).
-READABLE = {"analysis": ("gapscope.analysis/1", ANALYSIS_SCHEMA), "fleet": ("gapscope.fleet/1", FLEET_SCHEMA)}
+READABLE = {"analysis": ("gapscope.analysis/1", "gapscope.analysis/2", ANALYSIS_SCHEMA),
+            "fleet": ("gapscope.fleet/1", FLEET_SCHEMA)}
 _RUN_PREFIXES = ("gapscope-run/", "gapscope.run/")
 
 #: Columns every timeline row carries, in report order (docs/schema.md, STATS).
@@ -30,16 +32,17 @@ STATS_FIELDS = (
     "kernels", "memops", "memop_ns", "gpu_span_ns", "busy_ns", "gap_ns", "gap_fraction", "gap_count",
     "gap_p50_ns", "gap_p90_ns", "gap_p99_ns", "gap_max_ns", "kernel_median_ns",
 )
-#: Gap categories of either schema (gapscope.analysis.attribution.IdleCategory's labels; schema
-#: 1 had no host, stall and setup).
-CATEGORIES = ("launch", "host", "stall", "setup", "sync", "dependency", "memop", "pipeline", "unknown")
+#: Gap categories of every schema (gapscope.catalog's; schema 1 had no host, stall and setup).
+CATEGORIES = CATEGORY_NAMES
+#: Fields that hold gap times per category (an object keyed by category).
+NESTED = ("gap_by_category_ns", "one_off_by_category_ns")
 #: The sections every result of a kind holds (lists of objects).
 SECTIONS = {
     "analysis": ("ranges", "by_name", "devices", "streams"),
     "fleet": ("files", "devices", "rank_names", "by_name", "spread", "steps", "stragglers", "streams"),
 }
 #: Sections that may be absent or null.
-OPTIONAL_SECTIONS = {"analysis": ("launch", "payoff", "top_gaps"), "fleet": ()}
+OPTIONAL_SECTIONS = {"analysis": ("answer", "launch", "payoff", "top_gaps"), "fleet": ()}
 
 _FRACTION = (0.0, 1.0, "a fraction in [0, 1]")
 _NONNEG = (0.0, math.inf, "a number >= 0")
@@ -54,14 +57,17 @@ DOMAINS: dict[str, tuple[float, float, str]] = {
         "host_p90_ns", "per_second", "graph_ceiling_span_ns", "graph_ceiling_speedup", "eager_span_ns",
         "graph_span_ns", "measured_speedup", "ceiling_speedup", "start_ns", "end_ns", "depth",
         "graph_kernels", "graph_replays", "gap_between_replays_ns", "gap_inside_replays_ns",
-        "stall_threshold_ns")},
+        "stall_threshold_ns", "graph_predicted_speedup", "graph_predicted_low", "graph_predicted_high",
+        "eager_untraced_ns", "graph_predicted_ns", "steady_span_ns", "one_off_ns", "one_off_stalls",
+        "tracer_overhead_ns", "replayed_instances", "eager_instances", "first_eager_instance",
+        "last_eager_instance", "eager_instance_span_ns", "replayed_instance_span_ns", "wall_ns")},
     **{f: _ANY for f in ("latency_median_ns", "latency_p90_ns", "excess_gap_ns", "worst_step_excess_ns")},
 }
 #: Fields that hold an integer (an id that results are matched on), and fields that hold text.
 INTEGERS = ("device", "stream", "pid", "thread", "id", "rank")
 TEXTS = ("name", "label", "api", "eager", "graph", "category", "before", "after", "launched_by", "domain",
          "path", "file", "nsys_version", "export_schema", "graph_trace", "format", "reading", "verdict",
-         "threads", "gapscope_version")
+         "threads", "gapscope_version", "scope", "measured_against")
 #: A field of another name ending so holds a number too (a figure of a newer gapscope's result).
 NUMBER_SUFFIXES = ("_ns", "_count", "_kernels", "_replays", "_fraction", "_speedup")
 #: Fields of a row that renderers of a saved analysis read, per section.
@@ -216,14 +222,14 @@ def _check_field(key: str, v: Any, where: str, source: str, spreads: bool) -> No
             return
         if not _is_number(v) or not lo <= v <= hi:
             raise _bad(source, where, v, what)
-    elif key.endswith(NUMBER_SUFFIXES) and v is not None and not _is_number(v) and key != "gap_by_category_ns" \
+    elif key.endswith(NUMBER_SUFFIXES) and v is not None and not _is_number(v) and key not in NESTED \
             and not (spreads and isinstance(v, dict)):
         raise _bad(source, where, v, "a number")
     elif key in INTEGERS and v is not None and (not isinstance(v, int) or isinstance(v, bool)):
         raise _bad(source, where, v, "an integer")
     elif key in TEXTS and v is not None and not isinstance(v, str):
         raise _bad(source, where, v, "text")
-    elif key == "gap_by_category_ns" and not (
+    elif key in NESTED and not (
             isinstance(v, dict) and all(k in CATEGORIES and _is_number(x) and 0 <= x < math.inf
                                         for k, x in v.items())):
         raise _bad(source, where, v, f"an object of gap times >= 0 per category ({', '.join(CATEGORIES)})")

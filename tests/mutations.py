@@ -272,7 +272,7 @@ def mutate_json(text: str, rng: random.Random) -> tuple[str, bool, str]:
         del data[key]
         return json.dumps(data), False, f"del {key}"
     if kind == "schema":
-        value = rng.choice(('"gapscope.analysis/2"', '"gapscope.fleet/1"', '"gapscope-run/1"', '"x/1"', '1', 'null'))
+        value = rng.choice(('"gapscope.analysis/2"', '"gapscope.analysis/3"', '"gapscope.fleet/1"', '"gapscope-run/1"', '"x/1"', '1', 'null'))
         data["schema"] = "SENTINEL"
         return json.dumps(data).replace('"SENTINEL"', value), False, f"schema = {value}"
     if kind == "deep":

@@ -841,3 +841,54 @@ def paired_collectives(ks: list[dict], is_comm, shift: dict[int, int] | None = N
         instances.append({"late": late, "lateness": last - min(arrive.values()), "wait": sum(waits.values()),
                           "late_gap": before[late]})
     return {"totals": totals, "instances": instances}
+
+
+# ------------------------------------------------------------------ steady state and prediction
+# docs/metrics.md, "Steady state" and "Predicted CUDA Graph speedup", written again plainly.
+
+def one_off(attr: Attribution, acts: list[dict], instances: int = 1,
+            threshold: int = 1_000_000) -> tuple[dict[str, int], int]:
+    """(one-off gap time per category, how many long stall gaps were left out) of a timeline:
+    every gap whose largest category (the first in CATEGORIES on a tie) is setup, and the gaps
+    whose largest is stall and that last ``threshold`` or longer when there are at most
+    max(2, instances / 10) of them."""
+    setup, stall = dict.fromkeys(CATEGORIES, 0), dict.fromkeys(CATEGORIES, 0)
+    n_stall = 0
+    for g0, length, _, k in attr.gaps([a for a in acts if a["kind"] != "memop"]):
+        split = attr.classify(g0, length, k)
+        largest = max(CATEGORIES, key=lambda c: (split.get(c, 0), -CATEGORIES.index(c)))
+        if largest == "setup":
+            for c, v in split.items():
+                setup[c] += v
+        elif largest == "stall" and length >= threshold:
+            n_stall += 1
+            for c, v in split.items():
+                stall[c] += v
+    rare = n_stall <= max(2, instances / 10)
+    return {c: setup[c] + (stall[c] if rare else 0) for c in CATEGORIES}, (n_stall if rare else 0)
+
+
+def predicted(row: dict, one_off_cats: dict[str, int], launch_call_ns: float, tracer: str,
+              turnaround_ns: float, instances: int = 1) -> dict[str, float]:
+    """The model of docs/metrics.md for one row, with the H200 calibration spelled out: an
+    untraced launch call costs 2.0 us (1.0 to 3.0), torch.profiler adds 1.5 us per eager launch
+    (0 to 3.0), a graph launch costs 5 us + 7 ns per node; ``turnaround_ns`` is the replay
+    turnaround per kernel boundary (measured on the trace's replays)."""
+    cats = {c: row["gap_by_category_ns"][c] - one_off_cats[c] for c in CATEGORIES}
+    span = row["gpu_span_ns"] - sum(one_off_cats.values())
+    busy, kernels, memops = row["busy_ns"], row["kernels"], row["memops"]
+    launches = max(kernels - row["graph_kernels"], 0) + memops
+
+    def eager(call_ns: float, per_launch: float) -> float:
+        over = launches * (max(launch_call_ns - call_ns, 0) + (per_launch if tracer == "torch" else 0))
+        floor = busy + cats["pipeline"] + cats["dependency"] + cats["memop"]
+        return max(span - min(cats["launch"] + cats["host"], over), floor)
+
+    nodes = (kernels + memops) / instances
+    host = instances * (5000 + 7 * nodes) + cats["stall"] + cats["setup"]
+    device = busy + row["memop_ns"] + max(kernels - instances, 0) * turnaround_ns
+    replay = device + host + cats["sync"] if cats["sync"] > 0 else max(device, host)
+    e = eager(2000, 1500)
+    ceiling_span = max(busy + cats["memop"], cats["stall"])
+    return {"steady_span_ns": span, "eager_untraced_ns": e, "graph_predicted_ns": replay,
+            "graph_predicted_speedup": e / replay, "graph_ceiling_speedup": span / ceiling_span}

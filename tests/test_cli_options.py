@@ -42,7 +42,7 @@ def test_a_closed_pipe_ends_quietly_with_141(args):
 
 
 def test_the_suffix_of_o_names_the_format(tmp_path):
-    for suffix, check in ((".json", lambda t: json.loads(t)["schema"] == "gapscope.analysis/2"),
+    for suffix, check in ((".json", lambda t: json.loads(t)["schema"] == "gapscope.analysis/3"),
                           (".csv", lambda t: t.startswith("level,")),
                           (".md", lambda t: t.startswith("# gapscope report: torch_decode.sqlite\n")),
                           (".html", lambda t: t.startswith("<!DOCTYPE html>")),

@@ -665,8 +665,8 @@ def test_option_mismatch_warns() -> None:
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
-        (lambda r: r.pop("schema"), "baseline[0] is not a gapscope result (no 'schema' field; expected gapscope.analysis/2)"),
-        (lambda r: r.update(schema="other/1"), "baseline[0] is not a gapscope result (schema 'other/1'; expected gapscope.analysis/2)"),
+        (lambda r: r.pop("schema"), "baseline[0] is not a gapscope result (no 'schema' field; expected gapscope.analysis/3)"),
+        (lambda r: r.update(schema="other/1"), "baseline[0] is not a gapscope result (schema 'other/1'; expected gapscope.analysis/3)"),
         (lambda r: r.pop("streams"), "baseline[0]: result has no 'streams' list"),
         (lambda r: r["by_name"][0].pop("gap_fraction"),
          "baseline[0] has no 'gap_fraction' field in its by_name rows; cannot check gap_fraction:+0.02"),

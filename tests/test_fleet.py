@@ -319,7 +319,7 @@ def test_one_file_keeps_the_single_file_output(tmp_path):
     direct = gapscope("analyze", str(folder / "only.sqlite"), "-f", "json")
     via_folder = gapscope("analyze", str(folder), "--jobs", "2", "-f", "json")
     assert direct.returncode == via_folder.returncode == 0
-    assert json.loads(direct.stdout)["schema"] == "gapscope.analysis/2"
+    assert json.loads(direct.stdout)["schema"] == "gapscope.analysis/3"
     assert direct.stdout == via_folder.stdout
 
 

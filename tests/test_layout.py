@@ -28,7 +28,7 @@ def test_resolver_names_what_each_input_is(tmp_path, analyzed):
     fleet.write_text('{"schema": "gapscope.fleet/1", "files": []}')
     got = {p: (resolve(p).kind, resolve(p).format) for p in
            (str(TRACES / "torch_decode.sqlite"), str(saved), str(tmp_path / "run"), str(fleet))}
-    assert list(got.values()) == [("trace", "nsys-sqlite"), ("analysis", "gapscope.analysis/2"),
+    assert list(got.values()) == [("trace", "nsys-sqlite"), ("analysis", "gapscope.analysis/3"),
                                   ("run", "gapscope-run folder"), ("fleet", "gapscope.fleet/1")]
     with pytest.raises(GapscopeError, match=r"r\.json: a saved analysis result \(JSON\); compare reads a trace"):
         resolve(saved).require("trace", command="compare")

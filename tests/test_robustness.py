@@ -561,9 +561,9 @@ def test_too_much_damage_is_refused(small):
 def test_a_future_schema_is_refused_by_compare_and_analyze_alike(tmp_path):
     text = gapscope("analyze", str(TRACES / "torch_decode.sqlite"), "-f", "json").stdout
     future = tmp_path / "future.json"
-    future.write_text(text.replace('"gapscope.analysis/2"', '"gapscope.analysis/3"', 1))
-    message = (f"{future}: result schema 'gapscope.analysis/3' is not supported (this gapscope reads "
-               "gapscope.analysis/1, gapscope.analysis/2")
+    future.write_text(text.replace('"gapscope.analysis/3"', '"gapscope.analysis/4"', 1))
+    message = (f"{future}: result schema 'gapscope.analysis/4' is not supported (this gapscope reads "
+               "gapscope.analysis/1, gapscope.analysis/2, gapscope.analysis/3")
     assert_one_line_error(gapscope("analyze", str(future)), message)
     assert_one_line_error(gapscope("compare", str(future), str(future)), message)
 

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gapscope import catalog
 from gapscope.analysis import host_timeline as ht
 from gapscope.analysis.host_timeline import DEFAULT_STALL_THRESHOLD_NS, HostTimeline
 from gapscope.analysis.intervals import union_blocks
@@ -60,8 +61,10 @@ class IdleCategory(enum.IntEnum):
         return self.name.lower()
 
 
-CATEGORY_LABELS = tuple(c.label for c in IdleCategory)
+CATEGORY_LABELS = catalog.CATEGORY_NAMES
 N_CATEGORIES = len(IdleCategory)
+if tuple(c.label for c in IdleCategory) != CATEGORY_LABELS:  # the catalog orders every table
+    raise ImportError("IdleCategory is out of step with gapscope.catalog.CATEGORIES")
 
 
 @dataclass(frozen=True)
@@ -157,6 +160,7 @@ class Attributor:
         ``stall_threshold_ns``: no-call stretches and calls longer than this are ``stall``;
         ``start_order``: the activities in (start, index) order, when the caller has it (the
         windows' order; else it is made here), from which each one's predecessor on its stream is found."""
+        self.stall_threshold_ns = stall_threshold_ns
         self.frames = frames
         self.acts = acts
         self.launch = launch
@@ -425,6 +429,63 @@ def category_sums(gaps: GapList, n_rows: int) -> np.ndarray:
     """Gap time per (row, category) of attributed gaps, shape (n_rows, N_CATEGORIES); each row
     sums to its gaps' total."""
     return gaps.split.sums(gaps.row, gaps.length, n_rows)
+
+
+def setup_sums(gaps: GapList, n_rows: int) -> np.ndarray:
+    """Gap time per (row, category) of the setup gaps: those whose largest category is setup
+    (module loading, allocations, graph capture: one-off in a steady state; docs/metrics.md,
+    "Steady state")."""
+    return category_sums(gap_subset(gaps, np.flatnonzero(gaps.split.category == IdleCategory.SETUP)), n_rows)
+
+
+@dataclass(frozen=True)
+class LongStalls:
+    """The long stall gaps of a level: those whose largest category is stall and that last the
+    stall threshold or longer, each with its row, length and time per category. Few in any
+    trace (a loop's host stretches are microseconds), so held as a list."""
+
+    row: np.ndarray
+    length: np.ndarray
+    split: np.ndarray  # (gaps, N_CATEGORIES)
+
+    @classmethod
+    def of(cls, gaps: GapList, stall_threshold_ns: int) -> "LongStalls":
+        idx = np.flatnonzero((gaps.split.category == IdleCategory.STALL) & (gaps.length >= max(stall_threshold_ns, 1)))
+        return cls(gaps.row[idx].astype(np.int64), gaps.length[idx].astype(np.int64),
+                   gaps.split.matrix(idx, gaps.length))
+
+    @classmethod
+    def concat(cls, parts: list["LongStalls"]) -> "LongStalls":
+        if not parts:
+            return cls(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, N_CATEGORIES), np.int64))
+        return cls(np.concatenate([p.row for p in parts]), np.concatenate([p.length for p in parts]),
+                   np.concatenate([p.split for p in parts]))
+
+    def regrouped(self, group: np.ndarray) -> "LongStalls":
+        """The same gaps, each row mapped through ``group`` (range pairs to ranges, ...)."""
+        return LongStalls(np.asarray(group)[self.row], self.length, self.split)
+
+    def one_off(self, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
+        """(one-off time per (row, category), one-off long stalls per row): a row's long stalls
+        repeat when at least REPEATS of them last within a factor of 2 of their median length
+        (a sleep, a batch loaded each step); those are its steady state's, every other long
+        stall of it is one-off (first use of a library, a compile)."""
+        out = np.zeros((n_rows, N_CATEGORIES), dtype=np.int64)
+        count = np.zeros(n_rows, dtype=np.int64)
+        if self.row.size == 0:
+            return out, count
+        frame = pd.DataFrame({"row": self.row, "length": self.length})
+        median = frame.groupby("row")["length"].transform("median").to_numpy(np.float64)
+        near = (self.length >= median / 2) & (self.length <= median * 2)
+        repeating = pd.Series(near).groupby(self.row).transform("sum").to_numpy() >= REPEATS
+        once = ~(near & repeating)
+        np.add.at(out, self.row[once], self.split[once])
+        np.add.at(count, self.row[once], 1)
+        return out, count
+
+
+#: How many long stalls of about one length make them a row's steady state.
+REPEATS = 3
 
 
 def as_dicts(sums: np.ndarray) -> list[dict[str, int]]:

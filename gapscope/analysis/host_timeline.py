@@ -29,6 +29,7 @@ import pandas as pd
 
 from gapscope.analysis.intervals import expand_slices, grouped_running_max
 from gapscope.analysis.keys import TimeKeys, index_dtype, small_codes
+from gapscope.catalog import process_of
 from gapscope.trace.cuda_api import ROLE_LAUNCH, ROLE_SETUP, ROLE_SYNC
 
 #: The categories a thread's state gives (indexes of HostTimeline.split's columns).
@@ -78,7 +79,7 @@ class HostTimeline:
             self._sums = [np.zeros(0, dtype=np.int64)] * N_STATES
             self._derived = -1  # no segment: split() has no time to give
             return
-        thread_proc = pd.factorize(np.asarray(threads, dtype=np.int64) >> 24)[0].astype(np.int64)
+        thread_proc = pd.factorize(process_of(np.asarray(threads, dtype=np.int64)))[0].astype(np.int64)
         # With one calling thread per process, a process's no-call stretches are its thread's.
         alone = np.unique(thread_proc).size == thread_proc.size
         seg_key, seg_cat = self._thread_segments(seg_thread, start, end, np.asarray(role), alone)

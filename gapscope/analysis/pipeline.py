@@ -37,9 +37,10 @@ import numpy as np
 import pandas as pd
 
 from gapscope import heap
-from gapscope.analysis import communication, memory, windows
+from gapscope.analysis import answer, communication, memory, prediction, windows
 from gapscope.analysis.attribution import (
-    CATEGORY_LABELS, Attributor, IdleCategory, api_names, category_sums, distinct_gaps, longest_gaps,
+    CATEGORY_LABELS, Attributor, LongStalls, api_names, category_sums, distinct_gaps, longest_gaps,
+    setup_sums,
 )
 from gapscope.analysis.host_timeline import DEFAULT_STALL_THRESHOLD_NS
 from gapscope.analysis.keys import narrowed, pair_code, small_codes, stream_key, unpack_stream_key
@@ -47,7 +48,7 @@ from gapscope.analysis.launches import launch_stats
 from gapscope.analysis.metrics import (
     STATS_FIELDS, ActivityArrays, GapList, level_stats, level_table, member_kernels, rollup_stats,
 )
-from gapscope.analysis.payoff import ceilings, measured_pairs
+from gapscope.analysis.payoff import measured_pairs
 from gapscope.analysis.ranges import (
     CallIndex, RangeTable, is_library_domain, link_launches, process_work_counts, range_members, range_table,
 )
@@ -55,6 +56,8 @@ from gapscope.analysis.replays import Replays, figures as replay_figures
 from gapscope.analysis.result import AnalysisResult
 from gapscope.analysis.rows import Nested, RowTable, rows_of
 from gapscope.analysis.verdicts import column_verdicts
+from gapscope import catalog
+from gapscope.catalog import GRAPH_SHARE, process_of
 from gapscope.errors import GapscopeError
 from gapscope.trace.cuda_api import GRAPH_LAUNCH_CALLS, base_name
 from gapscope.trace.frames import ActivityKind, TraceFrames
@@ -208,15 +211,52 @@ def _warnings(frames: TraceFrames, launch: np.ndarray, ranges: RangeTable, mode:
     return out
 
 
-def _with_categories(columns: dict[str, Any], sums: np.ndarray, with_ceiling: bool) -> None:
-    """A section's ``gap_by_category_ns`` column added (and, ``with_ceiling``, the graph ceiling's
-    two, gapscope.analysis.payoff.ceilings, for every row at once); like the other ``_with_``
-    helpers it adds to the pipeline's own columns, not yet in a result."""
-    sums = np.asarray(sums, dtype=np.int64)
-    columns["gap_by_category_ns"] = Nested(CATEGORY_LABELS, sums)
-    if with_ceiling:
-        columns["graph_ceiling_span_ns"], columns["graph_ceiling_speedup"] = ceilings(
-            columns["gpu_span_ns"], sums[:, IdleCategory.LAUNCH], sums[:, IdleCategory.HOST])
+def _with_categories(columns: dict[str, Any], sums: np.ndarray) -> None:
+    """A section's ``gap_by_category_ns`` column added; like the other ``_with_`` helpers it adds
+    to the pipeline's own columns, not yet in a result."""
+    columns["gap_by_category_ns"] = Nested(CATEGORY_LABELS, np.asarray(sums, dtype=np.int64))
+
+
+def _with_prediction(columns: dict[str, Any], sums: np.ndarray, setup: np.ndarray, stalls: LongStalls,
+                     costs: prediction.TraceCosts) -> None:
+    """A section's steady state (its one-off gaps: every setup gap and the long stalls that do
+    not repeat, attribution.LongStalls.one_off), its predicted CUDA Graph speedup and its graph
+    ceiling (gapscope.analysis.prediction), for every row at once."""
+    n = len(sums)
+    stalled, columns["one_off_stalls"] = stalls.one_off(n)
+    one_off = np.asarray(setup, dtype=np.int64) + stalled
+    columns["one_off_by_category_ns"] = Nested(CATEGORY_LABELS, one_off)
+    instances = np.asarray(columns["count"]) if "count" in columns else np.ones(n)
+    predicted = prediction.predict(columns, sums, one_off, instances, costs)
+    for field in prediction.FIELDS:
+        values = predicted[field]
+        columns[field] = np.rint(values).astype(np.int64) if field in prediction.WHOLE_NS else values
+
+
+def _with_coverage(range_cols: dict[str, Any], name_cols: dict[str, Any], range_name: np.ndarray) -> None:
+    """Graph coverage per range name (docs/metrics.md, "Graph coverage"): how many of its
+    instances with GPU work ran as replays and how many eagerly, the first and last eager
+    instance's id, and the median span of each kind."""
+    n_names = len(name_cols["name"])
+    kernels = np.asarray(range_cols["kernels"])
+    replayed = (np.asarray(range_cols["graph_replays"]) > 0) & (kernels > 0) & \
+        (np.asarray(range_cols["graph_kernels"]) > GRAPH_SHARE * kernels)
+    eager = (kernels > 0) & ~replayed
+    name_cols["replayed_instances"] = np.bincount(range_name[replayed], minlength=n_names)
+    name_cols["eager_instances"] = np.bincount(range_name[eager], minlength=n_names)
+    e = np.flatnonzero(eager)
+    first = np.full(n_names, np.inf)
+    last = np.full(n_names, -np.inf)
+    np.minimum.at(first, range_name[e], e)
+    np.maximum.at(last, range_name[e], e)
+    name_cols["first_eager_instance"] = np.where(np.isfinite(first), first, np.nan)  # range ids; null: none
+    name_cols["last_eager_instance"] = np.where(np.isfinite(last), last, np.nan)
+    span = np.asarray(range_cols["gpu_span_ns"], dtype=np.float64)
+    for field, mask in (("eager_instance_span_ns", eager), ("replayed_instance_span_ns", replayed)):
+        medians = pd.Series(span[mask]).groupby(range_name[mask]).median()
+        out = np.full(n_names, np.nan)
+        out[medians.index.to_numpy()] = medians.to_numpy()
+        name_cols[field] = out
 
 
 def _named(rf: pd.DataFrame, domains: Sequence[str]) -> tuple[int, str]:
@@ -238,7 +278,8 @@ def _other_thread_warnings(frames: TraceFrames, launch: np.ndarray, table: Range
         return []
     launching = _launching_threads(frames, launch)  # globalTids: process in bits 24+
     holding = pd.unique(table.frame["tid"].to_numpy())
-    pairs = pd.DataFrame({"p": holding >> 24, "r": holding}).merge(pd.DataFrame({"p": launching >> 24, "t": launching}))
+    pairs = pd.DataFrame({"p": process_of(holding), "r": holding}).merge(
+        pd.DataFrame({"p": process_of(launching), "t": launching}))
     if not (pairs["t"] != pairs["r"]).any():  # no other thread launches in a range's process
         return []
     own = np.bincount(member_range, minlength=len(table.frame))
@@ -277,10 +318,10 @@ def _name_groups(rf: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
     return codes, keys
 
 
-def _with_verdicts(columns: dict[str, Any]) -> None:
+def _with_verdicts(columns: dict[str, Any], graph_level: bool) -> None:
     """A section's machine-readable ``verdict`` and the ``reading`` the tables show added:
     each row's ``verdicts.verdict``, decided over the columns (``verdicts.column_verdicts``)."""
-    columns["verdict"], columns["reading"] = column_verdicts(columns, rows_of(columns))
+    columns["verdict"], columns["reading"] = column_verdicts(columns, rows_of(columns), graph_level)
 
 
 class _Memory:
@@ -387,6 +428,9 @@ class Level:
     categories: np.ndarray | None
     inside: np.ndarray | None = None
     gaps: GapList | None = None
+    #: setup gap time per (row, category) and the long stall gaps (range pairs and devices)
+    setup: np.ndarray | None = None
+    long_stalls: LongStalls | None = None
 
 
 @dataclass(frozen=True)
@@ -497,8 +541,13 @@ def _levels_kept(w: Linked, m: Memberships, o: LevelOptions) -> Levels:
         # With a selection, the longest gaps are those of the selected ranges' work.
         longest = distinct_gaps(range_gaps) if o.selected else device_gaps
     top_gaps = _top_gaps(w, o, longest)
-    return Levels(Level(pair_stats, pair_cats, w.replays.inside_ns(range_gaps, w.n_ranges), pair_gaps),
-                  Level(device_stats, device_cats, w.replays.inside_ns(device_gaps, w.n_dev), device_gaps),
+    thr = o.stall_threshold_ns
+    pair_one_off = (setup_sums(pair_gaps, w.n_pairs), LongStalls.of(pair_gaps, thr)) if attributed else (None, None)
+    device_one_off = (setup_sums(device_gaps, w.n_dev), LongStalls.of(device_gaps, thr)) if attributed else \
+        (None, None)
+    return Levels(Level(pair_stats, pair_cats, w.replays.inside_ns(range_gaps, w.n_ranges), pair_gaps, *pair_one_off),
+                  Level(device_stats, device_cats, w.replays.inside_ns(device_gaps, w.n_dev), device_gaps,
+                        *device_one_off),
                   Level(stream_stats, stream_cats, None, stream_gaps),
                   (pair_gaps.row, pair_gaps.length), top_gaps, launch_rows, range_gaps)
 
@@ -534,8 +583,12 @@ def _levels_windowed(w: Linked, m: Memberships, o: LevelOptions, plan: windows.W
     top_gaps = _top_gaps(w, o, longest[0] if longest is not None else None)
     pair_stats, device_stats, stream_stats = _level_tables(w, m, pairs, devices, streams)
     pair_gap_lengths = pairs.lengths()
-    return Levels(Level(pair_stats, pairs.categories, pairs.inside),
-                  Level(device_stats, devices.categories, devices.inside, devices.kept()),
+    def stalls(level: windows.LevelSums) -> LongStalls | None:
+        return None if level.long_stalls is None else LongStalls.concat(level.long_stalls)
+
+    return Levels(Level(pair_stats, pairs.categories, pairs.inside, None, pairs.setup, stalls(pairs)),
+                  Level(device_stats, devices.categories, devices.inside, devices.kept(), devices.setup,
+                        stalls(devices)),
                   Level(stream_stats, streams.categories), pair_gap_lengths, top_gaps, launch_rows)
 
 
@@ -622,13 +675,17 @@ def _sections(w: Linked, m: Memberships, lv: Levels, range_stats: pd.DataFrame, 
     name_cols = _columns(name_keys, name_stats)
     device_cols = _columns(pd.DataFrame({"device": np.asarray(w.acts.device_ids)}), lv.devices.stats)
     stream_cols = _columns(w.stream_keys, lv.streams.stats)
+    range_cols["wall_ns"] = (range_keys["end_ns"] - range_keys["start_ns"]).to_numpy(np.int64)
+    name_cols["wall_ns"] = np.bincount(range_name, weights=range_cols["wall_ns"], minlength=len(name_keys)
+                                       ).astype(np.int64) if w.n_ranges else np.zeros(len(name_keys), dtype=np.int64)
     _with_replays(w, m, lv, range_name, member_range, range_cols, name_cols, device_cols)
+    _with_coverage(range_cols, name_cols, range_name)
     payoff = None
     if lv.pairs.categories is not None:
         _with_all_categories(w, lv, range_name, range_cols, name_cols, device_cols, stream_cols)
         payoff = measured_pairs(RowTable(name_cols))
     for columns in (range_cols, name_cols, device_cols):
-        _with_verdicts(columns)
+        _with_verdicts(columns, w.graph_trace == "graph")
     communication.with_fields(comm, w.acts, m.act, m.pair, range_name, (range_cols, name_cols, device_cols))
     return {"ranges": RowTable(range_cols, w.n_ranges), "by_name": RowTable(name_cols, len(name_keys)),
             "devices": RowTable(device_cols, w.n_dev), "streams": RowTable(stream_cols, w.n_str), "payoff": payoff}
@@ -654,17 +711,39 @@ def _with_replays(w: Linked, m: Memberships, lv: Levels, range_name: np.ndarray,
 
 def _with_all_categories(w: Linked, lv: Levels, range_name: np.ndarray, range_cols: dict[str, Any],
                          name_cols: dict[str, Any], device_cols: dict[str, Any], stream_cols: dict[str, Any]) -> None:
-    """Every section's gap categories added, the range pairs' summed per range and per name,
-    with the graph ceiling but for the streams."""
-    pair_cats = lv.pairs.categories
-    range_cats = pair_cats.reshape(w.n_ranges, w.n_dev, -1).sum(axis=1) if w.n_pairs else \
-        np.zeros((w.n_ranges, pair_cats.shape[1]), dtype=np.int64)
-    _with_categories(range_cols, range_cats, True)
-    name_cats = np.zeros((len(name_cols["name"]), range_cats.shape[1]), dtype=np.int64)
-    np.add.at(name_cats, range_name, range_cats)
-    _with_categories(name_cols, name_cats, True)
-    _with_categories(device_cols, lv.devices.categories, True)
-    _with_categories(stream_cols, lv.streams.categories, False)
+    """Every section's gap categories added, the range pairs' summed per range and per name;
+    and but for the streams, the steady state, the prediction and the graph ceiling."""
+    def by_range(pair_values: np.ndarray) -> np.ndarray:
+        return pair_values.reshape(w.n_ranges, w.n_dev, -1).sum(axis=1) if w.n_pairs else \
+            np.zeros((w.n_ranges, pair_values.shape[1]), dtype=np.int64)
+
+    def by_name(range_values: np.ndarray) -> np.ndarray:
+        out = np.zeros((len(name_cols["name"]), range_values.shape[1]), dtype=np.int64)
+        np.add.at(out, range_name, range_values)
+        return out
+
+    costs = _trace_costs(w, lv, device_cols)
+    range_cats, range_setup = by_range(lv.pairs.categories), by_range(lv.pairs.setup)
+    range_stalls = lv.pairs.long_stalls.regrouped(w.pair_range)
+    for columns, cats, setup, stalls in (
+            (range_cols, range_cats, range_setup, range_stalls),
+            (name_cols, by_name(range_cats), by_name(range_setup), range_stalls.regrouped(range_name)),
+            (device_cols, lv.devices.categories, lv.devices.setup, lv.devices.long_stalls)):
+        _with_categories(columns, cats)
+        _with_prediction(columns, cats, setup, stalls, costs)
+    _with_categories(stream_cols, lv.streams.categories)
+
+
+def _trace_costs(w: Linked, lv: Levels, device_cols: dict[str, Any]) -> prediction.TraceCosts:
+    """What the prediction takes from the trace as a whole (gapscope.analysis.prediction): its
+    tracer, its eager launch calls' durations, its GPU and the turnaround inside its replays."""
+    meta = w.frames.meta
+    tracer = catalog.trace_format(meta.format).tracer if meta.format in catalog.FORMAT_NAMES else "nsys"
+    gpu = next(iter(meta.gpu_names.values()), None) if meta.gpu_names else None
+    inside = float(np.asarray(device_cols["gap_inside_replays_ns"]).sum())
+    bounds = float(np.maximum(np.asarray(device_cols["graph_kernels"]) - np.asarray(device_cols["graph_replays"]),
+                              0).sum())
+    return prediction.trace_costs(tracer, lv.launch_rows, gpu, inside, bounds)
 
 
 def run_analysis(
@@ -728,6 +807,7 @@ def run_analysis(
                  "stall_threshold_ns": int(stall_threshold_ns) if attribution else None},
         warnings=_warnings(frames, w.launch, w.table, w.graph_trace, w.elsewhere),
         **sections, launch=lv.launch_rows, top_gaps=lv.top_gaps,
+        answer=answer.build(sections["by_name"], sections["devices"], sections["payoff"]),
     )
     return AnalysisArrays(
         frames=frames, acts=w.acts, launch=w.launch, ranges=w.table, name_of_range=range_name,

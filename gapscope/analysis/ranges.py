@@ -25,6 +25,7 @@ from gapscope.analysis.domains import LIBRARY_DOMAINS, is_library_domain  # noqa
 from gapscope.analysis.intervals import gathered_slices
 from gapscope.analysis.range_names import OP_SUFFIX  # noqa: F401  (numpy-free, for renderers)
 from gapscope.analysis.keys import TimeKeys, call_key, index_dtype, narrowed
+from gapscope.catalog import pid_of, process_of, thread_of
 from gapscope.errors import GapscopeError
 from gapscope.trace.frames import NVTX_DOMAIN_CREATE, TraceFrames
 
@@ -180,8 +181,8 @@ def range_table(frames: TraceFrames, patterns: Sequence[str] = (), *, domains: S
             "name": names,
             "group": groups,
             "domain": dom,
-            "pid": (tid >> 24) & 0xFFFFFF,
-            "thread": tid & 0xFFFFFF,
+            "pid": pid_of(tid),
+            "thread": thread_of(tid),
             "tid": tid,
             "start_ns": start,
             "end_ns": end,
@@ -201,7 +202,7 @@ def _launch_slices(frames: TraceFrames, launch: np.ndarray, ranges: RangeTable, 
     api = frames.api
     call = launch[linked]
     if threads == "process":
-        call_owner, rng_owner = api["proc"].to_numpy()[call], rf["tid"].to_numpy() >> 24
+        call_owner, rng_owner = api["proc"].to_numpy()[call], process_of(rf["tid"].to_numpy())
     else:
         call_owner, rng_owner = api["tid"].to_numpy()[call], rf["tid"].to_numpy()
     call_start = api["start"].to_numpy()[call]

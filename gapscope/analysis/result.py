@@ -22,7 +22,7 @@ from gapscope.schema import ANALYSIS_SCHEMA as SCHEMA
 from gapscope.schema import check_result, require_fields
 
 #: Optional sections, in the order the JSON writes them (docs/schema.md).
-SECTIONS = ("launch", "payoff", "top_gaps")
+SECTIONS = ("answer", "launch", "payoff", "top_gaps")
 _CORE = ("schema", "gapscope_version", "trace", "nsys_version", "options", "warnings",
          "ranges", "by_name", "devices", "streams")
 
@@ -75,6 +75,7 @@ class AnalysisResult:
     by_name: Sequence[dict[str, Any]] = field(default_factory=list)
     devices: Sequence[dict[str, Any]] = field(default_factory=list)
     streams: Sequence[dict[str, Any]] = field(default_factory=list)
+    answer: list[dict[str, Any]] | None = None
     launch: list[dict[str, Any]] | None = None
     payoff: list[dict[str, Any]] | None = None
     top_gaps: list[dict[str, Any]] | None = None
@@ -85,6 +86,15 @@ class AnalysisResult:
     @property
     def nsys_version(self) -> str | None:
         return self.trace.get("nsys_version")
+
+    def answers(self) -> list[dict[str, Any]]:
+        """The answer's entries (gapscope.analysis.answer): the result's own, or made from its rows
+        (a result of an older schema has none)."""
+        if self.answer is not None:
+            return self.answer
+        from gapscope.analysis import answer
+
+        return answer.build(self.by_name, self.devices, self.payoff)
 
     @property
     def attributed(self) -> bool:

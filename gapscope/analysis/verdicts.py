@@ -1,8 +1,15 @@
-"""Reading a timeline row the way the design text does: is the gap fraction a problem, what kind
-of problem, and would CUDA Graphs fix it (docs/metrics.md, "Verdicts").
+"""Reading a timeline row: what kept the GPU idle, and what CUDA Graphs would win
+(docs/metrics.md, "Verdicts").
 
-The verdict is a pure function of a result row, so a saved result reads the same as a fresh one
-(a row of an older schema too: categories it lacks count as 0).
+One evaluator, :func:`column_verdicts`, decides every row of a section at once by the rules of
+gapscope.catalog.VERDICTS, in that order (the first that matches wins); :func:`verdict` is the
+same evaluator on one row (a saved result of an older schema, a many-trace result's pooled
+row). A row whose prediction was made (gapscope.analysis.prediction) reads its cause and the
+predicted win (``launch-bound: graphs ~4.4x``, ``host stalls: graphs won't (<=1.05x)``); one
+without (no attribution, an older result) reads the catalog's plain text.
+
+This module imports numpy only when a verdict is decided, so the renderers of a saved result
+(which read the stored ``reading``) stay numpy-free.
 """
 
 from __future__ import annotations
@@ -10,109 +17,89 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-#: The seed's criterion as numbers (docs/metrics.md, "Verdicts"): above LAUNCH_BOUND the gaps
-#: matter, below AMORTIZED they are amortized; without attribution, gaps whose median is longer
-#: than LAUNCH_SCALE_NS are host-side stalls, not launch overhead.
-LAUNCH_BOUND = 0.20
-AMORTIZED = 0.05
-LAUNCH_SCALE_NS = 100_000
-#: A row is a graph replay when more than this share of its kernels came from graph launches.
-GRAPH_SHARE = 0.5
+from gapscope import catalog
+from gapscope.catalog import (
+    AMORTIZED, CATEGORY_NAMES, GRAPH_SHARE, HOST_WAITS, LAUNCH_BOUND, LAUNCH_SCALE_NS, MIN_KERNELS, PLAIN_READINGS,
+    READINGS, REMOVED_BY_GRAPHS, REPLAY_READINGS, WARMUP_NS, WONT,
+)
 
-#: Every verdict code, with the text the tables show.
-READINGS = {
-    "no_work": "no GPU work",
-    "amortized": "gaps amortized",
-    "launch_bound": "launch-bound: graphs pay",
-    "host_bound": "host-bound: graphs pay",
-    "some_launch_gaps": "some launch gaps",
-    "stall": "host stalls: graphs won't",
-    "setup": "setup (loading, allocs)",
-    "sync": "host syncs idle the GPU",
-    "dependency": "waits on other streams",
-    "memop": "idle behind copies",
-    "pipeline": "device turnaround",
-    "unknown": "gaps not attributable",
-    "graph_replay_between": "graphs: host between",
-    "graph_replay_inside": "graphs: device turnaround",
-}
-VERDICTS = ("no_work", "amortized", "launch_bound", "host_bound", "some_launch_gaps", "stall", "setup",
-            "sync", "dependency", "memop", "pipeline", "unknown", "graph_replay")
+#: Every verdict code, in the order its rule is tried.
+VERDICTS = catalog.VERDICT_CODES
 
-#: What a CUDA Graph replay removes: the categories of the graph ceiling (gapscope.analysis.payoff).
-REMOVABLE = ("launch", "host")
-#: The host-side categories a replay keeps: they name a graph replay's verdict when they dominate.
-HOST_WAITS = ("stall", "setup", "sync")
+__all__ = ["AMORTIZED", "LAUNCH_BOUND", "READINGS", "VERDICTS", "column_verdicts", "is_graph_replay", "reading",
+           "verdict", "win"]
 
 
-def is_graph_replay(row: dict[str, Any]) -> bool:
+def is_graph_replay(row: Mapping[str, Any]) -> bool:
     """True when more than half of the row's kernels came from graph launches."""
     kernels = row.get("kernels") or 0
-    return bool(row.get("graph_replays")) and kernels > 0 and row.get("graph_kernels", 0) > GRAPH_SHARE * kernels
+    return bool(row.get("graph_replays")) and kernels > 0 and (row.get("graph_kernels") or 0) > GRAPH_SHARE * kernels
 
 
-def _replay(row: dict[str, Any]) -> tuple[str, str]:
-    """A graph replay's verdict: what is left is host time between replays or device
-    turnaround inside them, whichever holds more gap time."""
-    between = row.get("gap_between_replays_ns", 0)
-    inside = row.get("gap_inside_replays_ns", 0)
-    return "graph_replay", READINGS["graph_replay_between" if between >= inside else "graph_replay_inside"]
+def win(predicted: float) -> str:
+    """The predicted win as a reading says it: ``graphs ~4.4x``, ``graphs ~12x`` or, at WONT
+    and below, ``graphs won't (<=1.05x)``."""
+    if not predicted > WONT:
+        return f"graphs won't (<={WONT:.2f}x)"
+    return f"graphs ~{predicted:.1f}x" if predicted < 10 else f"graphs ~{predicted:.0f}x"
 
 
-def verdict(row: dict[str, Any]) -> tuple[str, str]:
-    """(code, reading) of a timeline row: one of VERDICTS and the phrase the tables show."""
-    f = row.get("gap_fraction")
-    if f is None:
-        return "no_work", READINGS["no_work"]
-    if f < AMORTIZED:
-        return "amortized", READINGS["amortized"]
-    cats = row.get("gap_by_category_ns")
-    if cats and row.get("gap_ns"):
-        # One pass over the categories (this runs once per row of every result): the removable
-        # time, and the largest other category (the first in the row's order on a tie).
-        removable = 0
-        top, top_ns = None, 0
-        for c, v in cats.items():
-            if c in REMOVABLE:
-                removable += v
-            elif top is None or v > top_ns:
-                top, top_ns = c, v
-        if is_graph_replay(row):
-            # What a replay leaves: a host that stalls, sets up or syncs, or else its own gaps.
-            if top in HOST_WAITS and top_ns >= removable:
-                return top, READINGS[top]
-            return _replay(row)
-        if top is not None and top_ns > removable:
-            return top, READINGS[top]
-        code = "launch_bound" if cats.get("launch", 0) >= cats.get("host", 0) else "host_bound"
-        return (code, READINGS[code]) if f >= LAUNCH_BOUND else ("some_launch_gaps", READINGS["some_launch_gaps"])
-    if is_graph_replay(row):
-        return _replay(row)
-    if row.get("gap_p50_ns") is not None and row["gap_p50_ns"] > LAUNCH_SCALE_NS:
-        return "stall", READINGS["stall"]
-    return ("launch_bound", READINGS["launch_bound"]) if f >= LAUNCH_BOUND else \
-        ("some_launch_gaps", READINGS["some_launch_gaps"])
+def verdict(row: Mapping[str, Any], graph_level: bool = False) -> tuple[str, str]:
+    """(code, reading) of one row: :func:`column_verdicts` on it alone."""
+    columns: dict[str, Any] = {k: [v] for k, v in row.items() if not isinstance(v, (dict, list))}
+    for nested in ("gap_by_category_ns", "one_off_by_category_ns"):
+        cats = row.get(nested)
+        if isinstance(cats, Mapping):
+            columns[nested] = [[cats.get(c, 0) or 0 for c in CATEGORY_NAMES]]
+    codes, texts = column_verdicts(columns, 1, graph_level)
+    return str(codes[0]), str(texts[0])
 
 
-def reading(row: dict[str, Any]) -> str:
-    """The phrase a table shows for a row."""
-    return verdict(row)[1]
+def reading(row: Mapping[str, Any]) -> str:
+    """The phrase a table shows for a row: its stored ``reading``, else decided now."""
+    text = row.get("reading")
+    return text if isinstance(text, str) else verdict(row)[1]
 
 
-def column_verdicts(columns: Mapping[str, Any], n: int) -> tuple[Any, Any]:
-    """(codes, readings), two object arrays, of the ``n`` rows of a section held as columns (the pipeline's,
-    gapscope.analysis.rows: every STATS and replay field, ``gap_by_category_ns`` a Nested when
-    attribution ran), decided for all rows at once: each row's :func:`verdict`, rule by rule."""
+def _matrix(columns: Mapping[str, Any], name: str, n: int) -> Any:
+    """A nested per-category column as an (n, categories) array in the catalog's order, or None."""
     import numpy as np
 
-    def col(name: str) -> np.ndarray:
-        return np.asarray(columns[name])
+    value = columns.get(name)
+    if value is None:
+        return None
+    keys = getattr(value, "keys", None)
+    if keys is not None and not callable(keys):  # gapscope.analysis.rows.Nested
+        values = np.asarray(value.values, dtype=np.float64).reshape(n, len(keys))
+        out = np.zeros((n, len(CATEGORY_NAMES)))
+        for j, key in enumerate(keys):
+            if key in CATEGORY_NAMES:
+                out[:, CATEGORY_NAMES.index(key)] = values[:, j]
+        return out
+    return np.asarray(value, dtype=np.float64).reshape(n, len(CATEGORY_NAMES))
 
-    f = col("gap_fraction").astype(np.float64)
-    kernels, gap_ns = col("kernels"), col("gap_ns")
-    replay = (col("graph_replays") != 0) & (kernels > 0) & (col("graph_kernels") > GRAPH_SHARE * kernels)
-    replay_reading = np.where(col("gap_between_replays_ns") >= col("gap_inside_replays_ns"),
-                              READINGS["graph_replay_between"], READINGS["graph_replay_inside"]).astype(object)
+
+def column_verdicts(columns: Mapping[str, Any], n: int, graph_level: bool = False) -> tuple[Any, Any]:
+    """(codes, readings), two object arrays, of the ``n`` rows of a section held as columns
+    (the pipeline's, gapscope.analysis.rows; every STATS and replay field, the categories as a
+    Nested or an (n, categories) array when attribution ran, the prediction's fields when it was
+    made), by the catalog's rules in order. ``graph_level``: the trace recorded graphs at graph
+    level (a replay's inside gaps were not traced)."""
+    import numpy as np
+
+    def col(name: str, default: float = np.nan) -> np.ndarray:
+        value = columns.get(name)
+        if value is None:
+            return np.full(n, default)
+        return np.asarray([default if v is None else v for v in value] if isinstance(value, list) else value,
+                          dtype=np.float64)
+
+    f = col("gap_fraction")
+    kernels, gap_ns, span = col("kernels", 0.0), col("gap_ns", 0.0), col("gpu_span_ns", 0.0)
+    replay = (col("graph_replays", 0.0) != 0) & (kernels > 0) & (col("graph_kernels", 0.0) > GRAPH_SHARE * kernels)
+    predicted = col("graph_predicted_speedup")
+    has_prediction = ~np.isnan(predicted)
+    wall = col("wall_ns")
     code = np.empty(n, dtype=object)
     text = np.empty(n, dtype=object)
     open_ = np.ones(n, dtype=bool)  # rows no rule has decided yet
@@ -124,32 +111,62 @@ def column_verdicts(columns: Mapping[str, Any], n: int) -> tuple[Any, Any]:
         open_[hit] = False
 
     decide(np.isnan(f), "no_work", READINGS["no_work"])
-    decide(f < AMORTIZED, "amortized", READINGS["amortized"])
-    nested = columns.get("gap_by_category_ns")
-    with_cats = np.zeros(n, dtype=bool)
-    if nested is not None:
-        keys = list(nested.keys)
-        values = np.asarray(nested.values, dtype=np.int64).reshape(n, len(keys))
-        with_cats = gap_ns != 0
-        removable = sum(values[:, keys.index(c)] for c in REMOVABLE if c in keys)
-        others = [i for i, c in enumerate(keys) if c not in REMOVABLE]
-        top_at = np.argmax(values[:, others], axis=1)  # the first of the largest, as verdict() takes it
-        top_ns = values[:, others].max(axis=1)
-        top = np.array([keys[i] for i in others], dtype=object)[top_at]
-        top_reading = np.array([READINGS[keys[i]] for i in others], dtype=object)[top_at]
-        waits = np.isin(top, HOST_WAITS)
-        decide(with_cats & replay & waits & (top_ns >= removable), top, top_reading)
-        decide(with_cats & replay, "graph_replay", replay_reading)
-        decide(with_cats & (top_ns > removable), top, top_reading)
-        launch = values[:, keys.index("launch")] if "launch" in keys else 0
-        host = values[:, keys.index("host")] if "host" in keys else 0
-        bound = np.where(launch >= host, "launch_bound", "host_bound").astype(object)
-        bound_reading = np.where(launch >= host, READINGS["launch_bound"], READINGS["host_bound"]).astype(object)
-        decide(with_cats & (f >= LAUNCH_BOUND), bound, bound_reading)
-        decide(with_cats, "some_launch_gaps", READINGS["some_launch_gaps"])
-    decide(replay, "graph_replay", replay_reading)
-    p50 = col("gap_p50_ns").astype(np.float64)
-    decide(~np.isnan(p50) & (p50 > LAUNCH_SCALE_NS), "stall", READINGS["stall"])
-    decide(f >= LAUNCH_BOUND, "launch_bound", READINGS["launch_bound"])
-    decide(open_, "some_launch_gaps", READINGS["some_launch_gaps"])
+    decide(kernels < MIN_KERNELS, "too_small", READINGS["too_small"])
+    host_first = wall - span
+    decide(~np.isnan(wall) & (host_first >= span) & (host_first >= WARMUP_NS), "warmup", READINGS["warmup"])
+
+    cats = _matrix(columns, "gap_by_category_ns", n)
+    with_cats = np.zeros(n, dtype=bool) if cats is None else gap_ns != 0
+    if cats is None:
+        cats = np.zeros((n, len(CATEGORY_NAMES)))
+    one_off = _matrix(columns, "one_off_by_category_ns", n)
+    steady = cats - one_off if one_off is not None else cats
+    steady_gap = steady.sum(axis=1)
+    steady_span = span - (one_off.sum(axis=1) if one_off is not None else 0.0)
+    steady_f = np.where(with_cats, np.divide(steady_gap, steady_span, out=np.full(n, np.nan),
+                                             where=steady_span > 0), f)
+    index = {c: i for i, c in enumerate(CATEGORY_NAMES)}
+    removable = sum(steady[:, index[c]] for c in REMOVED_BY_GRAPHS)
+    others = [i for i, c in enumerate(CATEGORY_NAMES) if c not in REMOVED_BY_GRAPHS]
+    top_at = np.argmax(steady[:, others], axis=1)  # the first of the largest
+    top_ns = steady[:, others].max(axis=1)
+    top = np.array([CATEGORY_NAMES[i] for i in others], dtype=object)[top_at]
+    launch, host = steady[:, index["launch"]], steady[:, index["host"]]
+    bound = np.where(launch >= host, "launch_bound", "host_bound").astype(object)
+    cause = np.where(top_ns > removable, top, bound).astype(object)
+
+    # A replay: what the replays left. Host waits that hold the most name it; else the host's
+    # time between replays or the device's turnaround inside them, by the categories (without
+    # attribution, by which side of the replays held the gap time).
+    device_side = sum(steady[:, index[c]] for c in ("dependency", "memop", "pipeline"))
+    host_side = steady_gap - device_side
+    between = np.where(with_cats, host_side > device_side,
+                       col("gap_between_replays_ns", 0.0) >= col("gap_inside_replays_ns", 0.0))
+    replay_text = np.where(between, REPLAY_READINGS["between"], REPLAY_READINGS["inside"]).astype(object)
+    if graph_level:
+        replay_text[:] = REPLAY_READINGS["untraced"]
+    waits = np.isin(top, HOST_WAITS) & (top_ns >= removable) & with_cats
+    decide(replay & waits, top, np.array([READINGS[c] for c in top], dtype=object))
+    decide(replay, "graph_replay", replay_text)
+
+    decide(~(predicted > WONT) & (steady_f < AMORTIZED), "amortized", READINGS["amortized"])
+
+    # The cause, with the predicted win where a prediction was made.
+    if has_prediction.any():
+        rows = np.flatnonzero(open_ & with_cats & has_prediction)
+        texts = np.array([f"{READINGS[c]}: {win(p)}" for c, p in zip(cause[rows], predicted[rows])], dtype=object)
+        full = np.empty(n, dtype=object)
+        full[rows] = texts
+        decide(with_cats & has_prediction, cause, full)
+    plain = np.array([PLAIN_READINGS[c] for c in cause], dtype=object)
+    is_bound = np.isin(cause, ("launch_bound", "host_bound"))
+    decide(with_cats & ~is_bound, cause, plain)
+    decide(with_cats & (f >= LAUNCH_BOUND), cause, plain)
+    decide(with_cats, "some_launch_gaps", PLAIN_READINGS["some_launch_gaps"])
+    # Without attribution.
+    decide(replay, "graph_replay", replay_text)
+    p50 = col("gap_p50_ns")
+    decide(~np.isnan(p50) & (p50 > LAUNCH_SCALE_NS), "stall", PLAIN_READINGS["stall"])
+    decide(f >= LAUNCH_BOUND, "launch_bound", PLAIN_READINGS["launch_bound"])
+    decide(open_, "some_launch_gaps", PLAIN_READINGS["some_launch_gaps"])
     return code, text

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from gapscope.analysis.attribution import (
-    N_CATEGORIES, Attributor, GapSplit, first_of_each_gap, gap_subset, longest_indices,
+    N_CATEGORIES, Attributor, GapSplit, IdleCategory, LongStalls, first_of_each_gap, gap_subset, longest_indices,
 )
 from gapscope.analysis.host_timeline import N_STATES
 from gapscope.analysis.intervals import RunningTimelines, WindowGaps
@@ -87,15 +87,21 @@ class LevelSums:
     timelines: RunningTimelines
     categories: np.ndarray | None
     inside: np.ndarray
+    #: setup gap time per (row, category) and every long stall gap (range pairs and devices,
+    #: when attributed; docs/metrics.md, "Steady state")
+    setup: np.ndarray | None
+    long_stalls: list[LongStalls] | None
     gap_row: list[tuple[np.ndarray, np.ndarray]]
     gap_length: list[np.ndarray]
     gap_lists: list[GapList] | None = None  # each window's (attributed) gaps, when they are kept
 
     @classmethod
-    def empty(cls, n_groups: int, n_inside: int, attributed: bool, keep: bool = False) -> "LevelSums":
+    def empty(cls, n_groups: int, n_inside: int, attributed: bool, keep: bool = False,
+              one_off: bool = False) -> "LevelSums":
         cats = np.zeros((n_groups, N_CATEGORIES), dtype=np.int64) if attributed else None
-        return cls(RunningTimelines(n_groups), cats, np.zeros(n_inside, dtype=np.int64), [], [],
-                   [] if keep else None)
+        setup = np.zeros((n_groups, N_CATEGORIES), dtype=np.int64) if attributed and one_off else None
+        return cls(RunningTimelines(n_groups), cats, np.zeros(n_inside, dtype=np.int64), setup,
+                   [] if setup is not None else None, [], [], [] if keep else None)
 
     def kept(self) -> GapList | None:
         """The level's gaps in one pass's order (by row, then time), when they were kept."""
@@ -122,6 +128,14 @@ class LevelSums:
         length = np.concatenate(self.gap_length)
         self.gap_length.clear()
         return row, length
+
+
+def _add_one_off(sums: "LevelSums", gaps: GapList, stall_threshold_ns: int) -> None:
+    """Add attributed gaps' setup time and keep their long stalls (docs/metrics.md, "Steady state")."""
+    _add_categories(sums.setup, gap_subset(gaps, np.flatnonzero(gaps.split.category == IdleCategory.SETUP)))
+    stalls = LongStalls.of(gaps, stall_threshold_ns)
+    if stalls.row.size:
+        sums.long_stalls.append(stalls)
 
 
 def _add_categories(out: np.ndarray, gaps: GapList) -> None:
@@ -255,8 +269,8 @@ def measure(acts: ActivityArrays, member_act: np.ndarray, member_pair: np.ndarra
     while this one's are attributed and summed."""
     n_dev, n_str = acts.device_ids.size, acts.stream_keys.size
     attributed = attributor is not None
-    pairs = LevelSums.empty(n_pairs, n_ranges, attributed)
-    devices = LevelSums.empty(n_dev, n_dev, attributed, keep_device_gaps)
+    pairs = LevelSums.empty(n_pairs, n_ranges, attributed, one_off=True)
+    devices = LevelSums.empty(n_dev, n_dev, attributed, keep_device_gaps, one_off=True)
     streams = LevelSums.empty(n_str, 0, attributed)
     order, bounds, m_bounds = plan.taken()
     busy = acts.busy
@@ -291,6 +305,8 @@ def measure(acts: ActivityArrays, member_act: np.ndarray, member_pair: np.ndarra
                 d_gaps, p_gaps, s_gaps = attributor.attribute([d_gaps, p_gaps, s_gaps])  # both take the device split
                 for sums, g in ((devices, d_gaps), (pairs, p_gaps), (streams, s_gaps)):
                     _add_categories(sums.categories, g)
+                    if sums.setup is not None:
+                        _add_one_off(sums, g, attributor.stall_threshold_ns)
                 if selected:
                     r_gaps = replace(p_gaps, row=pair_range[p_gaps.row])
                     first = first_of_each_gap(r_gaps)  # a gap's first range, in one pass's order

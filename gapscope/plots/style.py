@@ -9,26 +9,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from gapscope.catalog import CATEGORIES, GAP_COLOUR
 from gapscope.errors import GapscopeError
 
 FORMATS = ("png", "svg")
 DPI = 100
 MAX_PALETTE_ERROR = 6
 
-#: Okabe-Ito colours (readable with colour-vision deficiencies), one per IdleCategory; host
-#: time is a light tint of launch, which it sits beside.
-CATEGORY_COLORS = {
-    "launch": "#D55E00",
-    "host": "#EDA27F",
-    "stall": "#F0E442",
-    "setup": "#56B4E9",
-    "sync": "#CC79A7",
-    "dependency": "#0072B2",
-    "memop": "#E69F00",
-    "pipeline": "#009E73",
-    "unknown": "#8C8C8C",
-}
-GAP_COLOR = "#B0B0B0"  # a gap without attribution
+#: One colour per gap category (gapscope.catalog: Okabe-Ito, readable with colour-vision
+#: deficiencies; host time a light tint of launch, which it sits beside).
+CATEGORY_COLORS = {c.name: c.colour for c in CATEGORIES}
+GAP_COLOR = GAP_COLOUR  # a gap without attribution
 KERNEL_COLOR = "#1B1B1B"
 MEMOP_COLOR = "#8C5A00"
 RANGE_COLOR = "#6A7FA8"

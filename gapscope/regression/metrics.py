@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gapscope import catalog
 from gapscope.errors import GapscopeError
 from gapscope.render.units import fmt_count, fmt_ns
 
@@ -33,8 +34,8 @@ __all__ = [
     "verdict_change",
 ]
 
-#: Gap categories of a gapscope.analysis/2 row, in the schema's order.
-CATEGORIES = ("launch", "host", "stall", "setup", "sync", "dependency", "memop", "pipeline", "unknown")
+#: Gap categories of a row, in the schema's order (gapscope.catalog's).
+CATEGORIES = catalog.CATEGORY_NAMES
 #: The categories a gapscope.analysis/1 row does not have: its ``launch`` held all host-side time.
 CATEGORIES_NEW_IN_2 = ("host", "stall", "setup")
 
@@ -164,15 +165,7 @@ METRICS: dict[str, Metric] = {
              "graph ceiling span", "a longer span even without launch and host gaps", summed=True),
         _row("graph_ceiling_speedup", "ratio", "gpu_span_ns / graph_ceiling_span_ns: what CUDA Graphs could win.",
              "graph ceiling", "more launch and host overhead for a CUDA graph to remove"),
-        _category("launch", "launch time", "the GPU waits longer on launch calls"),
-        _category("host", "host time", "more host time between launches (framework overhead)"),
-        _category("stall", "stall time", "the host stalls (compiling, loading data) while the GPU idles"),
-        _category("setup", "setup time", "module loading or allocations while the GPU idles"),
-        _category("sync", "sync time", "the host synchronizes longer"),
-        _category("dependency", "dependency time", "longer waits on other streams"),
-        _category("memop", "time idle behind copies", "the GPU waits longer behind copies"),
-        _category("pipeline", "device turnaround", "more device turnaround between kernels"),
-        _category("unknown", "unattributed gap time", "more gap time without a launching call"),
+        *(_category(c.name, c.label, c.worse_means) for c in catalog.CATEGORIES),
         Metric("verdict", "verdict", "The row's verdict (docs/metrics.md, 'Verdicts'); worse by VERDICT_RANK.",
                "verdict", "the verdict got worse", "verdict", "verdict"),
         _launch("calls", "count", "Calls of the API that launched work.", "calls", "more launch calls"),
@@ -234,16 +227,11 @@ def launch_metric(field: str) -> Metric:
         raise GapscopeError(f"unknown launch statistic {field.strip()!r} (known: {known})", 2) from None
 
 
-#: How bad a verdict is, for ``verdict:same``: a change to a higher rank is worse, to a lower one
-#: better; a change within one rank (launch-bound to host-bound: both say graphs pay) is neither.
-#: 0: nothing to fix; 1: what a graph leaves (device-side gaps, or graphs already replayed);
-#: 2: some launch gaps; 3: gaps that matter (launch- or host-bound, host stalls, setup, syncs).
-VERDICT_RANK = {
-    "no_work": 0, "amortized": 0,
-    "graph_replay": 1, "pipeline": 1, "dependency": 1, "memop": 1, "unknown": 1,
-    "some_launch_gaps": 2,
-    "launch_bound": 3, "host_bound": 3, "stall": 3, "setup": 3, "sync": 3,
-}
+#: How bad a verdict is, for ``verdict:same`` (gapscope.catalog's ranks): a change to a higher
+#: rank is worse, to a lower one better; a change within one rank (launch-bound to host-bound:
+#: both say graphs pay) is neither. 0: nothing to fix; 1: what a graph leaves (device-side
+#: gaps, or graphs already replayed); 2: some launch gaps; 3: gaps that matter.
+VERDICT_RANK = catalog.VERDICT_RANK
 
 
 def verdict_change(baseline: str, current: str, was_replay: bool, is_replay: bool) -> int:

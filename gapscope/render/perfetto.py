@@ -40,6 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gapscope import __version__
+from gapscope.catalog import CATEGORIES, GAP_PERFETTO, process_of, thread_of
 from gapscope.render.tracks import crossing, disjoint_lanes
 from gapscope.trace.frames import ActivityKind
 
@@ -48,9 +49,7 @@ if TYPE_CHECKING:
 
 #: chrome://tracing's reserved colour per gap category (Perfetto colours by name instead); a gap
 #: slice is named by its largest category.
-CATEGORY_CNAMES = {"launch": "terrible", "host": "olive", "stall": "rail_animation", "setup": "rail_idle",
-                   "sync": "bad", "dependency": "rail_load", "memop": "yellow", "pipeline": "good",
-                   "unknown": "grey", "gap": "grey"}
+CATEGORY_CNAMES = {**{c.name: c.perfetto for c in CATEGORIES}, "gap": GAP_PERFETTO}
 KIND_CATEGORIES = {ActivityKind.KERNEL: "kernel", ActivityKind.MEMCPY: "memcpy", ActivityKind.MEMSET: "memset",
                    ActivityKind.GRAPH: "graph"}
 
@@ -207,16 +206,16 @@ def _cpu_lines(analysis: AnalysisArrays, tracks: Tracks, call_names: list[str], 
     launched[analysis.launch[analysis.launch >= 0]] = True
     waits = np.isin(call_table, sorted(SYNC_CALLS))
     shown = np.flatnonzero(launched | waits[code_of_call]) if len(api) else np.zeros(0, dtype=np.int64)
-    for g in np.unique(np.concatenate([api["tid"].to_numpy()[shown], rf["tid"].to_numpy()]) >> 24).tolist():
-        tracks.process(("cpu", g), f"process {g & 0xFFFFFF}", 1000 + (g & 0xFFFFFF))
+    for g in process_of(np.unique(np.concatenate([api["tid"].to_numpy()[shown], rf["tid"].to_numpy()]))).tolist():
+        tracks.process(("cpu", g), f"process {thread_of(g)}", 1000 + thread_of(g))
 
     def lines(cat: str, gtid: np.ndarray, lanes: np.ndarray, name_code: np.ndarray, name_table: list[str],
               start: np.ndarray, end: np.ndarray, label: str, sort: int, tail: list[Any]) -> pa.Array:
         combos, code = _combined(gtid.astype(np.int64), lanes, name_code)
         heads = []
         for g, ln, nc in combos:
-            pid = tracks.processes[("cpu", g >> 24)]
-            name = f"thread {g & 0xFFFFFF}" + label + (f" ({ln + 1})" if ln else "")
+            pid = tracks.processes[("cpu", process_of(g))]
+            name = f"thread {thread_of(g)}" + label + (f" ({ln + 1})" if ln else "")
             heads.append(_head(cat, pid, tracks.thread((cat, g, ln), pid, name, sort + ln), name_table[nc]))
         return _slices(heads, code, start, end, tail)
 

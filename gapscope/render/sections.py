@@ -18,7 +18,7 @@ from gapscope.analysis.range_names import group_name
 from gapscope.analysis.result import AnalysisResult
 from gapscope.analysis.verdicts import reading
 from gapscope.render.layout import Column
-from gapscope.schema import CATEGORIES as CATEGORY_LABELS  # gapscope.analysis.attribution's, in order
+from gapscope.catalog import CATEGORIES, CATEGORY_NAMES as CATEGORY_LABELS, FORMATS
 from gapscope.render.units import fmt_count, fmt_ns, fmt_pct, fmt_share, fmt_speedup
 from gapscope.text import name as display_name
 
@@ -86,13 +86,7 @@ def stats_cells(r: dict[str, Any]) -> list[Cell]:
 
 
 #: Each trace format (the JSON's ``trace.format``) as a report header names it.
-FORMAT_WORDS = {
-    "nsys-sqlite": "nsys SQLite export",
-    "nsys-parquet": "nsys parquetdir export",
-    "nsys-arrow": "nsys arrowdir export",
-    "nsys-rep": "Nsight Systems report",
-    "kineto": "PyTorch profiler trace",
-}
+FORMAT_WORDS = {f.name: f.words for f in FORMATS}
 
 
 def _with_work(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -254,9 +248,10 @@ def streams(result: AnalysisResult) -> Section | None:
                    [[str(r["pid"]), str(r["device"]), str(r["stream"]), *stats_cells(r)] for r in working or result.streams])
 
 
-#: Gap categories on a narrow terminal: launch and host always, unknown first out; short headers.
-IDLE_PRIORITY = {"stall": 1, "setup": 1, "sync": 1, "pipeline": 1, "dependency": 2, "memop": 2, "unknown": 3}
-IDLE_SHORT = {"dependency": "dep", "memop": "mem", "pipeline": "pipe", "unknown": "unk"}
+#: Gap categories on a narrow terminal (gapscope.catalog): launch and host always, unknown first
+#: out; short headers.
+IDLE_PRIORITY = {c.name: c.priority for c in CATEGORIES if c.priority}
+IDLE_SHORT = {c.name: c.short for c in CATEGORIES if c.short}
 
 
 def idle(result: AnalysisResult, limit: int = 20) -> Section | None:

@@ -16,6 +16,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from gapscope.analysis import answer
 from gapscope.analysis.result import AnalysisResult
 from gapscope.analysis.verdicts import AMORTIZED, LAUNCH_BOUND
 from gapscope.render import sections
@@ -25,7 +26,7 @@ from gapscope.render.sections import Name, Section, Share
 from gapscope.text import printable
 
 #: The order of the sections on the terminal.
-ORDER = ("by_name", "domains", "ranges", "devices", "streams", "idle", "communication", "launch", "payoff",
+ORDER = ("answer", "by_name", "domains", "ranges", "devices", "streams", "idle", "communication", "launch", "payoff",
          "top_gaps")
 
 
@@ -81,6 +82,18 @@ def header_text(result: AnalysisResult, read_seconds: float | None = None, cache
     return Text.assemble(("gapscope", "bold"), printable(f" {result.trace.get('name')}  {facts}"))
 
 
+def _answer(console: Any, result: AnalysisResult) -> None:
+    """The answer block (gapscope.analysis.answer), before any table."""
+    entries = result.answers()
+    if not entries:
+        return
+    console.print()
+    console.print(Text(answer.TITLE, style="bold"))
+    for entry in entries:
+        for i, line in enumerate(answer.lines(entry)):
+            console.print(Text(printable(line), style="bold" if i == 0 else ""))
+
+
 def render(result: AnalysisResult, file: TextIO, *, limit: int = 20, width: int | None = None,
            wide: bool = False, read_seconds: float | None = None, keys: Sequence[str] = ORDER,
            cached: bool = False, **_: Any) -> None:
@@ -93,7 +106,11 @@ def render(result: AnalysisResult, file: TextIO, *, limit: int = 20, width: int 
     console.print(header_text(result, read_seconds, cached))
     for w in result.warnings:
         console.print(Text.assemble(("warning:", "yellow"), f" {printable(w)}"))
+    if "answer" in keys:
+        _answer(console, result)
     for key in keys:
+        if key == "answer":
+            continue
         section = sections.build(key, result, limit)
         if section is not None:
             console.print()

@@ -21,6 +21,7 @@ from typing import Protocol
 
 import pandas as pd
 
+from gapscope.catalog import FORMATS
 from gapscope.errors import GapscopeError
 from gapscope.trace.frames import TraceFrames, TraceMeta
 
@@ -51,13 +52,7 @@ def _reader(module: str, cls: str, *args: str) -> Callable[[Path], Reader]:
 
 
 #: Trace formats (the resolver's names, gapscope.inputs) and the reader each opens with.
-READERS: dict[str, Callable[[Path], Reader]] = {
-    "nsys-sqlite": _reader("nsys_sqlite", "NsysSqlite"),
-    "nsys-parquet": _reader("nsys_columnar", "NsysColumnar", "nsys-parquet"),
-    "nsys-arrow": _reader("nsys_columnar", "NsysColumnar", "nsys-arrow"),
-    "nsys-rep": _reader("nsys_report", "NsysReport"),
-    "kineto": _reader("kineto", "Kineto"),
-}
+READERS: dict[str, Callable[[Path], Reader]] = {f.name: _reader(f.module, f.cls, *f.args) for f in FORMATS}
 
 
 class Trace:

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 import pandas as pd
 
+from gapscope import catalog
 from gapscope.trace.frames import (
     ACTIVITY_COLUMNS, API_COLUMNS, NVTX_COLUMNS, SYNC_COLUMNS, ActivityKind, Names, TraceFrames, TraceMeta, build_frames,
     empty_frame,
@@ -63,8 +64,8 @@ def name_column(columns: Iterable[str], kind: ActivityKind) -> str | None:
 
 
 def process_of(global_id: np.ndarray) -> np.ndarray:
-    """The process part of an nsys globalPid / globalTid (bits 24 and up)."""
-    return np.asarray(global_id, dtype=np.int64) >> 24
+    """The process part of an nsys globalPid / globalTid (gapscope.catalog's id layout)."""
+    return catalog.process_of(np.asarray(global_id, dtype=np.int64))
 
 
 def _stacked(parts: list[pd.DataFrame]) -> pd.DataFrame:

@@ -1,0 +1,90 @@
+"""The CUDA Graph prediction against untraced measurements (issue 37's ground truth).
+
+    python benchmarks/bench_prediction.py [--truth traces/truth] [--tolerance 0.15]
+
+For every trace of traces/truth/ (traces/README.md, "Ground truth"): gapscope's predicted
+speedup of the `eager` range (steady state, untraced) beside the speedup measured without any
+profiler in the same process (eager step time / replayed step time, each of the six timed
+repeats before and after the traced pass: the range min..max), the graph ceiling beside the
+speedup the trace itself measured (traced eager span / traced graph span), and whether the
+prediction lies within the tolerance of the measured range. Coverage cases (fallback, rerecord:
+their graph phase is not a full replay) and the calibration case (tiny) are listed apart.
+Prints a table; exits 0 (the numbers are the point, not a pass/fail).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+ROLES = {"tiny": "calibration", "fallback": "coverage", "rerecord": "coverage"}
+
+
+def measured(timing: dict) -> tuple[float, float]:
+    """(min, max) of eager / graph over the same process's untraced repeats."""
+    runs = [timing["untraced"][k] for k in ("before", "after")]
+    speedups = [e / g for r in runs for e, g in zip(r["eager_s"], r["graph_s"])]
+    return min(speedups), max(speedups)
+
+
+def error(predicted: float, lo: float, hi: float) -> float:
+    """0 inside [lo, hi], else the relative distance to the nearer end."""
+    if lo <= predicted <= hi:
+        return 0.0
+    return predicted / hi - 1 if predicted > hi else predicted / lo - 1
+
+
+def rows(truth: Path) -> list[dict]:
+    from gapscope.analysis import analyze
+
+    timings = json.loads((truth / "timings.json").read_text())["traces"]
+    out = []
+    for name, timing in sorted(timings.items()):
+        result = analyze(truth / name)
+        by_name = {r["name"]: r for r in result.by_name}
+        eager, graph = by_name["eager"], by_name["graph"]
+        lo, hi = measured(timing)
+        p = eager["graph_predicted_speedup"]
+        out.append({
+            "trace": name, "case": timing["case"], "tracer": timing["tracer"],
+            "level": timing["graph_trace"] or "-", "role": ROLES.get(timing["case"], "validation"),
+            "predicted": p, "low": eager["graph_predicted_low"], "high": eager["graph_predicted_high"],
+            "measured_lo": lo, "measured_hi": hi, "error": error(p, lo, hi),
+            "ceiling": eager["graph_ceiling_speedup"],
+            "traced": eager["steady_span_ns"] / graph["steady_span_ns"],
+            "one_off_ns": eager["one_off_ns"], "reading": eager["reading"],
+        })
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--truth", type=Path, default=ROOT / "traces" / "truth")
+    ap.add_argument("--tolerance", type=float, default=0.15)
+    args = ap.parse_args()
+    table = rows(args.truth)
+    print(f"{'trace':34} {'role':11} {'predicted (range)':>24} {'measured untraced':>18} {'error':>7} "
+          f"{'ceiling':>8} {'traced':>7}  reading")
+    for r in table:
+        flag = "" if abs(r["error"]) <= args.tolerance else "  <-- outside"
+        print(f"{r['trace']:34} {r['role']:11} {r['predicted']:7.2f}x ({r['low']:5.2f}-{r['high']:6.2f}) "
+              f"{r['measured_lo']:7.2f}-{r['measured_hi']:6.2f}x {r['error'] * 100:+6.0f}% {r['ceiling']:7.2f}x "
+              f"{r['traced']:6.2f}x  {r['reading']}{flag}")
+    for tracer, limit in (("nsys", 0.15), ("torch", 0.25)):
+        checked = [r for r in table if r["role"] == "validation" and r["tracer"] == tracer]
+        within = [r for r in checked if abs(r["error"]) <= limit]
+        print(f"{tracer}: {len(within)} of {len(checked)} validation traces within {limit:.0%} of their measured "
+              f"range; median |error| {statistics.median(abs(r['error']) for r in checked) * 100:.1f}%")
+    below = [r["trace"] for r in table if r["ceiling"] < r["traced"] - 1e-9]
+    print("ceiling below the trace's own measured replay speedup:", ", ".join(below) or "none")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""The predicted CUDA Graph speedup of a timeline row, for its steady state and untraced
+(docs/metrics.md, "Predicted CUDA Graph speedup"), and the graph ceiling, a true upper bound.
+
+The model, per row, on its steady state (span and gap time without the one-off gaps):
+
+* untraced eager time E: the span less what the tracer added to the host's launches, which only
+  shortens the span where the host was the bottleneck (launch and host gap time), and never
+  below what the device itself needs (busy time and device-side gaps);
+* replay time P: the device runs the same kernels back to back, each boundary costing the
+  replay turnaround (measured on the trace's own replays, else the GPU's calibration), copies
+  included, the hand-offs between streams become graph edges; the host launches one graph per
+  instance and keeps its stalls, setup and syncs. A row that synchronizes runs host and device
+  one after the other (P = device + host + sync gap time); one that does not overlaps them
+  (P = the longer of the two);
+* predicted speedup E / P, with a range from the calibration's bounds (the tracer's cost, the
+  turnaround) and from overlap against serial host work.
+
+The ceiling is span / (the least a replay of the traced program could take): the device's own
+time (busy plus the time it spent behind copies) or the host's stall time, whichever is longer.
+Nothing a replay does goes below that, so it bounds every measured and predicted speedup of the
+row from above.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from gapscope import catalog
+from gapscope.catalog import CATEGORY_NAMES, GRAPH_SHARE, GraphCosts, Tracer
+
+
+@dataclass(frozen=True)
+class TraceCosts:
+    """What the model takes from the trace as a whole: who traced it, how long its eager launch
+    calls took, the GPU's replay costs and the replay turnaround measured on its own replays."""
+
+    tracer: Tracer
+    #: a traced eager launch call's duration: the per-API median of the API that holds the median
+    #: call (nan: none)
+    launch_call_ns: float
+    gpu: GraphCosts
+    #: gap time inside the trace's replays per boundary (nan: no replay traced at node level)
+    turnaround_ns: float
+
+
+def trace_costs(tracer: str, launch_rows: list[Mapping], gpu: str | None,
+                inside_ns: float, inside_boundaries: float) -> TraceCosts:
+    """The trace-wide inputs of the model from the trace's tracer (a key of catalog.TRACERS), its
+    launch statistics (the result's ``launch`` rows), the GPU's name and the gap time and
+    boundaries inside its replays."""
+    # The median call: the launch API holding the middle call, ordered by their median durations
+    # (a first-use call of a seldom API, a module load inside it, weighs one call).
+    calls = sorted((r["host_median_ns"], r["calls"]) for r in launch_rows
+                   if "Graph" not in r["api"] and r.get("host_median_ns") is not None and r["calls"] > 0)
+    total = sum(c for _, c in calls)
+    launch, seen = float("nan"), 0
+    for duration, count in calls:
+        seen += count
+        if 2 * seen >= total:
+            launch = float(duration)
+            break
+    turnaround = inside_ns / inside_boundaries if inside_boundaries > 0 else float("nan")
+    return TraceCosts(catalog.TRACERS[tracer], launch, catalog.graph_costs(gpu), turnaround)
+
+
+#: The model's output columns, in the JSON's order ...
+FIELDS = ("steady_span_ns", "one_off_ns", "tracer_overhead_ns", "eager_untraced_ns", "graph_predicted_ns",
+          "graph_predicted_speedup", "graph_predicted_low", "graph_predicted_high",
+          "graph_ceiling_span_ns", "graph_ceiling_speedup")
+#: ... and those every row has, whole nanoseconds (the others are null where not predicted).
+WHOLE_NS = ("steady_span_ns", "one_off_ns", "tracer_overhead_ns", "graph_ceiling_span_ns")
+
+
+def predict(cols: Mapping[str, np.ndarray], cats: np.ndarray, one_off: np.ndarray, instances: np.ndarray,
+            costs: TraceCosts) -> dict[str, np.ndarray]:
+    """Every figure of :data:`FIELDS` for the rows of ``cols`` (``gpu_span_ns``, ``busy_ns``,
+    ``kernels``, ``graph_kernels``, ``graph_replays``, ``memops``, ``memop_ns`` and
+    ``gap_inside_replays_ns``: a row's own replays measure its turnaround), given their gap
+    time per category ``cats`` (n, categories), the part of it in one-off gaps ``one_off``
+    (same shape) and how many instances each row sums (one graph launch each). Speedups are nan
+    where the row has no eager work to predict (no span, or a graph replay row)."""
+    needed = ("gpu_span_ns", "busy_ns", "kernels", "graph_kernels", "graph_replays", "memops", "memop_ns",
+              "gap_inside_replays_ns")
+    col = {k: np.asarray(cols[k], dtype=np.float64) for k in needed if k in cols}
+    cats = np.asarray(cats, dtype=np.float64)
+    one_off = np.asarray(one_off, dtype=np.float64)
+    steady = cats - one_off
+    c = {name: steady[:, i] for i, name in enumerate(CATEGORY_NAMES)}
+    one_off_ns = one_off.sum(axis=1)
+    span = col["gpu_span_ns"] - one_off_ns
+    busy, kernels, memops = col["busy_ns"], col["kernels"], col["memops"]
+    graph_kernels, replays = col["graph_kernels"], col["graph_replays"]
+    instances = np.maximum(np.asarray(instances, dtype=np.float64), 1.0)
+    eager_launches = np.maximum(kernels - graph_kernels, 0.0) + memops
+
+    tr = costs.tracer
+    d = 0.0 if np.isnan(costs.launch_call_ns) else costs.launch_call_ns
+
+    def overhead(call_ns: float, per_launch: float) -> np.ndarray:
+        return eager_launches * (max(d - call_ns, 0.0) + per_launch)
+
+    host_side = c["launch"] + c["host"]
+    device_floor = busy + c["pipeline"] + c["dependency"] + c["memop"]
+
+    def eager(over: np.ndarray) -> np.ndarray:
+        return np.maximum(span - np.minimum(host_side, over), device_floor)
+
+    over = overhead(tr.launch_call_ns, tr.per_launch_ns)
+    e_mid = eager(over)
+    e_low = eager(overhead(tr.launch_call_low_ns, tr.per_launch_high_ns))
+    e_high = eager(overhead(tr.launch_call_high_ns, tr.per_launch_low_ns))
+
+    # The replay turnaround: the row's own replays, else the trace's, else the GPU's calibration.
+    g = costs.gpu
+    own_bounds = np.maximum(graph_kernels - replays, 0.0)
+    own = np.full(span.size, np.nan)
+    if "gap_inside_replays_ns" in col:
+        np.divide(col["gap_inside_replays_ns"], own_bounds, out=own, where=own_bounds > 0)
+    trace_t = costs.turnaround_ns if not np.isnan(costs.turnaround_ns) else g.turnaround_ns
+    t_mid = np.where(np.isnan(own), trace_t, own)
+    measured = ~np.isnan(own) | (not np.isnan(costs.turnaround_ns))
+    t_low = np.where(measured, t_mid, g.turnaround_low_ns)
+    t_high = np.where(measured, t_mid, g.turnaround_high_ns)
+
+    nodes = (kernels + memops) / instances
+    launch = instances * (g.launch_ns + g.launch_per_node_ns * nodes)
+    boundaries = np.maximum(kernels - instances, 0.0)
+    host = launch + c["stall"] + c["setup"]
+    syncs = c["sync"] > 0
+
+    def replay(t: np.ndarray, serial: np.ndarray) -> np.ndarray:
+        device = busy + col["memop_ns"] + boundaries * t
+        return np.where(serial, device + host + c["sync"], np.maximum(device, host))
+
+    p_mid = replay(t_mid, syncs)
+    p_low = replay(t_low, syncs)
+    p_high = replay(t_high, syncs | (c["stall"] > 0))
+
+    ceiling_span = np.maximum(busy + c["memop"], c["stall"])
+    eager_rows = (span > 0) & ~((graph_kernels > GRAPH_SHARE * kernels) & (replays > 0))
+
+    def ratio(a: np.ndarray, b: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        out = np.full(a.size, np.nan)
+        np.divide(a, b, out=out, where=rows & (b > 0))
+        return out
+
+    return {
+        "steady_span_ns": span,
+        "one_off_ns": one_off_ns,
+        "tracer_overhead_ns": np.where(eager_rows, span - e_mid, 0.0),
+        "eager_untraced_ns": np.where(eager_rows, e_mid, np.nan),
+        "graph_predicted_ns": np.where(eager_rows, p_mid, np.nan),
+        "graph_predicted_speedup": ratio(e_mid, p_mid, eager_rows),
+        "graph_predicted_low": ratio(e_low, p_high, eager_rows),
+        "graph_predicted_high": ratio(e_high, p_low, eager_rows),
+        "graph_ceiling_span_ns": ceiling_span,
+        "graph_ceiling_speedup": ratio(span, ceiling_span, span > 0),
+    }
