@@ -62,7 +62,9 @@ def run(checkout: Path, args: list[str], error: Path) -> None:
     """One ``gapscope analyze`` of ``checkout``; its exit status and last stderr line go to
     ``error`` when it fails."""
     env = {**os.environ, "PYTHONPATH": str(checkout), "GAPSCOPE_NO_CACHE": "1", "COLUMNS": "100"}
-    proc = subprocess.run([sys.executable, "-m", "gapscope", "analyze", *args], env=env,
+    # Run in the checkout: ``python -m`` puts the working folder first on sys.path, before
+    # PYTHONPATH, so another folder holding a gapscope would be the one imported.
+    proc = subprocess.run([sys.executable, "-m", "gapscope", "analyze", *args], env=env, cwd=checkout,
                           capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if proc.returncode != 0:
         lines = proc.stderr.strip().splitlines()
@@ -75,6 +77,8 @@ def main() -> None:
     ap.add_argument("--checkout", type=Path, default=ROOT, help="the gapscope checkout to run")
     ap.add_argument("--traces", type=Path, nargs="*", default=list(DEFAULT_TRACES))
     args = ap.parse_args()
+    args.out = args.out.resolve()
+    args.traces = [folder.resolve() for folder in args.traces]
     args.out.mkdir(parents=True, exist_ok=True)
     if any(args.out.iterdir()):
         raise SystemExit(f"{args.out}: not empty")
