@@ -10,7 +10,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from gapscope.cache import ResultCache
+from gapscope.cache import ResultCache, kept_result, result_text
 from gapscope.cli import cli
 from gapscope.cli.options import cache_option, cache_setting, indent_option, json_options
 from gapscope.cli.output import output_file, output_format, refuse_overwriting
@@ -275,7 +275,7 @@ def _analyze(traces: tuple[str, ...], ranges: tuple[str, ...], domains: tuple[st
     if fmt == "parquet":
         steps.append((output, lambda: _write_parquet(made, output)))
     elif cache is not None:
-        text = _json_text(result)
+        text = result_text(result)
         if fmt == "json" and not json:
             steps.append((output, lambda: _write_text(output, text)))
         else:
@@ -289,17 +289,6 @@ def _analyze(traces: tuple[str, ...], ranges: tuple[str, ...], domains: tuple[st
         write()
     if plot_dir:
         _plot(found, analysis, ranges, plot_dir)
-
-
-def _json_text(result: Any) -> str:
-    """The result as its JSON renderer writes it (compact): what the result cache keeps."""
-    import io
-
-    from gapscope.render import render
-
-    text = io.StringIO()
-    render(result, "json", text)
-    return text.getvalue()
 
 
 def _write_text(path: str | None, text: str) -> None:
@@ -318,13 +307,7 @@ def _write_cached(cache: ResultCache, found: Input, output: str | None, fmt: str
     if fmt == "json" and "indent" not in options:
         _write_text(output, text)
         return True
-    import json
-
-    from gapscope.analysis.result import AnalysisResult
-    from gapscope.schema import Verified
-
-    result = AnalysisResult.from_dict(Verified(json.loads(text)), str(found.path))
-    _write(output, result, fmt, cached=True, **options)
+    _write(output, kept_result(text, str(found.path)), fmt, cached=True, **options)
     return True
 
 
