@@ -13,7 +13,8 @@ never a folder beside a trace. It holds
   versions of the packages the analysis computes with and a digest of gapscope's own code
   (every ``.py`` file of the package), so a repeat renders it
   without reading or analyzing the trace, and a changed trace, option or gapscope never reads
-  an old one.
+  an old one. :func:`analysis_result` is that path for every other reader of a trace's result
+  (`gapscope compare`, `gapscope mcp`): the entry if kept, else the analysis, then kept.
 
 Every entry ends in the CRC-32 of its bytes and is written to a private name, then renamed into
 place: one that fails its check is removed and made again, never trusted. Column, result and
@@ -61,6 +62,12 @@ RESULT_FORMATS = ("nsys-sqlite", "kineto")
 ANALYSIS_PACKAGES = ("numpy", "pandas", "pyarrow", "adbc_driver_manager", "adbc_driver_sqlite", "ijson")
 #: Bumped whenever what a result entry holds changes, so an older layout is never read.
 RESULT_LAYOUT = "1"
+#: The pipeline's options as `gapscope analyze TRACE` gives them when none is set on its command
+#: line (gapscope.analysis.pipeline.run_analysis's defaults): a result entry's key holds the
+#: options given merged over these, so a caller that gives none (`gapscope compare TRACE`) finds
+#: the entry of one that gives them all.
+ANALYSIS_DEFAULTS: Mapping[str, Any] = {"ranges": (), "domains": (), "count_memops": False, "attribution": True,
+                                        "top": 10, "threads": "same", "normalize": True}
 STAMP = "used"  # in a column entry: its mtime is when the entry was last read or written
 CRC_BYTES = 4
 _RESULT_SUFFIX = ".result"
@@ -472,7 +479,8 @@ class ResultCache:
     def for_trace(cls, path: Path, trace_format: str, options: Mapping[str, Any], root: Path | None = None,
                   limit: int | None = None) -> "ResultCache | None":
         """The entry of the analysis of ``path`` (read as ``trace_format``) with the pipeline's
-        ``options`` (every keyword :func:`gapscope.analysis.pipeline.analysis_of` receives), or
+        ``options`` (the keywords :func:`gapscope.analysis.pipeline.analysis_of` receives, over
+        ANALYSIS_DEFAULTS), or
         None: the cache is off, the format is not one of RESULT_FORMATS, an export has a write in
         flight, or the file cannot be read."""
         if not cache_enabled() or trace_format not in RESULT_FORMATS:
@@ -485,8 +493,9 @@ class ResultCache:
         except OSError:
             return None
         key = json.dumps({"layout": RESULT_LAYOUT, "content": content, "size": identity[2], "path": str(path),
-                          "format": trace_format, "options": options, "python": sys.version,
-                          "code": code_digest(), "packages": package_versions()}, sort_keys=True, default=list)
+                          "format": trace_format, "options": {**ANALYSIS_DEFAULTS, **options},
+                          "python": sys.version, "code": code_digest(), "packages": package_versions()},
+                         sort_keys=True, default=list)
         from gapscope.schema import ANALYSIS_SCHEMA
 
         name = hashlib.sha256(f"{ANALYSIS_SCHEMA}\0{key}".encode()).hexdigest()
@@ -525,3 +534,45 @@ class ResultCache:
         with contextlib.suppress(OSError):
             ledger.bound(self.limit)
         return True
+
+
+def result_text(result: Any) -> str:
+    """A result's JSON as the JSON renderer writes it (compact, ending in a newline): what a result
+    entry keeps."""
+    import io
+
+    from gapscope.render import render
+
+    text = io.StringIO()
+    render(result, "json", text)
+    return text.getvalue()
+
+
+def kept_result(text: str, source: str) -> Any:
+    """The AnalysisResult of a result entry's text (:meth:`ResultCache.text`), read without the deep
+    schema check: gapscope wrote it and its CRC matched (gapscope.schema.Verified). ``source``
+    names it, as the trace's path."""
+    from gapscope.analysis.result import AnalysisResult
+    from gapscope.schema import Verified
+
+    return AnalysisResult.from_dict(Verified(json.loads(text)), source)
+
+
+def analysis_result(path: Path, trace_format: str, options: Mapping[str, Any] | None = None) -> tuple[Any, bool]:
+    """(the AnalysisResult of the trace at ``path``, read as ``trace_format``, with the pipeline's
+    ``options``; whether the result cache held it): the entry a `gapscope analyze` of the same
+    trace and options kept, read without opening the trace, else the trace analyzed
+    (:func:`gapscope.analysis.pipeline.analysis_of` without the gap lists) and its result kept.
+    With the cache off, a format it does not hold or an export with a write in flight, the trace
+    is analyzed and nothing kept."""
+    options = dict(options or {})
+    cache = ResultCache.for_trace(path, trace_format, options)
+    text = cache.text() if cache is not None else None
+    if text is not None:
+        return kept_result(text, str(path)), True
+    from gapscope.analysis.pipeline import analysis_of
+
+    result = analysis_of(path, gaps=False, **options).result
+    if cache is not None:
+        cache.keep(result_text(result))
+    return result, False

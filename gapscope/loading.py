@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from gapscope.cache import ResultCache
+from gapscope.cache import ResultCache, kept_result, result_text
 from gapscope.errors import GapscopeError
 from gapscope.inputs import KIND_WORDS, Input, resolve
 
@@ -59,12 +59,7 @@ class Loaded:
         """The result (AnalysisResult or FleetResult); a cached one read without the deep schema
         check: gapscope wrote it and its CRC matched."""
         if self._result is None:
-            import json
-
-            from gapscope.analysis.result import AnalysisResult
-            from gapscope.schema import Verified
-
-            self._result = AnalysisResult.from_dict(Verified(json.loads(self._text)), self._label)
+            self._result = kept_result(self._text, self._label)
         return self._result
 
     @property
@@ -76,13 +71,7 @@ class Loaded:
         """The result's compact JSON, as its JSON renderer writes it: the cached one, or the one
         an analysis made now keeps in the cache; None when there is neither."""
         if self._text is None and self.cache is not None:
-            import io
-
-            from gapscope.render import render
-
-            text = io.StringIO()
-            render(self._result, "json", text)
-            self._text = text.getvalue()
+            self._text = result_text(self._result)
         return self._text
 
     @property

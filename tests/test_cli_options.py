@@ -111,7 +111,7 @@ def test_top_level_help_names_every_command():
     assert proc.returncode == 0
     summary = proc.stdout.split("Options:")[0]
     listed = set(re.findall(r"^\s+gapscope (\w+)", summary, flags=re.M))
-    every = {"analyze", "compare", "plot", "report", "export", "run", "profile"}
+    every = {"analyze", "compare", "plot", "report", "export", "run", "profile", "mcp"}
     assert listed == set(cli.list_commands(None)) == every
     # Each is a command its module defines, imported when asked for; click's own list shows them all.
     assert all(cli.get_command(None, name).name == name for name in every)
@@ -121,17 +121,20 @@ def test_top_level_help_names_every_command():
 
 
 def test_a_command_imports_no_other_commands_module(tmp_path):
-    """`gapscope analyze` imports its own module of gapscope.cli, not those of the six others."""
+    """`gapscope analyze` imports its own module of gapscope.cli, not those of the seven others
+    (nor the MCP server or its SDK)."""
     code = ("import sys\nfrom gapscope.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n"
             "    assert e.code == 0, e.code\n"
-            "print(sorted(m for m in sys.modules if m.startswith('gapscope.cli.')))")
+            "print(sorted(m for m in sys.modules if m.startswith(('gapscope.cli.', 'gapscope.agent', 'mcp'))))")
     out = tmp_path / "r.json"
     proc = subprocess.run([sys.executable, "-c", code, "analyze", str(TRACES / "torch_decode_small.sqlite"),
                            "-f", "json", "-o", str(out), "--no-cache"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     loaded = json.loads(proc.stdout.strip().splitlines()[-1].replace("'", "\""))
     assert "gapscope.cli.analyze" in loaded and out.stat().st_size > 0
-    assert not {f"gapscope.cli.{c}" for c in ("compare", "plot", "report", "export", "profile", "run")} & set(loaded)
+    assert not {f"gapscope.cli.{c}" for c in ("compare", "plot", "report", "export", "profile", "run", "mcp")} & \
+        set(loaded)
+    assert not [m for m in loaded if m.startswith(("gapscope.agent", "mcp"))]
 
 
 def test_a_cached_result_is_reported_without_the_trace_status_line(tmp_path):

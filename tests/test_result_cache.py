@@ -355,3 +355,60 @@ def test_a_miss_reads_the_trace_bytes_once_for_both_caches(results, tmp_path, mo
     run(str(trace), "-f", "json")
     assert hashed.count("sha1") == 1
     assert len(entries(results)) == 2
+
+
+def test_the_default_options_are_the_pipelines():
+    """An entry's key merges the options given over ANALYSIS_DEFAULTS: they must be run_analysis's
+    own defaults, or a caller giving none would read another analysis's entry."""
+    import inspect
+
+    from gapscope.analysis.pipeline import run_analysis
+
+    params = inspect.signature(run_analysis).parameters
+    assert {k: params[k].default for k in cache.ANALYSIS_DEFAULTS} == dict(cache.ANALYSIS_DEFAULTS)
+    assert dict(cache.ANALYSIS_DEFAULTS) == {"ranges": (), "domains": (), "count_memops": False,
+                                             "attribution": True, "top": 10, "threads": "same", "normalize": True}
+
+
+def test_analysis_result_reads_the_entry_the_command_kept(results, monkeypatch):
+    trace = str(SMALL)
+    kept = json.loads(run(trace, "-f", "json"))  # `gapscope analyze` keeps it, with every option given
+    import gapscope.analysis.pipeline as pipeline
+
+    monkeypatch.setattr(pipeline, "analysis_of", lambda *a, **k: pytest.fail("analyzed again"))
+    result, cached = cache.analysis_result(Path(trace), "nsys-sqlite")  # no option given: the same entry
+    assert cached and result.to_dict() == kept
+    assert len(entries(results)) == 1
+    with pytest.raises(BaseException, match="analyzed again"):  # another option: its own entry
+        cache.analysis_result(Path(trace), "nsys-sqlite", {"top": 3})
+
+
+def test_analysis_result_keeps_a_miss_for_the_command(results):
+    trace = str(SMALL)
+    made, cached = cache.analysis_result(Path(trace), "nsys-sqlite", {"ranges": ("decode*",)})
+    assert not cached
+    [entry] = entries(results)
+    again, cached = cache.analysis_result(Path(trace), "nsys-sqlite", {"ranges": ["decode*"]})
+    assert cached and again.to_dict() == json.loads(json.dumps(made.to_dict()))
+    plain = run(trace, "--range", "decode*", "-f", "json", "--no-cache")
+    assert run(trace, "--range", "decode*", "-f", "json") == plain  # the command reads it
+    assert entries(results) == [entry] and entry.read_bytes()[:-4].decode() == plain
+
+
+def test_compare_reads_a_trace_from_the_result_cache(results, monkeypatch):
+    """`gapscope compare TRACE ...` analyzes a trace as `gapscope analyze TRACE` does: the entry that
+    command kept is read, not analyzed again (and one compare made serves the command)."""
+    from gapscope.regression.comparison import load_input
+
+    trace = str(SMALL)
+    kept = json.loads(run(trace, "-f", "json"))
+    import gapscope.analysis.pipeline as pipeline
+
+    real = pipeline.analysis_of
+    monkeypatch.setattr(pipeline, "analysis_of", lambda *a, **k: pytest.fail("analyzed again"))
+    assert load_input(trace) == kept
+    monkeypatch.setattr(pipeline, "analysis_of", real)
+    other = str(TRACES / "torch_decode_sync.sqlite")
+    assert load_input(other) == json.loads(run(other, "-f", "json", "--no-cache"))
+    assert "cached result" in run(other).splitlines()[0]
+    assert len(entries(results)) == 2

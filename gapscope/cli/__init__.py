@@ -29,7 +29,7 @@ class ClosedPipe(Exception):
 #: when imported): a command's module is imported only when that command runs or is listed, so
 #: `gapscope analyze` does not import what compare, profile or run need (0.1 s of every start).
 COMMANDS = {"analyze": "analyze", "compare": "compare", "plot": "plot", "report": "report",
-            "export": "export", "profile": "profile", "run": "run"}
+            "export": "export", "profile": "profile", "run": "run", "mcp": "mcp"}
 
 
 class _Group(click.Group):
@@ -61,6 +61,7 @@ def cli() -> None:
     gapscope export TRACE --perfetto T.json   gaps on a timeline for ui.perfetto.dev
     gapscope profile -- CMD [ARGS...]         record your own program (nsys or torch.profiler)
     gapscope run -o DIR                       record CuPy micro-kernels under nsys (GPU)
+    gapscope mcp                              serve the analysis to AI agents (MCP, stdio)
 
     TRACE: an nsys SQLite, parquetdir or arrowdir export, a .nsys-rep, a PyTorch profiler trace.
 

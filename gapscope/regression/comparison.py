@@ -239,14 +239,15 @@ class Comparison:
 
 def load_input(path: str | Path) -> dict[str, Any]:
     """A result dict from a result JSON (single or many-trace), a `gapscope run` folder (its
-    analysis.json) or a trace (analyzed on the fly); GapscopeError for anything else."""
+    analysis.json) or a trace (analyzed on the fly with `gapscope analyze`'s defaults, or taken
+    from the result cache: gapscope.cache.analysis_result); GapscopeError for anything else."""
     from gapscope.inputs import resolve
 
     found = resolve(path).require("analysis", "fleet", "run", "trace", command="compare")
     if found.kind == "trace":
-        from gapscope.analysis.pipeline import analyze
+        from gapscope.cache import analysis_result
 
-        data = analyze(found.path).to_dict()
+        data = analysis_result(found.path, found.format)[0].to_dict()
     elif found.kind == "run":
         data = _run_analysis(found)
     else:
