@@ -76,6 +76,8 @@ GRAPH_COPY_KERNEL = re.compile(r"memcpy\d+_post")
 #: Synchronization records, and the one kind the analysis reads (a cudaStreamWaitEvent's).
 SYNC_CATEGORY = "cuda_sync"
 STREAM_WAIT = "Stream Wait Event"
+#: The kind of GPU work of each GPU category.
+_KIND = {c: int(k) for c, k in GPU_CATEGORIES.items()}
 #: Every category read.
 _READ_CATS = frozenset({*GPU_CATEGORIES, *CALL_CATEGORIES, *RANGE_CATEGORIES, SYNC_CATEGORY})
 #: Every category read, and which of gpu, call, range, sync it is.
@@ -182,76 +184,79 @@ class _Reader:
         self.skipped: Counter = Counter()
 
     def add(self, piece: list[Event]) -> None:
-        """Keep the events of one piece that the frames read (``ph`` X of a category read)."""
-        kept = list(compress(piece, map(_READ_CATS.__contains__, map(_CAT, piece))))
+        """Keep the events of one piece that the frames read (``ph`` X of a category read), as
+        columns: every field taken once for all of them, then split by class."""
+        cats = list(map(_CAT, piece))
+        sel = list(map(_READ_CATS.__contains__, cats))
+        kept = list(compress(piece, sel))
         if not kept:
             return
-        kept = list(compress(kept, map(operator.eq, map(_PH, kept), repeat("X"))))
-        cls = np.fromiter(map(_CLASS.__getitem__, map(_CAT, kept)), dtype=np.int8, count=len(kept))
+        cats = list(compress(cats, sel))
+        is_x = list(map(operator.eq, map(_PH, kept), repeat("X")))
+        if not all(is_x):
+            kept, cats = list(compress(kept, is_x)), list(compress(cats, is_x))
+            if not kept:
+                return
+        n = len(kept)
+        ts, dur, pid, tid, names, args = (list(f) for f in zip(*map(_FIELDS, kept)))
+        cls = np.fromiter(map(_CLASS.__getitem__, cats), dtype=np.int8, count=n)
+        times, times_bad = exact_ns(ts + dur)
+        start, start_bad, dur_ns, dur_bad = times[:n], times_bad[:n], times[n:], times_bad[n:]
+        has_ts, has_dur = _present(ts), _present(dur)
+        dur_bad &= has_dur  # no dur: 0
+        huge = (np.abs(start) > _TIME_SPAN) | (np.abs(dur_ns) > _TIME_SPAN)
+        end = np.where(huge, 0, start + np.where(huge, 0, dur_ns))
+        cols: dict[str, Any] = {"start": start, "start!": start_bad, "end": end,
+                                "end!": start_bad | dur_bad | huge}
+        required = has_ts.copy()
+        gpu_like = (cls == 0) | (cls == 3)
+        cpu_like = (cls == 1) | (cls == 2)
+        dev = list(map(getattr, args, repeat("device"), repeat(None)))
+        stream = list(map(getattr, args, repeat("stream"), repeat(None)))
+        required &= ~gpu_like | (_present(dev) & _present(stream))
+        cols["device"], cols["device!"] = _ints(dev, 0)
+        cols["stream"], cols["stream!"] = _ints(stream, 0)
+        cols["corr"], cols["corr!"] = _ints(list(map(getattr, args, repeat("correlation"), repeat(None))), -1)
+        required &= ~cpu_like | (_present(pid) & _present(tid))
+        cols["pid"], cols["pid!"] = _ints(pid, 0)
+        cols["tid"], cols["tid!"] = _ints(tid, 0)
+        cols["pid!"] |= cols["pid"] < 0
+        cols["tid!"] |= cols["tid"] < 0
+        if not set(map(type, names)) <= {str}:
+            names = [("[unnamed]" if k == 2 else "?") if v is None else v if type(v) is str else str(v)
+                     for v, k in zip(names, cls.tolist())]
         if (cls == 3).any():
             sync = cls == 3
             self.syncs_seen += int(sync.sum())
-            wait = np.fromiter(map(operator.eq, map(_NAME, kept), repeat(STREAM_WAIT)), dtype=bool,
-                               count=len(kept))
+            wait = np.fromiter(map(operator.eq, names, repeat(STREAM_WAIT)), dtype=bool, count=n)
             cls[sync & ~wait] = -1
-        for c in (0, 1, 2, 3):
-            mask = cls == c
-            if mask.all():
-                self._take(c, kept)
-            elif mask.any():
-                self._take(c, list(compress(kept, mask.tolist())))
-
-    def _take(self, c: int, evs: list[Event]) -> None:
-        """The columns of events of one class (0 GPU work, 1 calls, 2 ranges, 3 stream waits)."""
-        n = len(evs)
-        ts_raw, dur_raw, pid, tid, names, args = (list(f) for f in zip(*map(_FIELDS, evs)))
-        start, start_bad = exact_ns(ts_raw)
-        required = _present(ts_raw)
-        out: dict[str, np.ndarray] = {"start": start, "start!": start_bad}
-        if c != 3:
-            dur, dur_bad = exact_ns(dur_raw)
-            dur_bad &= _present(dur_raw)  # no dur: 0
-            huge = (np.abs(start) > _TIME_SPAN) | (np.abs(dur) > _TIME_SPAN)
-            out["end"] = np.where(huge, 0, start + np.where(huge, 0, dur))
-            out["end!"] = start_bad | dur_bad | huge
-        if c in (0, 3):  # GPU work and stream waits: the device and stream from args
-            dev = list(map(getattr, args, repeat("device"), repeat(None)))
-            stream = list(map(getattr, args, repeat("stream"), repeat(None)))
-            required &= _present(dev) & _present(stream)
-            out["device"], out["device!"] = _ints(dev, 0)
-            out["stream"], out["stream!"] = _ints(stream, 0)
-        if c in (0, 1):
-            out["corr"], out["corr!"] = _ints(list(map(getattr, args, repeat("correlation"), repeat(None))), -1)
-        if c in (1, 2):  # CPU threads: the process and thread
-            required &= _present(pid) & _present(tid)
-            out["pid"], out["pid!"] = _ints(pid, 0)
-            out["tid"], out["tid!"] = _ints(tid, 0)
-            out["pid!"] |= out["pid"] < 0
-            out["tid!"] |= out["tid"] < 0
-        if c != 3:
-            if not set(map(type, names)) <= {str}:
-                fill = "[unnamed]" if c == 2 else "?"
-                names = [fill if v is None else v if type(v) is str else str(v) for v in names]
-        if c == 0:
-            kind = np.fromiter(map(GPU_CATEGORIES.__getitem__, map(_CAT, evs)), dtype=np.int64, count=n)
-            maybe = np.flatnonzero(np.fromiter(map(str.startswith, names, repeat("memcpy")), dtype=bool,
-                                               count=n) & (kind == ActivityKind.KERNEL))
-            copies = [i for i in maybe.tolist() if GRAPH_COPY_KERNEL.fullmatch(names[i])]
-            if copies:
-                kind[copies] = ActivityKind.MEMCPY
-                self.copy_kernels += len(copies)
-            out["kind"] = kind
-        if c in (0, 1):
-            out["name_id"] = np.fromiter(map(self.ids.__getitem__, names), dtype=np.int64, count=n)
         if not required.all():
-            for cat, k in Counter(compress(map(_CAT, evs), (~required).tolist())).items():
+            for cat, k in Counter(compress(cats, (~required & (cls >= 0)).tolist())).items():
                 self.skipped[cat] += k
-            out = {k: v[required] for k, v in out.items()}
+            cls[~required] = -1
+        kind = np.fromiter(map(_KIND.get, cats, repeat(-1)), dtype=np.int64, count=n)
+        maybe = np.flatnonzero((kind == ActivityKind.KERNEL) & (cls == 0)
+                               & np.fromiter(map(str.startswith, names, repeat("memcpy")), dtype=bool, count=n))
+        copies = [i for i in maybe.tolist() if GRAPH_COPY_KERNEL.fullmatch(names[i])]
+        if copies:
+            kind[copies] = ActivityKind.MEMCPY
+            self.copy_kernels += len(copies)
+        cols["kind"] = kind
+        named = (cls == 0) | (cls == 1)
+        if named.all():
+            cols["name_id"] = np.fromiter(map(self.ids.__getitem__, names), dtype=np.int64, count=n)
+        else:
+            cols["name_id"] = np.full(n, -1, dtype=np.int64)
+            cols["name_id"][named] = np.fromiter(map(self.ids.__getitem__, compress(names, named.tolist())),
+                                                 dtype=np.int64, count=int(named.sum()))
+        for c, wanted in _PART_COLUMNS.items():
+            mask = cls == c
+            if not mask.any():
+                continue
+            part = {k: cols[k][mask] for k in wanted if k != "name"}
             if c == 2:
-                names = list(compress(names, required.tolist()))
-        if c == 2:
-            out["name"] = np.array(names, dtype=object) if names else np.zeros(0, dtype=object)
-        self.parts[c].append(out)
+                part["name"] = np.array(list(compress(names, mask.tolist())), dtype=object)
+            self.parts[c].append(part)
 
     def finish(self, head: dict[str, Any], damaged: list[str]) -> _Events:
         self.skipped.update(damaged)

@@ -32,8 +32,9 @@ import numpy as np
 
 from gapscope.errors import GapscopeError
 
-#: Decompressed bytes read at a time.
-CHUNK = 8 << 20
+#: Decompressed bytes read at a time (below heap.MMAP_THRESHOLD: a chunk, and the piece copied
+#: from it, are carved from the heap, not mapped and faulted in anew each time).
+CHUNK = 2 << 20
 #: The longest event, string or top-level field value read, in bytes.
 MAX_ITEM = 64 << 20
 #: Bytes scanned at a time outside traceEvents.
@@ -233,68 +234,40 @@ class Scanner:
 
 # -- exact decimal times --------------------------------------------------------------------
 
-_POW10 = 10 ** np.arange(19, dtype=np.int64)
 _I64 = 2**63 - 1
 
 
-def exact_ns(raws: list[Any], scale: int = 1000) -> tuple[np.ndarray, np.ndarray]:
-    """JSON numbers (their text: msgspec.Raw or bytes) times ``scale`` (1000: microseconds to
-    nanoseconds), rounded half to even, as int64; and where a value is none (None), not a
-    number or outside int64 (``bad``, the value 0)."""
+def exact_ns(raws: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """JSON numbers (their text: msgspec.Raw or bytes) of microseconds as integer nanoseconds,
+    exactly (rounded half to even below the nanosecond), as int64; and where a value is none
+    (None), not a number or outside int64 (``bad``, its value 0). Kineto's ``123.456`` and
+    integers are parsed by numpy, column-wise; anything else (exponents, more decimals, a
+    sign) one by one."""
     n = len(raws)
     out = np.zeros(n, dtype=np.int64)
-    bad = np.zeros(n, dtype=bool)
     if not n:
-        return out, bad
+        return out, np.zeros(0, dtype=bool)
     missing = ~np.fromiter(map(operator.is_not, raws, repeat(None)), dtype=bool, count=n)
     if missing.any():
         raws = [b"x" if r is None else r for r in raws]
-    blob = np.frombuffer(b"\x00".join(raws) + b"\x00", dtype=np.uint8)
-    ends = np.flatnonzero(blob == 0)
-    starts = np.r_[0, ends[:-1] + 1]
-    neg = blob[starts] == 45
-    digit = (blob >= 48) & (blob <= 57)
-    dot = blob == 46
-    # per value: digits, dots and other characters
-    cdig = np.r_[0, np.cumsum(digit)]
-    cdot = np.r_[0, np.cumsum(dot)]
-    first = starts + neg
-    ndig = cdig[ends] - cdig[first]
-    ndot = cdot[ends] - cdot[first]
-    length = ends - first
-    simple = (ndig + ndot == length) & (ndot <= 1) & (ndig >= 1) & (ndig <= 19)
-    # the dot's place (or the end): digits before it count as whole units
-    dotpos = np.where(ndot == 1, 0, ends)
-    if ndot.any():
-        dp = np.flatnonzero(dot)
-        idx = np.searchsorted(dp, first)
-        has = ndot == 1
-        dotpos[has] = dp[np.minimum(idx[has], dp.size - 1)]
-    whole = dotpos - first
-    frac = np.where(ndot == 1, ends - dotpos - 1, 0)
-    simple &= (frac <= 3) & (whole <= 16) & ((whole < 16) | (blob[first] < 57))
-    simple &= ~((ndot == 1) & ((frac == 0) | (whole == 0)))
-    simple &= ~missing
-    # each digit's weight: 10**(the scale's digits + places before the dot), lower after it
-    sd = len(str(scale)) - 1
-    field = np.repeat(np.arange(n), ends - starts + 1)
-    pos = np.flatnonzero(digit & simple[field])
-    f = field[pos]
-    exp = np.where(pos < dotpos[f], dotpos[f] - pos - 1 + sd, sd - (pos - dotpos[f]))
-    terms = (blob[pos] - 48).astype(np.int64) * _POW10[exp]
-    total = np.zeros(n, dtype=np.int64)
-    if pos.size:
-        cut = np.flatnonzero(np.r_[True, f[1:] != f[:-1]])
-        total[f[cut]] = np.add.reduceat(terms, cut)
-    total = np.where(neg, -total, total)
-    out[simple] = total[simple]
-    for i in np.flatnonzero(~simple & ~missing).tolist():  # exponents, more decimals, damage
-        value = _slow(bytes(raws[i]), scale)
+    a = np.array(b"\x00".join(raws).split(b"\x00"), dtype="S")
+    length = np.strings.str_len(a)
+    dot = np.strings.find(a, b".")
+    frac = np.where(dot >= 0, length - dot - 1, 0)
+    digits = np.strings.replace(a, b".", b"", 1)
+    ndig = length - (dot >= 0) + (3 - frac)  # digits of the value in nanoseconds
+    lead = a.view(np.uint8).reshape(n, -1)[:, 0] if a.itemsize else np.zeros(n, np.uint8)
+    fast = (np.strings.isdigit(digits) & (frac <= 3) & ((dot != 0) & (dot != length - 1))
+            & ((ndig <= 18) | ((ndig == 19) & (lead < ord("9")))) & ~missing)
+    if fast.any():
+        out[fast] = digits[fast].astype(np.int64) * (10 ** (3 - frac[fast]))
+    bad = missing.copy()
+    for i in np.flatnonzero(~fast & ~missing).tolist():  # exponents, signs, more decimals, damage
+        value = _slow(bytes(raws[i]), 1000)
         if value is None:
             bad[i] = True
         else:
             out[i] = value
-    bad |= missing
     return out, bad
 
 
