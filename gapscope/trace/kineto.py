@@ -220,8 +220,6 @@ class _Reader:
         required &= ~cpu_like | (_present(pid) & _present(tid))
         cols["pid"], cols["pid!"] = _ints(pid, 0)
         cols["tid"], cols["tid!"] = _ints(tid, 0)
-        cols["pid!"] |= cols["pid"] < 0
-        cols["tid!"] |= cols["tid"] < 0
         if not set(map(type, names)) <= {str}:
             names = [("[unnamed]" if k == 2 else "?") if v is None else v if type(v) is str else str(v)
                      for v, k in zip(names, cls.tolist())]
@@ -339,10 +337,11 @@ def _read(path: Path, head_only: bool = False) -> tuple[dict[str, Any], _Events 
                 reader.add(piece)
             return stream.head, reader.finish(stream.head, stream.damaged)
     except TooLarge as exc:
-        raise GapscopeError(f"{path}: JSON with {exc}: not a PyTorch profiler trace gapscope reads") from None
+        raise GapscopeError(f"{path}: {exc}: not a PyTorch profiler trace gapscope reads") from None
     except (*_READ_ERRORS, RecursionError) as exc:
         if isinstance(exc, RecursionError):
-            exc = ValueError(f"nested more than {MAX_DEPTH} levels deep")
+            raise GapscopeError(f"{path}: JSON nested more than {MAX_DEPTH} levels deep: not a PyTorch "
+                                "profiler trace gapscope reads") from None
         raise _unreadable(path, exc) from None
     finally:
         if collecting:
@@ -356,6 +355,10 @@ def _unreadable(path: Path, exc: BaseException) -> GapscopeError:
     first = (str(exc).splitlines() or [type(exc).__name__])[0] or type(exc).__name__
     return GapscopeError(f"{path}: cannot read the PyTorch profiler trace ({first}): the file is "
                          f"truncated, or not a JSON (or gzipped JSON) trace (gapscope reads {READS})")
+
+
+#: Words that already name a GPU's vendor (or a line of it) in a model name.
+_VENDOR_WORDS = re.compile(r"\b(NVIDIA|AMD|Intel|Tesla|Quadro|GeForce|TITAN|Radeon|Instinct)\b", re.IGNORECASE)
 
 
 def _gpu_names(head: dict[str, Any], devices: np.ndarray, call_names: Iterable[str]) -> dict[int, str]:
@@ -382,8 +385,7 @@ def _gpu_names(head: dict[str, Any], devices: np.ndarray, call_names: Iterable[s
     for d in props if isinstance(props, list) else ():
         if isinstance(d, dict) and type(d.get("id")) is int and 0 <= d["id"] < 2**31:
             name = str(d.get("name", "?"))
-            if vendor and vendor.lower() not in name.lower() and not (vendor == "NVIDIA" and name.startswith(
-                    ("Tesla", "Quadro", "GeForce", "TITAN"))):
+            if vendor and not _VENDOR_WORDS.search(name):
                 name = f"{vendor} {name}"
             out[d["id"]] = name
     if not out and vendor:
@@ -450,7 +452,7 @@ class Kineto:
                                 "with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]")
         warnings = self._warnings(ev)
         ok_pid = ~ev.bad["api"]["tid"]
-        pids, counts = np.unique(c["pid"][ok_pid], return_counts=True)
+        pids, counts = np.unique(c["pid"][ok_pid & (c["pid"] >= 0)], return_counts=True)
         host = int(pids[np.argmax(counts)]) if pids.size else 0
         if pids.size > 1:
             warnings.append(f"CUDA calls from {pids.size} processes in one PyTorch profiler trace: "
@@ -472,7 +474,7 @@ class Kineto:
         api = pd.DataFrame({"start": c["start"], "end": c["end"], "tid": _thread(c["pid"], c["tid"]),
                             "corr": c["corr"], "name_id": c["name_id"],
                             "proc": np.full(c["start"].size, host, dtype=np.int64) if pids.size > 1
-                            else np.where(ok_pid, c["pid"], -1)})[keep].reset_index(drop=True)
+                            else np.where(ok_pid & (c["pid"] >= 0), c["pid"], -1)})[keep].reset_index(drop=True)
         nvtx = pd.DataFrame({"start": r["start"], "end": r["end"], "tid": _thread(r["pid"], r["tid"]),
                              "event_type": np.full(r["start"].size, NVTX_PUSH_POP, dtype=np.int64),
                              "domain_id": np.zeros(r["start"].size, dtype=np.int64), "name": r["name"]})
@@ -561,6 +563,7 @@ def _cells(bad: np.ndarray) -> np.ndarray:
 
 
 def _thread(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
-    """nsys's globalTid layout: the process above bit 24, the thread below."""
+    """nsys's globalTid layout: the process above bit 24, the thread below; -1 (out of range:
+    the row is damage) where either is negative."""
     mask = (1 << _THREAD_BITS) - 1
-    return ((pid & mask) << _THREAD_BITS) | (tid & mask)
+    return np.where((pid < 0) | (tid < 0), -1, ((pid & mask) << _THREAD_BITS) | (tid & mask))

@@ -135,14 +135,15 @@ def open_source(path: Path) -> tuple[IO[bytes], Callable[[int], bytes]]:
     return fh, fh.read
 
 
-def check_not_sparse(path: Path, st: os.stat_result | None = None) -> None:
-    """Refuse a file whose blocks on disk are far fewer than its size (a sparse file: mostly
-    holes that read as zeros) before reading a byte of it."""
-    st = st or os.stat(path)
-    blocks = getattr(st, "st_blocks", None)
-    if blocks is not None and st.st_size > (64 << 20) and blocks * 512 < st.st_size // 8:
-        raise GapscopeError(f"{path}: a sparse file ({st.st_size:,} bytes, {blocks * 512:,} of them on "
-                            "disk): not a PyTorch profiler trace as written; give the trace itself")
+def check_not_sparse(path: Path) -> None:
+    """Refuse a sparse file (gapscope.inputs.refuse_sparse) before reading a byte of it."""
+    from gapscope.inputs import refuse_sparse
+
+    try:
+        st = os.stat(path)
+    except OSError:
+        return  # opening it says why
+    refuse_sparse(path, st)
 
 
 # -- the structural scanner -----------------------------------------------------------------
@@ -208,7 +209,7 @@ class Scanner:
             longest, end_in = 0, bool(s0)
             self.open_len = self.open_len + n if s0 else 0
         if max(longest, self.open_len) > MAX_ITEM:
-            raise TooLarge(f"a string longer than {MAX_ITEM >> 20} MiB")
+            raise TooLarge(f"a JSON string longer than {MAX_ITEM >> 20} MiB")
         self.in_string = end_in
         run = 0
         if n and b[-1] == 92:
@@ -227,7 +228,7 @@ class Scanner:
             if int(depth.min()) < 0:
                 raise ValueError("a closing bracket without its opening one")
             if int(depth.max()) > MAX_DEPTH:
-                raise TooLarge(f"nested more than {MAX_DEPTH} levels deep")
+                raise TooLarge(f"JSON nested more than {MAX_DEPTH} levels deep")
             self.depth = int(depth[-1])
         return pos, chars, depth
 
@@ -507,7 +508,7 @@ class Stream:
                 keep_from = stop - 1
             else:
                 if len(buf) > MAX_ITEM:
-                    raise TooLarge(f"an event longer than {MAX_ITEM >> 20} MiB")
+                    raise TooLarge(f"an event of traceEvents longer than {MAX_ITEM >> 20} MiB")
                 if not self._more():
                     raise EOFError("the JSON ends inside traceEvents (truncated)")
                 continue
