@@ -216,8 +216,10 @@ def resolve(path: str | os.PathLike[str]) -> Input:
     if head.startswith(SQLITE_MAGIC):
         return Input(given, p, "trace", "nsys-sqlite")
     if head.startswith(GZIP_MAGIC):
-        if _TRACE_EVENTS.search(_gunzip_head(p, given)):
+        inflated = _gunzip_head(p, given)
+        if _TRACE_EVENTS.search(inflated):
             return Input(given, p, "trace", "kineto")
+        _refuse_rocprof(inflated, given)
         raise GapscopeError(f"{given}: a gzip file, but not a gzipped PyTorch profiler trace (no "
                             f"traceEvents near its start; gapscope reads {READS})")
     if head.startswith(PARQUET_MAGIC) or head.startswith(ARROW_FILE_MAGIC) or (
@@ -257,6 +259,18 @@ def _folder(given: str, p: Path) -> Input:
                         f"output folder: {what} (gapscope reads {READS})")
 
 
+_ROCPROF = re.compile(rb'^\s*\{\s*"rocprofiler-sdk-tool"\s*:')
+
+
+def _refuse_rocprof(head: bytes, given: str) -> None:
+    """GapscopeError for rocprofv3's JSON (``--output-format json``: an object whose one key is
+    ``rocprofiler-sdk-tool``), which gapscope does not read."""
+    if _ROCPROF.match(head):
+        raise GapscopeError(f"{given}: a rocprofv3 JSON (rocprofiler-sdk-tool), which gapscope does not read; "
+                            "record the program with the PyTorch profiler instead (torch.profiler on ROCm "
+                            "writes a Kineto trace: `gapscope profile --tracer torch -- python PROGRAM`)")
+
+
 def _gunzip_head(p: Path, given: str) -> bytes:
     """The first JSON_HEAD_BYTES of a gzipped file, decompressed; a truncated or damaged file
     gives what could be decompressed (its reader reports the damage)."""
@@ -281,7 +295,9 @@ def _gunzip_head(p: Path, given: str) -> bytes:
 def _json_kind(p: Path, head: bytes, given: str) -> tuple[str, str]:
     """(kind, format) of a JSON file: a gapscope result by its schema (from the head when the
     schema is written first, as gapscope writes it), a PyTorch profiler trace by its
-    traceEvents, else from the whole object."""
+    traceEvents, else from the whole object; rocprofv3's JSON is refused, saying what to record
+    instead."""
+    _refuse_rocprof(head, given)
     m = _SCHEMA.search(head) if head.lstrip()[:1] == b"{" else None
     schema = m.group(1).decode("utf-8", "replace") if m else None
     if head.lstrip()[:1] == b"{":

@@ -384,7 +384,11 @@ def _gpu_names(head: dict[str, Any], devices: np.ndarray, call_names: Iterable[s
     props = head.get("deviceProperties")
     for d in props if isinstance(props, list) else ():
         if isinstance(d, dict) and type(d.get("id")) is int and 0 <= d["id"] < 2**31:
-            name = str(d.get("name", "?"))
+            name = str(d.get("name", "")).strip()
+            if not name:  # ROCm's Kineto may record no name: its compute capability stands in
+                cc = (d.get("computeMajor"), d.get("computeMinor"))
+                name = (f"GPU (compute {cc[0]}.{cc[1]}, model not recorded)" if all(type(c) is int for c in cc)
+                        else "GPU (model not recorded)")
             if vendor and not _VENDOR_WORDS.search(name):
                 name = f"{vendor} {name}"
             out[d["id"]] = name
