@@ -347,13 +347,28 @@ TRACE_GLOBS = ("*.sqlite", "*.pt.trace.json", "*.pt.trace.json.gz")
 
 def folder_traces(p: Path) -> list[str]:
     """The traces inside a folder: its nsys SQLite exports, PyTorch profiler traces
-    (``*.pt.trace.json[.gz]``) and columnar export folders; its ``.nsys-rep`` reports only
-    when it holds none of those (a report beside its own export would count twice)."""
+    (``*.pt.trace.json[.gz]``, TensorBoard's layout; any other ``*.json[.gz]`` whose first bytes
+    say it is one, as HTA's ``rank-N.json.gz``) and columnar export folders; its ``.nsys-rep``
+    reports only when it holds none of those (a report beside its own export would count
+    twice)."""
     found = [str(q) for g in TRACE_GLOBS for q in p.glob(g) if q.is_file()]
+    named = set(found)
+    for q in sorted(p.glob("*.json")) + sorted(p.glob("*.json.gz")):
+        if str(q) not in named and q.is_file() and _is_kineto(q):
+            found.append(str(q))
     found += [str(q) for q in p.iterdir() if q.is_dir() and columnar_format(q)]
     if not found:
         found = [str(q) for s in NSYS_REPORT_SUFFIXES for q in p.glob(f"*{s}") if q.is_file()]
     return found
+
+
+def _is_kineto(q: Path) -> bool:
+    """Whether a JSON file in a folder is a PyTorch profiler trace (by its first bytes; a file
+    that cannot be read or is anything else is not)."""
+    try:
+        return resolve(q).format == "kineto"
+    except GapscopeError:
+        return False
 
 
 def expand(args: Sequence[str]) -> list[str]:

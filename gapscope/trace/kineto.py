@@ -86,8 +86,11 @@ _CLASS = {**{c: 0 for c in GPU_CATEGORIES}, **{c: 1 for c in CALL_CATEGORIES},
 
 _THREAD_BITS = 24
 _NS = 1000  # nanoseconds per microsecond
-#: Whole seconds, the unit times are rebased by when a trace's clock is past the time limit.
+#: The unit times are rebased by when a trace's clock is past the time limit: a million whole
+#: seconds (11.6 days), so that the ranks of one run, each file read on its own, get the same base
+#: (unless their first events straddle a multiple of it) and every time stays exact.
 _SECOND = 1_000_000_000
+REBASE_NS = 1_000_000 * _SECOND
 
 _READ_ERRORS = (OSError, EOFError, zlib.error, UnicodeDecodeError, ValueError, decimal.InvalidOperation)
 
@@ -298,8 +301,8 @@ def _join(parts: list[dict[str, np.ndarray]], names: tuple[str, ...]) -> dict[st
 
 def _rebase(cols: dict[int, dict[str, np.ndarray]]) -> int:
     """Take whole seconds off every time when the trace's clock runs past the time limit
-    (Kineto before ``baseTimeNanoseconds`` counted from 1970): the earliest time's whole
-    seconds, so every time stays exact to the nanosecond. Returns what was taken off."""
+    (Kineto before ``baseTimeNanoseconds`` counted from 1970): the earliest time rounded down to
+    REBASE_NS, so every time stays exact to the nanosecond. Returns what was taken off."""
     lo, hi = None, None
     for col in cols.values():
         for t in ("start", "end") if "end" in col else ("start",):
@@ -310,7 +313,7 @@ def _rebase(cols: dict[int, dict[str, np.ndarray]]) -> int:
                 hi = int(v.max()) if hi is None else max(hi, int(v.max()))
     if hi is None or hi <= TIME_LIMIT_NS:
         return 0
-    base = lo // _SECOND * _SECOND
+    base = lo // REBASE_NS * REBASE_NS
     for col in cols.values():
         for t in ("start", "end") if "end" in col else ("start",):
             ok = ~col[t + "!"]
