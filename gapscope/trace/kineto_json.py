@@ -105,7 +105,7 @@ class _Gunzip:
 
     def read(self, n: int) -> bytes:
         out = b""
-        while not out and not self.done:
+        while n > 0 and not out and not self.done:  # (zlib's max_length 0 means no bound)
             if self.d.eof:
                 rest = self.d.unused_data
                 if not rest.strip(b"\x00"):
