@@ -157,16 +157,15 @@ def _ints(values: list[Any], none: int) -> tuple[np.ndarray, np.ndarray]:
     """JSON values as int64 (None: ``none``), and where one is not an integer of int64's range
     (its value 0)."""
     n = len(values)
-    types = set(map(type, values))
-    if type(None) in types:
-        values = [none if v is None else v for v in values]
-        types.discard(type(None))
-    if types <= {int}:
-        try:
-            return np.fromiter(values, dtype=np.int64, count=n), np.zeros(n, dtype=bool)
-        except OverflowError:
-            pass
-    ok = [type(v) is int and -(2**63) <= v < 2**63 for v in values]  # only odd pieces come here
+    try:  # ints only (msgspec gave ints, text or None): the common case, in one pass
+        return np.fromiter(values, dtype=np.int64, count=n), np.zeros(n, dtype=bool)
+    except (TypeError, ValueError, OverflowError):
+        pass
+    # only odd pieces come here: None, text (numbers written as text count, as numpy reads
+    # them above), ints past int64
+    values = [none if v is None else int(v) if type(v) is str and v.isascii() and v.isdigit() else v
+              for v in values]
+    ok = [type(v) is int and -(2**63) <= v < 2**63 for v in values]
     good = np.array(ok, dtype=bool)
     return np.fromiter((v if k else 0 for v, k in zip(values, ok)), dtype=np.int64, count=n), ~good
 
@@ -189,19 +188,22 @@ class _Reader:
     def add(self, piece: list[Event]) -> None:
         """Keep the events of one piece that the frames read (``ph`` X of a category read), as
         columns: every field taken once for all of them, then split by class."""
-        cats = list(map(_CAT, piece))
-        sel = list(map(_READ_CATS.__contains__, cats))
-        kept = list(compress(piece, sel))
+        kept = list(compress(piece, map(_READ_CATS.__contains__, map(_CAT, piece))))
         if not kept:
             return
-        cats = list(compress(cats, sel))
         is_x = list(map(operator.eq, map(_PH, kept), repeat("X")))
         if not all(is_x):
-            kept, cats = list(compress(kept, is_x)), list(compress(cats, is_x))
+            kept = list(compress(kept, is_x))
             if not kept:
                 return
         n = len(kept)
-        ts, dur, pid, tid, names, args = (list(f) for f in zip(*map(_FIELDS, kept)))
+        cats = list(map(_CAT, kept))
+        try:  # every field at once; a kept event without args has none of args' fields
+            ts, dur, pid, tid, names, dev, stream, corr = (list(f) for f in zip(*map(_FIELDS, kept)))
+        except AttributeError:
+            ts, dur, pid, tid, names, args = (list(f) for f in zip(*map(_FIELDS_NO_ARGS, kept)))
+            dev, stream, corr = (list(map(getattr, args, repeat(k), repeat(None)))
+                                 for k in ("device", "stream", "correlation"))
         cls = np.fromiter(map(_CLASS.__getitem__, cats), dtype=np.int8, count=n)
         times, times_bad = exact_ns(ts + dur)
         start, start_bad, dur_ns, dur_bad = times[:n], times_bad[:n], times[n:], times_bad[n:]
@@ -214,12 +216,10 @@ class _Reader:
         required = has_ts.copy()
         gpu_like = (cls == 0) | (cls == 3)
         cpu_like = (cls == 1) | (cls == 2)
-        dev = list(map(getattr, args, repeat("device"), repeat(None)))
-        stream = list(map(getattr, args, repeat("stream"), repeat(None)))
         required &= ~gpu_like | (_present(dev) & _present(stream))
         cols["device"], cols["device!"] = _ints(dev, 0)
         cols["stream"], cols["stream!"] = _ints(stream, 0)
-        cols["corr"], cols["corr!"] = _ints(list(map(getattr, args, repeat("correlation"), repeat(None))), -1)
+        cols["corr"], cols["corr!"] = _ints(corr, -1)
         required &= ~cpu_like | (_present(pid) & _present(tid))
         cols["pid"], cols["pid!"] = _ints(pid, 0)
         cols["tid"], cols["tid!"] = _ints(tid, 0)
@@ -278,7 +278,8 @@ class _Reader:
 
 
 _CAT, _PH, _NAME, _ARGS = (operator.attrgetter(f) for f in ("cat", "ph", "name", "args"))
-_FIELDS = operator.attrgetter("ts", "dur", "pid", "tid", "name", "args")
+_FIELDS = operator.attrgetter("ts", "dur", "pid", "tid", "name", "args.device", "args.stream", "args.correlation")
+_FIELDS_NO_ARGS = operator.attrgetter("ts", "dur", "pid", "tid", "name", "args")
 #: Times past this many ns (either way) are damage whatever else they are: end = start + dur
 #: stays inside int64.
 _TIME_SPAN = 2**62
