@@ -8,7 +8,9 @@ kernels:
   ijson ``kvitems``-free ``basic_parse`` (its bare tokenizer), orjson and msgspec (untyped
   dicts, and typed structs: gapscope's choice) on the same bounded pieces gapscope cuts,
   simdjson's parse (whole file: only below 1 GiB decompressed);
-* gapscope's reader: ``Kineto(path).load()``, the frames an analysis reads.
+* gapscope's reader: ``Kineto(path).load()``, the frames an analysis reads; with ``--baseline
+  DIR`` also the reader of another gapscope checkout (DIR holding its ``gapscope`` package: the
+  ijson reader before issue 42, ``git archive 5aa0f9b gapscope | tar -x -C DIR``).
 
 Run it on a SYNTHETIC tiling of a real trace (``benchmarks/tile_kineto.py``):
 
@@ -145,8 +147,20 @@ print(json.dumps({'cpu': took, 'peak_mib': peak, 'n': n}))
 """
 
 
-def run(name: str, path: Path) -> dict:
-    code = _PRELUDE.format(root=str(ROOT), path=str(path)) + CANDIDATES[name] + _REPORT
+BASELINE = """
+sys.path.insert(0, {baseline!r})
+for m in [m for m in sys.modules if m == 'gapscope' or m.startswith('gapscope.')]:
+    del sys.modules[m]
+from gapscope.heap import tune_for_analysis
+tune_for_analysis()
+from gapscope.trace.kineto import Kineto
+t = cpu(); k = Kineto(path); f = k.load(syncs=True); n = len(f.activities)
+"""
+
+
+def run(name: str, path: Path, baseline: Path | None = None) -> dict:
+    body = BASELINE.format(baseline=str(baseline)) if baseline else CANDIDATES[name]
+    code = _PRELUDE.format(root=str(ROOT), path=str(path)) + body + _REPORT
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     if proc.returncode:
         return {"error": (proc.stderr.strip().splitlines() or ["?"])[-1]}
@@ -154,27 +168,30 @@ def run(name: str, path: Path) -> dict:
 
 
 def kernels_of(path: Path) -> int:
-    sys.path.insert(0, str(ROOT))
-    from gapscope.trace.kineto import Kineto
-
-    k = Kineto(path)
-    return int((k.load().activities["kind"] == 0).sum()) + k._events.copy_kernels
+    """The trace's kernel events (memcpyNN_post ones included), counted in a process of its own
+    (a child inherits its parent's peak RSS)."""
+    code = (f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
+            "from gapscope.trace.kineto import Kineto\n"
+            f"k = Kineto({str(path)!r}); f = k.load()\n"
+            "print(int((f.activities['kind'] == 0).sum()) + k._events.copy_kernels)")
+    return int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("trace", type=Path)
     ap.add_argument("--only", nargs="*", help="candidates to run (names as printed)")
+    ap.add_argument("--baseline", type=Path, help="a folder holding another gapscope package to time too")
     a = ap.parse_args()
+    results = {name: run(name, a.trace) for name in CANDIDATES if not a.only or name in a.only}
+    if a.baseline:
+        results[f"gapscope Kineto reader of {a.baseline}"] = run("", a.trace, a.baseline)
     kernels = kernels_of(a.trace)
     floor = None
     print(f"{a.trace.name}: {kernels:,} kernel events, {a.trace.stat().st_size:,} bytes on disk\n")
-    print(f"| candidate | CPU s | CPU s per 1M kernels | x floor | peak MiB |")
-    print(f"| --- | ---: | ---: | ---: | ---: |")
-    for name in CANDIDATES:
-        if a.only and name not in a.only:
-            continue
-        r = run(name, a.trace)
+    print("| candidate | CPU s | CPU s per 1M kernels | x floor | peak MiB |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for name, r in results.items():
         if "cpu" not in r:
             print(f"| {name} | {r.get('skip') or r.get('error')} | | | |")
             continue

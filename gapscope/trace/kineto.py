@@ -161,7 +161,14 @@ def _ints(values: list[Any], none: int) -> tuple[np.ndarray, np.ndarray]:
         return np.fromiter(values, dtype=np.int64, count=n), np.zeros(n, dtype=bool)
     except (TypeError, ValueError, OverflowError):
         pass
-    # only odd pieces come here: None, text (numbers written as text count, as numpy reads
+    present = _present(values)
+    try:  # ints and None (a column of some classes of events only): the None filled in
+        out = np.full(n, none, dtype=np.int64)
+        out[present] = np.fromiter(compress(values, present.tolist()), dtype=np.int64, count=int(present.sum()))
+        return out, np.zeros(n, dtype=bool)
+    except (TypeError, ValueError, OverflowError):
+        pass
+    # only odd pieces come here: text (numbers written as text count, as numpy reads
     # them above), ints past int64
     values = [none if v is None else int(v) if type(v) is str and v.isascii() and v.isdigit() else v
               for v in values]

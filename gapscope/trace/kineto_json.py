@@ -32,9 +32,11 @@ import numpy as np
 
 from gapscope.errors import GapscopeError
 
-#: Decompressed bytes read at a time (below heap.MMAP_THRESHOLD: a chunk, and the piece copied
-#: from it, are carved from the heap, not mapped and faulted in anew each time).
-CHUNK = 2 << 20
+#: Decompressed bytes read at a time: small enough that a chunk, the piece copied from it and
+#: the structs decoded from that stay in the heap's reused blocks rather than mappings faulted in
+#: anew each time (512 KiB: 8.3-8.9 CPU s at 1M kernels where 2 MiB took 10.1-10.5, with half
+#: the page faults; docs/performance.md).
+CHUNK = 512 << 10
 #: The longest event, string or top-level field value read, in bytes.
 MAX_ITEM = 64 << 20
 #: Bytes scanned at a time outside traceEvents.
