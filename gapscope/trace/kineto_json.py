@@ -445,7 +445,7 @@ class Stream:
                 end, nxt = cut
                 events = self._decode(end)
                 if events is not None:
-                    del buf[: nxt - 1]
+                    self._drop(nxt - 1)
                     return events
                 return self._scan_piece()
             if self._eof or len(buf) > MAX_ITEM:
@@ -460,14 +460,20 @@ class Stream:
         buf = self._buf
         keep = buf[0], buf[end]
         buf[0], buf[end] = 0x5B, 0x5D
-        piece = bytes(memoryview(buf)[: end + 1])  # the events' ts and dur (msgspec.Raw) point into it
-        buf[0], buf[end] = keep
-        try:
-            return _PIECE.decode(piece)
+        try:  # decoded in place: the events' ts and dur (msgspec.Raw) point into buf, which
+            # _drop then leaves as it is (a new buffer takes the bytes after the piece)
+            return _PIECE.decode(memoryview(buf)[: end + 1])
         except msgspec.ValidationError:
-            return self._one_by_one(piece)
+            return self._one_by_one(bytes(memoryview(buf)[: end + 1]))
         except _DECODE_ERRORS:
             return None
+        finally:
+            buf[0], buf[end] = keep  # (in place: no resize, which the views would forbid)
+
+    def _drop(self, upto: int) -> None:
+        """Let the buffer start at ``upto``: a new buffer with the bytes from there (the old one
+        may be held by the events decoded from it)."""
+        self._buf = self._buf[upto:]
 
     def _one_by_one(self, piece: bytes) -> list[Event] | None:
         """A piece whose events do not all have the types gapscope reads: each event decoded
@@ -518,12 +524,12 @@ class Stream:
             if end <= 1:
                 if commas.size:
                     raise ValueError("an empty element in traceEvents")
-                del buf[:keep_from]
+                self._drop(keep_from)
                 return None
             events = self._decode(end)
             if events is None:
                 raise ValueError("traceEvents holds something that is not JSON")
-            del buf[:keep_from]
+            self._drop(keep_from)
             return events
 
 
