@@ -56,7 +56,7 @@ def pieces():
     real = kj._PIECE
     class Grab:
         def decode(self, b):
-            out.append(b)
+            out.append(bytes(b))  # a copy: the stream restores its buffer after the decode
             return []
     kj._PIECE = Grab()
     try:
