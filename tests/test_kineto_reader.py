@@ -243,3 +243,19 @@ def test_a_truncated_trace_is_refused_in_one_line(tmp_path):
     path = write(tmp_path / "cut.pt.trace.json", steps(20))
     path.write_bytes(path.read_bytes()[:-200])
     refused(path, "truncated")
+
+
+def test_fields_of_other_types_are_damage_counted_by_category(tmp_path):
+    """SYNTHETIC: among 20 good pairs, a kernel whose ts is text (a damaged start, under the
+    validation rules), one whose args.device is an object (left out, counted as a kernel
+    event), and an event whose cat is a list (found by a mutation campaign: an unhashable cat
+    raised TypeError; left out, counted without a category)."""
+    events = steps(20) + [kernel('"5"', "1.000", 900), {**kernel("1000400.000", "1.000", 901),
+                                                         "args": {"device": {}, "stream": 7}},
+                          {**kernel("1000500.000", "1.000", 902), "cat": ["kernel"]}]
+    r = analyzed(write(tmp_path / "types.pt.trace.json", events))
+    fields = "without the fields gapscope reads (ts, dur, args.device, args.stream, pid, tid) were left out"
+    assert f"1 kernel events {fields}" in r["warnings"] and f"1 ? events {fields}" in r["warnings"]
+    assert ("left out 1 of 21 GPU activity rows as damaged (start not an integer: 1, end not an integer: 1); "
+            "every figure covers the other rows") in r["warnings"]
+    assert r["devices"][0]["kernels"] == 20

@@ -64,8 +64,8 @@ class Event(msgspec.Struct, gc=False):
     """One trace event, the fields gapscope reads (absent: their default); ``ts`` and ``dur``
     stay as their JSON text, parsed exactly later (:func:`exact_ns`)."""
 
-    ph: Any = None
-    cat: Any = None
+    ph: str | None = None
+    cat: str | None = None
     name: Any = None
     pid: int | str | None = None
     tid: int | str | None = None
