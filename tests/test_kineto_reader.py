@@ -259,3 +259,11 @@ def test_fields_of_other_types_are_damage_counted_by_category(tmp_path):
     assert ("left out 1 of 21 GPU activity rows as damaged (start not an integer: 1, end not an integer: 1); "
             "every figure covers the other rows") in r["warnings"]
     assert r["devices"][0]["kernels"] == 20
+
+
+def test_bytes_after_the_gzip_stream_are_refused_in_one_line(tmp_path):
+    """SYNTHETIC: a gzipped trace with bytes after its gzip member that are no gzip member
+    (ISA-L's IsalError, which is no zlib.error, went up as an internal error)."""
+    path = write(tmp_path / "tail.pt.trace.json.gz", steps(5))
+    path.write_bytes(path.read_bytes() + b"garbage after the member")
+    refused(path, "cannot read the PyTorch profiler trace")

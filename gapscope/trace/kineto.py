@@ -31,16 +31,14 @@ from __future__ import annotations
 
 import decimal
 import gc
-import gzip
 import operator
 import re
-import zlib
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import compress, repeat
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -52,7 +50,7 @@ from gapscope.trace.frames import (
     build_frames,
 )
 from gapscope.trace.kineto_json import (
-    GZIP_MAGIC, MAX_DEPTH, Args, Event, Stream, TooLarge, check_not_sparse, exact_ns, open_source,
+    INFLATE_ERRORS, MAX_DEPTH, Event, Stream, TooLarge, check_not_sparse, exact_ns, open_source,
 )
 from gapscope.trace.validation import TIME_LIMIT_NS, Cell
 
@@ -68,8 +66,7 @@ GPU_CATEGORIES = {"kernel": ActivityKind.KERNEL, "gpu_memcpy": ActivityKind.MEMC
 #: Host-side CUDA (and HIP) call categories, with libkineto's 2022 names.
 CALL_CATEGORIES = ("cuda_runtime", "cuda_driver", "Runtime", "Driver")
 #: Range categories: record_function and the profiler's own ProfilerStep#N.
-RANGE_CATEGORY = "user_annotation"
-RANGE_CATEGORIES = ("user_annotation", "User annotation")
+RANGE_CATEGORIES = ("user_annotation",)
 #: Kernels the CUDA driver runs for the memcpy nodes of a CUDA graph: Kineto records them as
 #: ``kernel`` events, nsys (from the same CUPTI records) as memcpys; they are read as memcpys.
 GRAPH_COPY_KERNEL = re.compile(r"memcpy\d+_post")
@@ -92,17 +89,7 @@ _NS = 1000  # nanoseconds per microsecond
 _SECOND = 1_000_000_000
 REBASE_NS = 1_000_000 * _SECOND
 
-_READ_ERRORS = (OSError, EOFError, zlib.error, UnicodeDecodeError, ValueError, decimal.InvalidOperation)
-
-
-def open_binary(path: Path) -> IO[bytes]:
-    """The trace's bytes: decompressed on the fly when the file is gzipped."""
-    fh = open(path, "rb")
-    if fh.read(2) == GZIP_MAGIC:
-        fh.close()
-        return gzip.open(path, "rb")
-    fh.seek(0)
-    return fh
+_READ_ERRORS = (OSError, EOFError, *INFLATE_ERRORS, UnicodeDecodeError, ValueError, decimal.InvalidOperation)
 
 
 def short_kernel_name(name: str) -> str:

@@ -87,14 +87,19 @@ _WS = b" \t\r\n"
 _DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, RecursionError, OverflowError, ValueError)
 
 
+try:
+    from isal import isal_zlib
+except ImportError:  # pragma: no cover - isal is a dependency
+    isal_zlib = None
+#: What an inflater raises on damaged gzip data.
+INFLATE_ERRORS: tuple[type[BaseException], ...] = (zlib.error,) + ((isal_zlib.error,) if isal_zlib else ())
+
+
 def _inflater() -> Callable[[], Any]:
     """The fastest gzip inflater installed: ISA-L's (python-isal, 2-3x zlib's speed) or zlib."""
-    try:
-        from isal import isal_zlib
-
+    if isal_zlib is not None:
         return lambda: isal_zlib.decompressobj(31)
-    except ImportError:  # pragma: no cover - isal is a dependency
-        return lambda: zlib.decompressobj(31)
+    return lambda: zlib.decompressobj(31)  # pragma: no cover - isal is a dependency
 
 
 class _Gunzip:
@@ -150,7 +155,6 @@ def check_not_sparse(path: Path) -> None:
 
 # -- the structural scanner -----------------------------------------------------------------
 
-_OPEN, _CLOSE = b"{[", b"}]"
 _LUT = np.zeros(256, dtype=np.int8)
 for _c in b"{[":
     _LUT[_c] = 1
