@@ -267,3 +267,45 @@ def test_bytes_after_the_gzip_stream_are_refused_in_one_line(tmp_path):
     path = write(tmp_path / "tail.pt.trace.json.gz", steps(5))
     path.write_bytes(path.read_bytes() + b"garbage after the member")
     refused(path, "cannot read the PyTorch profiler trace")
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_mutated_traces_are_read_or_refused_never_a_traceback(tmp_path, seed):
+    """SYNTHETIC: a seeded mutation of the shipped steps trace (bytes flipped, cut, a range
+    deleted or repeated, numbers and strings replaced by hostile values, half of them gzipped):
+    the reader and the analysis give frames or one GapscopeError, nothing else."""
+    import random
+
+    from gapscope.analysis.pipeline import run_analysis
+    from gapscope.errors import GapscopeError
+    from paths import TRACES
+
+    src = gzip.decompress((TRACES / "torch_decode_steps.pt.trace.json.gz").read_bytes())
+    values = [b"1e30", b"-1", b"null", b'"x"', b"[]", b"{}", b"true", b"-9223372036854775808",
+              b"18446744073709551616", b"1e999", b'"\\ud800"', b"123456789012345678901234567890"]
+    rng = random.Random(seed)
+    data = bytearray(src)
+    kind = seed % 6
+    if kind == 0:
+        for _ in range(rng.randrange(1, 20)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+    elif kind == 1:
+        data = data[: rng.randrange(len(data))]
+    elif kind in (2, 3):
+        pattern = re.compile(rb'": (-?[0-9.]+)' if kind == 2 else rb'": ("[^"]*")')
+        for _ in range(rng.randrange(1, 10)):
+            m = rng.choice(list(pattern.finditer(data)))
+            data[m.start(1):m.end(1)] = rng.choice(values)
+    elif kind == 4:
+        i = rng.randrange(len(data))
+        del data[i:i + rng.randrange(1, 400)]
+    else:
+        i = rng.randrange(len(data))
+        data[i:i] = data[i:i + rng.randrange(1, 400)]
+    path = tmp_path / ("m.pt.trace.json.gz" if seed % 2 else "m.pt.trace.json")
+    path.write_bytes(gzip.compress(bytes(data), 1) if seed % 2 else bytes(data))
+    try:
+        with open_trace(path, "kineto") as trace:
+            run_analysis(trace.frames())
+    except GapscopeError:
+        pass
