@@ -85,6 +85,17 @@ def test_exact_ns_reads_kineto_decimals_and_rounds_the_rest_half_to_even():
     assert bad.tolist() == [True] * 5 and values.tolist() == [0] * 5
 
 
+def test_exact_ns_bulk_path_for_kineto_decimals_and_plain_integers():
+    """All values as Kineto writes them (read in bulk), all plain integers (legacy traces), and
+    one of another form among them (every value then read column-wise): the same exact values."""
+    kineto = [b"5268304414243.273", b"0.768", b"0.000", b"1712195495406752.800", b"10.001"]
+    want = [5268304414243273, 768, 0, 1712195495406752800, 10001]
+    assert exact_ns(kineto)[0].tolist() == want
+    assert exact_ns([b"1695835542481129", b"0", b"7"])[0].tolist() == [1695835542481129000, 0, 7000]
+    mixed, bad = exact_ns(kineto + [b"7", b"1.5", b"2.25"])
+    assert mixed.tolist() == want + [7000, 1500, 2250] and not bad.any()
+
+
 # -- bounds (issue 41) ---------------------------------------------------------------------------
 
 def test_a_key_nested_30000_deep_is_refused_in_one_line(tmp_path):
