@@ -77,12 +77,13 @@ def refused(path: Path, *words: str, seconds: float = 20) -> str:
 def test_exact_ns_reads_kineto_decimals_and_rounds_the_rest_half_to_even():
     texts = [b"5268304414243.273", b"0.768", b"7", b"12.3456", b"0.0005", b"0.0015", b"2.5e-3",
              b"1712195495406752.8", b"1695835542481129", b"9223372036854775.807", b"-0.001"]
-    values, bad = exact_ns(texts)
+    values, bad, _ = exact_ns(texts)
     assert values.tolist() == [5268304414243273, 768, 7000, 12346, 0, 2, 2, 1712195495406752800,
                                1695835542481129000, 2**63 - 1, -1]
     assert not bad.any()
-    values, bad = exact_ns([b"1e30", b"9223372036854775.808", b"-9223372036854775808", b'"1"', None])
+    values, bad, missing = exact_ns([b"1e30", b"9223372036854775.808", b"-9223372036854775808", b'"1"', None])
     assert bad.tolist() == [True] * 5 and values.tolist() == [0] * 5
+    assert missing.tolist() == [False] * 4 + [True]
 
 
 def test_exact_ns_bulk_path_for_kineto_decimals_and_plain_integers():
@@ -92,7 +93,7 @@ def test_exact_ns_bulk_path_for_kineto_decimals_and_plain_integers():
     want = [5268304414243273, 768, 0, 1712195495406752800, 10001]
     assert exact_ns(kineto)[0].tolist() == want
     assert exact_ns([b"1695835542481129", b"0", b"7"])[0].tolist() == [1695835542481129000, 0, 7000]
-    mixed, bad = exact_ns(kineto + [b"7", b"1.5", b"2.25"])
+    mixed, bad, _ = exact_ns(kineto + [b"7", b"1.5", b"2.25"])
     assert mixed.tolist() == want + [7000, 1500, 2250] and not bad.any()
 
 

@@ -140,19 +140,19 @@ class _Events:
     short: np.ndarray | None = None  # per string id, the id of its short kernel name
 
 
-def _ints(values: list[Any], none: int) -> tuple[np.ndarray, np.ndarray]:
-    """JSON values as int64 (None: ``none``), and where one is not an integer of int64's range
-    (its value 0)."""
+def _ints(values: list[Any], none: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """JSON values as int64 (None: ``none``), where one is not an integer of int64's range (its
+    value 0), and where one is None."""
     n = len(values)
     try:  # ints only (msgspec gave ints, text or None): the common case, in one pass
-        return np.fromiter(values, dtype=np.int64, count=n), np.zeros(n, dtype=bool)
+        return np.fromiter(values, dtype=np.int64, count=n), np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
     except (TypeError, ValueError, OverflowError):
         pass
     present = _present(values)
     try:  # ints and None (a column of some classes of events only): the None filled in
         out = np.full(n, none, dtype=np.int64)
         out[present] = np.fromiter(compress(values, present.tolist()), dtype=np.int64, count=int(present.sum()))
-        return out, np.zeros(n, dtype=bool)
+        return out, np.zeros(n, dtype=bool), ~present
     except (TypeError, ValueError, OverflowError):
         pass
     # only odd pieces come here: text (numbers written as text count, as numpy reads
@@ -161,7 +161,7 @@ def _ints(values: list[Any], none: int) -> tuple[np.ndarray, np.ndarray]:
               for v in values]
     ok = [type(v) is int and -(2**63) <= v < 2**63 for v in values]
     good = np.array(ok, dtype=bool)
-    return np.fromiter((v if k else 0 for v, k in zip(values, ok)), dtype=np.int64, count=n), ~good
+    return np.fromiter((v if k else 0 for v, k in zip(values, ok)), dtype=np.int64, count=n), ~good, ~present
 
 
 def _present(values: list[Any]) -> np.ndarray:
@@ -199,10 +199,10 @@ class _Reader:
             dev, stream, corr = (list(map(getattr, args, repeat(k), repeat(None)))
                                  for k in ("device", "stream", "correlation"))
         cls = np.fromiter(map(_CLASS.__getitem__, cats), dtype=np.int8, count=n)
-        times, times_bad = exact_ns(ts + dur)
+        times, times_bad, times_missing = exact_ns(ts + dur)
         start, start_bad, dur_ns, dur_bad = times[:n], times_bad[:n], times[n:], times_bad[n:]
-        has_ts, has_dur = _present(ts), _present(dur)
-        dur_bad &= has_dur  # no dur: 0
+        has_ts = ~times_missing[:n]
+        dur_bad &= ~times_missing[n:]  # no dur: 0
         huge = (np.abs(start) > _TIME_SPAN) | (np.abs(dur_ns) > _TIME_SPAN)
         end = np.where(huge, 0, start + np.where(huge, 0, dur_ns))
         cols: dict[str, Any] = {"start": start, "start!": start_bad, "end": end,
@@ -210,13 +210,12 @@ class _Reader:
         required = has_ts.copy()
         gpu_like = (cls == 0) | (cls == 3)
         cpu_like = (cls == 1) | (cls == 2)
-        required &= ~gpu_like | (_present(dev) & _present(stream))
-        cols["device"], cols["device!"] = _ints(dev, 0)
-        cols["stream"], cols["stream!"] = _ints(stream, 0)
-        cols["corr"], cols["corr!"] = _ints(corr, -1)
-        required &= ~cpu_like | (_present(pid) & _present(tid))
-        cols["pid"], cols["pid!"] = _ints(pid, 0)
-        cols["tid"], cols["tid!"] = _ints(tid, 0)
+        cols["device"], cols["device!"], no_dev = _ints(dev, 0)
+        cols["stream"], cols["stream!"], no_stream = _ints(stream, 0)
+        cols["corr"], cols["corr!"], _ = _ints(corr, -1)
+        cols["pid"], cols["pid!"], no_pid = _ints(pid, 0)
+        cols["tid"], cols["tid!"], no_tid = _ints(tid, 0)
+        required &= ~(gpu_like & (no_dev | no_stream)) & ~(cpu_like & (no_pid | no_tid))
         if not set(map(type, names)) <= {str}:
             names = [("[unnamed]" if k == 2 else "?") if v is None else v if type(v) is str else str(v)
                      for v, k in zip(names, cls.tolist())]

@@ -244,23 +244,25 @@ class Scanner:
 _I64 = 2**63 - 1
 
 
-def exact_ns(raws: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+def exact_ns(raws: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """JSON numbers (their text: msgspec.Raw or bytes) of microseconds as integer nanoseconds,
-    exactly (rounded half to even below the nanosecond), as int64; and where a value is none
-    (None), not a number or outside int64 (``bad``, its value 0). Kineto's ``123.456`` and
-    integers are parsed by numpy, column-wise; anything else (exponents, more decimals, a
-    sign) one by one."""
+    exactly (rounded half to even below the nanosecond), as int64; where a value is none
+    (None), not a number or outside int64 (``bad``, its value 0); and where it is none
+    (``missing``). Written as Kineto writes them (or as plain integers) they are read in bulk
+    (:func:`_kineto_ns`); otherwise column-wise by numpy's string functions, and exponents,
+    signs and more decimals one by one."""
     n = len(raws)
     out = np.zeros(n, dtype=np.int64)
     if not n:
-        return out, np.zeros(0, dtype=bool)
-    missing = ~np.fromiter(map(operator.is_not, raws, repeat(None)), dtype=bool, count=n)
-    if missing.any():
-        raws = [b"x" if r is None else r for r in raws]
-    else:
-        kineto = _kineto_ns(raws)
+        return out, np.zeros(0, dtype=bool), np.zeros(0, dtype=bool)
+    try:
+        kineto = _kineto_ns(raws)  # (a None among them: TypeError from the join)
         if kineto is not None:
-            return kineto, np.zeros(n, dtype=bool)
+            return kineto, np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
+        missing = np.zeros(n, dtype=bool)
+    except TypeError:
+        missing = ~np.fromiter(map(operator.is_not, raws, repeat(None)), dtype=bool, count=n)
+        raws = [b"x" if r is None else r for r in raws]
     a = np.array(b"\x00".join(raws).split(b"\x00"), dtype="S")
     length = np.strings.str_len(a)
     dot = np.strings.find(a, b".")
@@ -279,7 +281,7 @@ def exact_ns(raws: list[Any]) -> tuple[np.ndarray, np.ndarray]:
             bad[i] = True
         else:
             out[i] = value
-    return out, bad
+    return out, bad, missing
 
 
 _INTS = msgspec.json.Decoder(list[int])
