@@ -12,7 +12,9 @@ kernels:
   DIR`` also the reader of another gapscope checkout (DIR holding its ``gapscope`` package: the
   ijson reader before issue 42, ``git archive 5aa0f9b gapscope | tar -x -C DIR``).
 
-Run it on a SYNTHETIC tiling of a real trace (``benchmarks/tile_kineto.py``):
+The candidates gapscope does not depend on need their packages (``pip install ijson orjson
+pysimdjson``); a candidate whose package is missing prints its error in the table. Run it on a
+SYNTHETIC tiling of a real trace (``benchmarks/tile_kineto.py``):
 
     python benchmarks/tile_kineto.py traces/torch_decode_small.pt.trace.json.gz /tmp/k200k.pt.trace.json.gz --kernels 200000
     python benchmarks/bench_kineto.py /tmp/k200k.pt.trace.json.gz
