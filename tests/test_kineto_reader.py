@@ -251,6 +251,13 @@ def test_pieces_of_any_size_give_the_same_frames(tmp_path, monkeypatch):
     assert len(small.activities) == 30
 
 
+def test_a_comma_after_the_last_event_is_refused_in_one_line(tmp_path):
+    """SYNTHETIC: ``[{...},]`` is not JSON (the scan that finds the last events took it)."""
+    path = write(tmp_path / "comma.pt.trace.json", steps(3))
+    path.write_text(path.read_text().replace("}]}", "},]}"))
+    refused(path, "a comma before the end of traceEvents")
+
+
 def test_a_truncated_trace_is_refused_in_one_line(tmp_path):
     path = write(tmp_path / "cut.pt.trace.json", steps(20))
     path.write_bytes(path.read_bytes()[:-200])

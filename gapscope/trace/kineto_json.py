@@ -475,6 +475,8 @@ class Stream:
                 i += 1
             if i < n:
                 if buf[i] == 0x5D:
+                    if buf[0] == 0x2C:  # the placeholder is the comma after the last event
+                        raise ValueError("a comma before the end of traceEvents")
                     del buf[: i + 1]
                     return True
                 del buf[: i - 1]
