@@ -59,7 +59,8 @@ BOUNDED = ("columns", "results", "digests")
 RESULT_FORMATS = ("nsys-sqlite", "kineto")
 #: The packages the analysis computes with, as their ``.dist-info`` folders name them: the
 #: versions installed are part of a result entry's key.
-ANALYSIS_PACKAGES = ("numpy", "pandas", "pyarrow", "adbc_driver_manager", "adbc_driver_sqlite", "ijson")
+ANALYSIS_PACKAGES = ("numpy", "pandas", "pyarrow", "adbc_driver_manager", "adbc_driver_sqlite", "msgspec",
+                     "isal")
 #: Bumped whenever what a result entry holds changes, so an older layout is never read.
 RESULT_LAYOUT = "1"
 #: The pipeline's options as `gapscope analyze TRACE` gives them when none is set on its command

@@ -184,13 +184,28 @@ def regular_file(path: str | os.PathLike[str], given: str | None = None) -> os.s
     return st
 
 
+#: A file larger than this whose blocks on disk hold less than 1/SPARSE_RATIO of its size is
+#: sparse (mostly holes that read as zeros; no compressing file system shrinks a trace that far).
+SPARSE_MIN_BYTES = 64 << 20
+SPARSE_RATIO = 256
+
+
+def refuse_sparse(path: str | os.PathLike[str], st: os.stat_result, given: str | None = None) -> None:
+    """GapscopeError for a sparse file (``st`` its stat), before a byte of it is read: its size
+    says gigabytes, its blocks on disk say almost nothing."""
+    blocks = getattr(st, "st_blocks", None)
+    if blocks is not None and st.st_size > SPARSE_MIN_BYTES and blocks * 512 < st.st_size // SPARSE_RATIO:
+        raise GapscopeError(f"{given or os.fspath(path)}: a sparse file ({st.st_size:,} bytes, "
+                            f"{blocks * 512:,} of them on disk): not a trace as a profiler writes it")
+
+
 def resolve(path: str | os.PathLike[str]) -> Input:
     """What ``path`` holds; GapscopeError (exit 2) when gapscope cannot read it."""
     given = os.fspath(path)
     p = Path(given)
     if p.is_dir():
         return _folder(given, p)
-    regular_file(p, given)
+    refuse_sparse(p, regular_file(p, given), given)
     try:
         with open(p, "rb") as fh:
             head = fh.read(65536)
@@ -201,8 +216,10 @@ def resolve(path: str | os.PathLike[str]) -> Input:
     if head.startswith(SQLITE_MAGIC):
         return Input(given, p, "trace", "nsys-sqlite")
     if head.startswith(GZIP_MAGIC):
-        if _TRACE_EVENTS.search(_gunzip_head(p, given)):
+        inflated = _gunzip_head(p, given)
+        if _TRACE_EVENTS.search(inflated):
             return Input(given, p, "trace", "kineto")
+        _refuse_rocprof(inflated, given)
         raise GapscopeError(f"{given}: a gzip file, but not a gzipped PyTorch profiler trace (no "
                             f"traceEvents near its start; gapscope reads {READS})")
     if head.startswith(PARQUET_MAGIC) or head.startswith(ARROW_FILE_MAGIC) or (
@@ -242,6 +259,18 @@ def _folder(given: str, p: Path) -> Input:
                         f"output folder: {what} (gapscope reads {READS})")
 
 
+_ROCPROF = re.compile(rb'^\s*\{\s*"rocprofiler-sdk-tool"\s*:')
+
+
+def _refuse_rocprof(head: bytes, given: str) -> None:
+    """GapscopeError for rocprofv3's JSON (``--output-format json``: an object whose one key is
+    ``rocprofiler-sdk-tool``), which gapscope does not read."""
+    if _ROCPROF.match(head):
+        raise GapscopeError(f"{given}: a rocprofv3 JSON (rocprofiler-sdk-tool), which gapscope does not read; "
+                            "record the program with the PyTorch profiler instead (torch.profiler on ROCm "
+                            "writes a Kineto trace: `gapscope profile --tracer torch -- python PROGRAM`)")
+
+
 def _gunzip_head(p: Path, given: str) -> bytes:
     """The first JSON_HEAD_BYTES of a gzipped file, decompressed; a truncated or damaged file
     gives what could be decompressed (its reader reports the damage)."""
@@ -266,7 +295,9 @@ def _gunzip_head(p: Path, given: str) -> bytes:
 def _json_kind(p: Path, head: bytes, given: str) -> tuple[str, str]:
     """(kind, format) of a JSON file: a gapscope result by its schema (from the head when the
     schema is written first, as gapscope writes it), a PyTorch profiler trace by its
-    traceEvents, else from the whole object."""
+    traceEvents, else from the whole object; rocprofv3's JSON is refused, saying what to record
+    instead."""
+    _refuse_rocprof(head, given)
     m = _SCHEMA.search(head) if head.lstrip()[:1] == b"{" else None
     schema = m.group(1).decode("utf-8", "replace") if m else None
     if head.lstrip()[:1] == b"{":
@@ -316,13 +347,28 @@ TRACE_GLOBS = ("*.sqlite", "*.pt.trace.json", "*.pt.trace.json.gz")
 
 def folder_traces(p: Path) -> list[str]:
     """The traces inside a folder: its nsys SQLite exports, PyTorch profiler traces
-    (``*.pt.trace.json[.gz]``) and columnar export folders; its ``.nsys-rep`` reports only
-    when it holds none of those (a report beside its own export would count twice)."""
+    (``*.pt.trace.json[.gz]``, TensorBoard's layout; any other ``*.json[.gz]`` whose first bytes
+    say it is one, as HTA's ``rank-N.json.gz``) and columnar export folders; its ``.nsys-rep``
+    reports only when it holds none of those (a report beside its own export would count
+    twice)."""
     found = [str(q) for g in TRACE_GLOBS for q in p.glob(g) if q.is_file()]
+    named = set(found)
+    for q in sorted(p.glob("*.json")) + sorted(p.glob("*.json.gz")):
+        if str(q) not in named and q.is_file() and _is_kineto(q):
+            found.append(str(q))
     found += [str(q) for q in p.iterdir() if q.is_dir() and columnar_format(q)]
     if not found:
         found = [str(q) for s in NSYS_REPORT_SUFFIXES for q in p.glob(f"*{s}") if q.is_file()]
     return found
+
+
+def _is_kineto(q: Path) -> bool:
+    """Whether a JSON file in a folder is a PyTorch profiler trace (by its first bytes; a file
+    that cannot be read or is anything else is not)."""
+    try:
+        return resolve(q).format == "kineto"
+    except GapscopeError:
+        return False
 
 
 def expand(args: Sequence[str]) -> list[str]:

@@ -1,4 +1,5 @@
-"""CUDA runtime and driver API calls by what they do, as the analysis needs to tell them apart.
+"""CUDA runtime and driver API calls by what they do, as the analysis needs to tell them apart;
+AMD's HIP calls (PyTorch profiler traces recorded on ROCm) beside their CUDA twins.
 
 Names are without nsys's ``_vNNNN`` version suffix (:func:`base_name` strips it). Gap attribution
 (docs/metrics.md, "Gap attribution") reads a launching thread's calls by their role: a *launch*
@@ -34,6 +35,17 @@ QUIET_CALLS = frozenset({
     "cudaDeviceGetAttribute", "cuDeviceGetAttribute", "cudaPointerGetAttributes", "cuPointerGetAttribute",
     "cudaOccupancyMaxActiveBlocksPerMultiprocessor", "cuOccupancyMaxActiveBlocksPerMultiprocessor",
     "cuModuleGetFunction", "cuLibraryGetKernel", "cuLibraryGetModule",
+}) | frozenset({  # HIP
+    "hipEventRecord", "hipEventRecordWithFlags", "hipStreamWaitEvent", "hipEventQuery", "hipEventElapsedTime",
+    "hipGetDevice", "hipSetDevice", "hipGetDeviceCount", "hipGetLastError", "hipPeekAtLastError",
+    "hipStreamIsCapturing", "hipStreamGetCaptureInfo", "hipCtxGetCurrent", "hipCtxSetCurrent", "hipCtxGetDevice",
+    "hipDevicePrimaryCtxGetState", "hipFuncGetAttributes", "hipFuncSetAttribute", "hipFuncGetAttribute",
+    "hipDeviceGetAttribute", "hipPointerGetAttributes", "hipPointerGetAttribute",
+    "hipOccupancyMaxActiveBlocksPerMultiprocessor", "hipModuleOccupancyMaxActiveBlocksPerMultiprocessor",
+    "hipModuleGetFunction", "hipModuleGetGlobal", "hipGetFuncBySymbol", "hipGetDeviceProperties",
+    "hipGetDevicePropertiesR0600", "hipGetDevicePropertiesR0000", "hipStreamGetDevice", "hipDeviceGet",
+    "hipDriverGetVersion", "hipRuntimeGetVersion", "hipGetDeviceFlags", "hipStreamQuery", "hipStreamGetFlags",
+    "hipStreamGetPriority", "hipDeviceGetStreamPriorityRange",
 })
 
 #: Synchronizing calls: the calling thread blocks until GPU work is done.
@@ -43,14 +55,21 @@ SYNC_CALLS = frozenset({
     "cudaMemcpyPeer", "cudaMemset", "cudaMemset2D", "cudaMemset3D",
     "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize",
     "cuMemcpy", "cuMemcpyDtoH", "cuMemcpyHtoD", "cuMemcpyDtoD", "cuMemcpyPeer", "cuMemcpy2D", "cuMemcpy3D",
+}) | frozenset({  # HIP; hipMemcpyWithStream is PyTorch's blocking copy on ROCm (cudaMemcpy's twin)
+    "hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize", "hipCtxSynchronize",
+    "hipMemcpy", "hipMemcpyWithStream", "hipMemcpy2D", "hipMemcpy3D", "hipMemcpyToSymbol", "hipMemcpyFromSymbol",
+    "hipMemcpyPeer", "hipMemcpyHtoD", "hipMemcpyDtoH", "hipMemcpyDtoD", "hipMemcpyParam2D", "hipMemset",
+    "hipMemset2D", "hipMemset3D",
 })
 
 #: Calls that launch a whole CUDA graph.
-GRAPH_LAUNCH_CALLS = frozenset({"cudaGraphLaunch", "cuGraphLaunch"})
+GRAPH_LAUNCH_CALLS = frozenset({"cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch"})
 
 #: Calls that launch one kernel.
 KERNEL_LAUNCH_CALLS = frozenset({"cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernel",
-                                 "cudaLaunchKernelExC"})
+                                 "cudaLaunchKernelExC",
+                                 "hipLaunchKernel", "hipLaunchKernelExC", "hipExtLaunchKernel", "hipModuleLaunchKernel",
+                                 "hipExtModuleLaunchKernel", "hipHccModuleLaunchKernel", "hipDrvLaunchKernelEx"})
 
 #: Asynchronous copies, memsets and other stream work issued from the host (``launch`` role).
 ASYNC_WORK_CALLS = frozenset({
@@ -64,6 +83,13 @@ ASYNC_WORK_CALLS = frozenset({
     "cuMemsetD8Async", "cuMemsetD16Async", "cuMemsetD32Async", "cuMemsetD2D8Async", "cuMemsetD2D16Async",
     "cuMemsetD2D32Async", "cuMemPrefetchAsync", "cuLaunchHostFunc", "cuLaunchCooperativeKernel",
     "cuLaunchCooperativeKernelMultiDevice", "cuLaunchGrid", "cuLaunchGridAsync",
+}) | frozenset({  # HIP
+    "hipMemcpyAsync", "hipMemcpy2DAsync", "hipMemcpy3DAsync", "hipMemcpyToSymbolAsync", "hipMemcpyFromSymbolAsync",
+    "hipMemcpyPeerAsync", "hipMemcpyHtoDAsync", "hipMemcpyDtoHAsync", "hipMemcpyDtoDAsync",
+    "hipMemcpyParam2DAsync", "hipMemcpy2DToArrayAsync", "hipMemsetAsync", "hipMemset2DAsync",
+    "hipMemset3DAsync", "hipMemsetD8Async", "hipMemsetD16Async", "hipMemsetD32Async", "hipMemPrefetchAsync",
+    "hipLaunchHostFunc", "hipLaunchCooperativeKernel", "hipLaunchCooperativeKernelMultiDevice",
+    "hipModuleLaunchCooperativeKernel", "hipExtLaunchMultiKernelMultiDevice",
 })
 
 #: Calls that issue GPU work: kernel and graph launches, asynchronous copies and memsets.
@@ -110,6 +136,22 @@ SETUP_CALLS = frozenset({
     # contexts and devices
     "cuInit", "cuCtxCreate", "cuCtxDestroy", "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease",
     "cuDevicePrimaryCtxReset", "cudaDeviceReset", "cudaDeviceSetLimit", "cudaInitDevice",
+}) | frozenset({  # HIP
+    "hipMalloc", "hipMallocManaged", "hipMallocPitch", "hipMalloc3D", "hipMallocArray", "hipMalloc3DArray",
+    "hipMallocAsync", "hipMallocFromPoolAsync", "hipExtMallocWithFlags", "hipFree", "hipFreeArray",
+    "hipFreeAsync", "hipMemPoolCreate", "hipMemPoolDestroy", "hipMemPoolTrimTo", "hipMemCreate",
+    "hipMemRelease", "hipMemMap", "hipMemUnmap", "hipMemSetAccess", "hipMemAddressReserve", "hipMemAddressFree",
+    "hipHostMalloc", "hipHostAlloc", "hipMallocHost", "hipHostFree", "hipFreeHost", "hipHostRegister",
+    "hipHostUnregister", "hipModuleLoad", "hipModuleLoadData", "hipModuleLoadDataEx", "hipModuleUnload",
+    "hipStreamCreate", "hipStreamCreateWithFlags", "hipStreamCreateWithPriority", "hipStreamDestroy",
+    "hipEventCreate", "hipEventCreateWithFlags", "hipEventDestroy", "hipStreamBeginCapture",
+    "hipStreamBeginCaptureToGraph", "hipStreamEndCapture", "hipGraphCreate", "hipGraphInstantiate",
+    "hipGraphInstantiateWithFlags", "hipGraphInstantiateWithParams", "hipGraphUpload", "hipGraphDestroy",
+    "hipGraphExecDestroy", "hipGraphAddKernelNode", "hipGraphAddMemcpyNode", "hipGraphAddMemsetNode",
+    "hipGraphAddNode", "hipGraphAddEmptyNode", "hipGraphAddHostNode", "hipGraphAddChildGraphNode",
+    "hipGraphAddEventRecordNode", "hipGraphAddEventWaitNode", "hipGraphClone", "hipInit", "hipCtxCreate",
+    "hipCtxDestroy", "hipDevicePrimaryCtxRetain", "hipDevicePrimaryCtxRelease", "hipDevicePrimaryCtxReset",
+    "hipDeviceReset", "hipDeviceSetLimit",
 })
 
 #: A call's role, as gapscope.analysis.host_timeline numbers it; every other call is OTHER.

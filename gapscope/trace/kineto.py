@@ -1,11 +1,12 @@
 """Reading a PyTorch profiler trace (Kineto's Chrome trace JSON, ``export_chrome_trace`` or
 TensorBoard's ``*.pt.trace.json[.gz]``) into typed frames (gapscope.trace.frames).
 
-The file is streamed (ijson, gzip or plain): events are parsed one at a time and only those the
-analysis reads are kept, so a trace of several GB needs memory for its GPU and CUDA events, not
-for its JSON. Times are microseconds with three decimals (Kineto writes integer nanoseconds as
-``{ns / 1000}.{ns % 1000:03}``, relative to a base time rounded down to three months), parsed
-exactly as decimals into integer nanoseconds.
+The file is streamed (gapscope.trace.kineto_json: msgspec, a piece of events at a time, gzip or
+plain) and only the events the analysis reads are kept as columns, so a trace of several GB
+needs memory for its GPU and CUDA events, not for its JSON. Times are microseconds, Kineto writing
+integer nanoseconds as ``{ns / 1000}.{ns % 1000:03}`` (relative to a base time rounded down to
+three months; before ``baseTimeNanoseconds`` existed, since 1970), parsed exactly from their
+decimal text into integer nanoseconds; a clock past the time limit is rebased by whole seconds.
 
 What each event becomes (docs/formats.md says what differs from an nsys trace):
 
@@ -29,14 +30,15 @@ name a report shows is the function's own name, as nsys's ``shortName`` is.
 from __future__ import annotations
 
 import decimal
-import gzip
+import gc
+import operator
 import re
-import zlib
-from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections import Counter, defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import compress, repeat
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -47,40 +49,47 @@ from gapscope.trace.frames import (
     ACTIVITY_COLUMNS, NVTX_PUSH_POP, SYNC_COLUMNS, ActivityKind, ClosedTraceError, TraceFrames, TraceMeta,
     build_frames,
 )
+from gapscope.trace.kineto_json import (
+    INFLATE_ERRORS, MAX_DEPTH, Event, Stream, TooLarge, check_not_sparse, exact_ns, open_source,
+)
+from gapscope.trace.validation import TIME_LIMIT_NS, Cell
 
 FORMAT = "kineto"
-GZIP_MAGIC = b"\x1f\x8b"
 #: Kineto's Chrome trace schema versions this reader was checked against.
 KNOWN_SCHEMA_VERSIONS = (1,)
 
-#: GPU activity categories and what they are.
+#: GPU activity categories and what they are (libkineto's names since 2023, and its names of
+#: 2022: ``Kernel``, ``Memcpy``, ``Memset``).
 GPU_CATEGORIES = {"kernel": ActivityKind.KERNEL, "gpu_memcpy": ActivityKind.MEMCPY,
-                  "gpu_memset": ActivityKind.MEMSET}
-#: Host-side CUDA call categories.
-CALL_CATEGORIES = ("cuda_runtime", "cuda_driver")
+                  "gpu_memset": ActivityKind.MEMSET, "Kernel": ActivityKind.KERNEL,
+                  "Memcpy": ActivityKind.MEMCPY, "Memset": ActivityKind.MEMSET}
+#: Host-side CUDA (and HIP) call categories, with libkineto's 2022 names.
+CALL_CATEGORIES = ("cuda_runtime", "cuda_driver", "Runtime", "Driver")
 #: Range categories: record_function and the profiler's own ProfilerStep#N.
-RANGE_CATEGORY = "user_annotation"
+RANGE_CATEGORIES = ("user_annotation",)
 #: Kernels the CUDA driver runs for the memcpy nodes of a CUDA graph: Kineto records them as
 #: ``kernel`` events, nsys (from the same CUPTI records) as memcpys; they are read as memcpys.
 GRAPH_COPY_KERNEL = re.compile(r"memcpy\d+_post")
 #: Synchronization records, and the one kind the analysis reads (a cudaStreamWaitEvent's).
 SYNC_CATEGORY = "cuda_sync"
 STREAM_WAIT = "Stream Wait Event"
+#: The kind of GPU work of each GPU category.
+_KIND = {c: int(k) for c, k in GPU_CATEGORIES.items()}
+#: Every category read.
+_READ_CATS = frozenset({*GPU_CATEGORIES, *CALL_CATEGORIES, *RANGE_CATEGORIES, SYNC_CATEGORY})
+#: Every category read, and which of gpu, call, range, sync it is.
+_CLASS = {**{c: 0 for c in GPU_CATEGORIES}, **{c: 1 for c in CALL_CATEGORIES},
+          **{c: 2 for c in RANGE_CATEGORIES}, SYNC_CATEGORY: 3}
 
 _THREAD_BITS = 24
 _NS = 1000  # nanoseconds per microsecond
+#: The unit times are rebased by when a trace's clock is past the time limit: a million whole
+#: seconds (11.6 days), so that the ranks of one run, each file read on its own, get the same base
+#: (unless their first events straddle a multiple of it) and every time stays exact.
+_SECOND = 1_000_000_000
+REBASE_NS = 1_000_000 * _SECOND
 
-_READ_ERRORS = (OSError, EOFError, zlib.error, UnicodeDecodeError, ValueError, decimal.InvalidOperation)
-
-
-def open_binary(path: Path) -> IO[bytes]:
-    """The trace's bytes: decompressed on the fly when the file is gzipped."""
-    fh = open(path, "rb")
-    if fh.read(2) == GZIP_MAGIC:
-        fh.close()
-        return gzip.open(path, "rb")
-    fh.seek(0)
-    return fh
+_READ_ERRORS = (OSError, EOFError, *INFLATE_ERRORS, UnicodeDecodeError, ValueError, decimal.InvalidOperation)
 
 
 def short_kernel_name(name: str) -> str:
@@ -114,114 +123,226 @@ def short_kernel_name(name: str) -> str:
 
 @dataclass
 class _Events:
-    """The events the analysis reads, as columns (times in integer ns), and the string table
-    their name ids point into."""
+    """The events the analysis reads, as columns (times in integer ns), the string table their
+    name ids point into, and per column where a value could not be read (``bad``)."""
 
     gpu: dict[str, np.ndarray]  # kind, start, end, device, stream, corr, name_id
     calls: dict[str, np.ndarray]  # start, end, pid, tid, corr, name_id
     ranges: dict[str, Any]  # start, end, pid, tid, name (object)
     waits: dict[str, np.ndarray]  # start, device, stream
+    bad: dict[str, dict[str, np.ndarray]]  # per frame and column: values not read as integers
     strings: list[str]
     syncs_seen: int
     copy_kernels: int  # graph memcpy-node kernels read as memcpys
     skipped: Counter
+    head: dict[str, Any]
+    rebased_ns: int = 0  # whole seconds taken off every time (a clock past the time limit)
     short: np.ndarray | None = None  # per string id, the id of its short kernel name
 
 
-def _columns(rows: list[tuple], names: tuple[str, ...], text: tuple[str, ...] = ()) -> dict[str, Any]:
-    cols = list(zip(*rows)) if rows else [()] * len(names)
-    return {n: np.array(c, dtype=object) if n in text else np.array(c, dtype=np.int64)
-            for n, c in zip(names, cols)}
+def _ints(values: list[Any], none: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """JSON values as int64 (None: ``none``), where one is not an integer of int64's range (its
+    value 0), and where one is None."""
+    n = len(values)
+    try:  # ints only (msgspec gave ints, text or None): the common case, in one pass
+        return np.fromiter(values, dtype=np.int64, count=n), np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
+    except (TypeError, ValueError, OverflowError):
+        pass
+    present = _present(values)
+    try:  # ints and None (a column of some classes of events only): the None filled in
+        out = np.full(n, none, dtype=np.int64)
+        out[present] = np.fromiter(compress(values, present.tolist()), dtype=np.int64, count=int(present.sum()))
+        return out, np.zeros(n, dtype=bool), ~present
+    except (TypeError, ValueError, OverflowError):
+        pass
+    # only odd pieces come here: text (numbers written as text count, as numpy reads
+    # them above), ints past int64
+    values = [none if v is None else int(v) if type(v) is str and v.isascii() and v.isdigit() else v
+              for v in values]
+    ok = [type(v) is int and -(2**63) <= v < 2**63 for v in values]
+    good = np.array(ok, dtype=bool)
+    return np.fromiter((v if k else 0 for v, k in zip(values, ok)), dtype=np.int64, count=n), ~good, ~present
 
 
-def _ns(value: Any) -> int:
-    """Microseconds (a JSON number, parsed as an exact decimal) as integer nanoseconds."""
-    if isinstance(value, bool) or not isinstance(value, (int, decimal.Decimal, float)):
-        raise ValueError("not a number")
-    return round(value * _NS)
+def _present(values: list[Any]) -> np.ndarray:
+    return np.fromiter(map(operator.is_not, values, repeat(None)), dtype=bool, count=len(values))
 
 
-def _parse(events: Iterator[Any]) -> _Events:
-    """One pass over the trace's events, keeping only what the frames need."""
-    ids: dict[str, int] = {}
+class _Reader:
+    """The columns of the events kept, piece by piece (each piece's columns are arrays; they
+    are joined once, at the end)."""
 
-    def sid(text: Any) -> int:
-        text = str(text)
-        found = ids.get(text)
-        if found is None:
-            found = ids[text] = len(ids)
-        return found
+    def __init__(self) -> None:
+        self.ids: defaultdict[str, int] = defaultdict()
+        self.ids.default_factory = self.ids.__len__  # a new name gets the next id
+        self.parts: dict[int, list[dict[str, np.ndarray]]] = {0: [], 1: [], 2: [], 3: []}
+        self.syncs_seen = self.copy_kernels = 0
+        self.skipped: Counter = Counter()
 
-    gpu: list[tuple] = []
-    calls: list[tuple] = []
-    ranges: list[tuple] = []
-    waits: list[tuple] = []
-    syncs_seen = copy_kernels = 0
-    skipped: Counter = Counter()
-    for ev in events:
-        if not isinstance(ev, dict) or ev.get("ph") != "X":
-            continue
-        cat = ev.get("cat")
-        try:
-            if cat in GPU_CATEGORIES:
-                args = ev["args"]
-                start = _ns(ev["ts"])
-                kind = GPU_CATEGORIES[cat]
-                if kind is ActivityKind.KERNEL and GRAPH_COPY_KERNEL.fullmatch(str(ev.get("name", ""))):
-                    kind = ActivityKind.MEMCPY
-                    copy_kernels += 1
-                gpu.append((int(kind), start, start + _ns(ev.get("dur", 0)), int(args["device"]),
-                            int(args["stream"]), int(args.get("correlation", -1)), sid(ev.get("name", "?"))))
-            elif cat in CALL_CATEGORIES:
-                start = _ns(ev["ts"])
-                calls.append((start, start + _ns(ev.get("dur", 0)), int(ev["pid"]), int(ev["tid"]),
-                              int(ev.get("args", {}).get("correlation", -1)), sid(ev.get("name", "?"))))
-            elif cat == RANGE_CATEGORY:
-                start = _ns(ev["ts"])
-                ranges.append((start, start + _ns(ev.get("dur", 0)), int(ev["pid"]), int(ev["tid"]),
-                               str(ev.get("name", "[unnamed]"))))
-            elif cat == SYNC_CATEGORY:
-                syncs_seen += 1
-                if ev.get("name") == STREAM_WAIT:
-                    args = ev["args"]
-                    waits.append((_ns(ev["ts"]), int(args["device"]), int(args["stream"])))
-        except (KeyError, TypeError, ValueError, AttributeError, decimal.InvalidOperation):
-            skipped[cat] += 1
-    return _Events(
-        gpu=_columns(gpu, ("kind", "start", "end", "device", "stream", "corr", "name_id")),
-        calls=_columns(calls, ("start", "end", "pid", "tid", "corr", "name_id")),
-        ranges=_columns(ranges, ("start", "end", "pid", "tid", "name"), text=("name",)),
-        waits=_columns(waits, ("start", "device", "stream")),
-        strings=list(ids), syncs_seen=syncs_seen, copy_kernels=copy_kernels, skipped=skipped,
-    )
+    def add(self, piece: list[Event]) -> None:
+        """Keep the events of one piece that the frames read (``ph`` X of a category read), as
+        columns: every field taken once for all of them, then split by class."""
+        kept = list(compress(piece, map(_READ_CATS.__contains__, map(_CAT, piece))))
+        if not kept:
+            return
+        is_x = list(map(operator.eq, map(_PH, kept), repeat("X")))
+        if not all(is_x):
+            kept = list(compress(kept, is_x))
+            if not kept:
+                return
+        n = len(kept)
+        cats = list(map(_CAT, kept))
+        try:  # every field at once; a kept event without args has none of args' fields
+            ts, dur, pid, tid, names, dev, stream, corr = (list(f) for f in zip(*map(_FIELDS, kept)))
+        except AttributeError:
+            ts, dur, pid, tid, names, args = (list(f) for f in zip(*map(_FIELDS_NO_ARGS, kept)))
+            dev, stream, corr = (list(map(getattr, args, repeat(k), repeat(None)))
+                                 for k in ("device", "stream", "correlation"))
+        cls = np.fromiter(map(_CLASS.__getitem__, cats), dtype=np.int8, count=n)
+        times, times_bad, times_missing = exact_ns(ts + dur)
+        start, start_bad, dur_ns, dur_bad = times[:n], times_bad[:n], times[n:], times_bad[n:]
+        has_ts = ~times_missing[:n]
+        dur_bad &= ~times_missing[n:]  # no dur: 0
+        huge = (np.abs(start) > _TIME_SPAN) | (np.abs(dur_ns) > _TIME_SPAN)
+        end = np.where(huge, 0, start + np.where(huge, 0, dur_ns))
+        cols: dict[str, Any] = {"start": start, "start!": start_bad, "end": end,
+                                "end!": start_bad | dur_bad | huge}
+        required = has_ts.copy()
+        gpu_like = (cls == 0) | (cls == 3)
+        cpu_like = (cls == 1) | (cls == 2)
+        cols["device"], cols["device!"], no_dev = _ints(dev, 0)
+        cols["stream"], cols["stream!"], no_stream = _ints(stream, 0)
+        cols["corr"], cols["corr!"], _ = _ints(corr, -1)
+        cols["pid"], cols["pid!"], no_pid = _ints(pid, 0)
+        cols["tid"], cols["tid!"], no_tid = _ints(tid, 0)
+        required &= ~(gpu_like & (no_dev | no_stream)) & ~(cpu_like & (no_pid | no_tid))
+        if not set(map(type, names)) <= {str}:
+            names = [("[unnamed]" if k == 2 else "?") if v is None else v if type(v) is str else str(v)
+                     for v, k in zip(names, cls.tolist())]
+        if (cls == 3).any():
+            sync = cls == 3
+            self.syncs_seen += int(sync.sum())
+            wait = np.fromiter(map(operator.eq, names, repeat(STREAM_WAIT)), dtype=bool, count=n)
+            cls[sync & ~wait] = -1
+        if not required.all():
+            for cat, k in Counter(compress(cats, (~required & (cls >= 0)).tolist())).items():
+                self.skipped[cat] += k
+            cls[~required] = -1
+        kind = np.fromiter(map(_KIND.get, cats, repeat(-1)), dtype=np.int64, count=n)
+        maybe = np.flatnonzero((kind == ActivityKind.KERNEL) & (cls == 0)
+                               & np.fromiter(map(str.startswith, names, repeat("memcpy")), dtype=bool, count=n))
+        copies = [i for i in maybe.tolist() if GRAPH_COPY_KERNEL.fullmatch(names[i])]
+        if copies:
+            kind[copies] = ActivityKind.MEMCPY
+            self.copy_kernels += len(copies)
+        cols["kind"] = kind
+        named = (cls == 0) | (cls == 1)
+        if named.all():
+            cols["name_id"] = np.fromiter(map(self.ids.__getitem__, names), dtype=np.int64, count=n)
+        else:
+            cols["name_id"] = np.full(n, -1, dtype=np.int64)
+            cols["name_id"][named] = np.fromiter(map(self.ids.__getitem__, compress(names, named.tolist())),
+                                                 dtype=np.int64, count=int(named.sum()))
+        for c, wanted in _PART_COLUMNS.items():
+            mask = cls == c
+            if not mask.any():
+                continue
+            part = {k: cols[k][mask] for k in wanted if k != "name"}
+            if c == 2:
+                part["name"] = np.array(list(compress(names, mask.tolist())), dtype=object)
+            self.parts[c].append(part)
+
+    def finish(self, head: dict[str, Any], damaged: list[str]) -> _Events:
+        self.skipped.update(damaged)
+        cols = {c: _join(parts, _PART_COLUMNS[c]) for c, parts in self.parts.items()}
+        rebased = _rebase(cols)
+        g, k, r, w = cols[0], cols[1], cols[2], cols[3]
+        bad = {
+            "activities": {"start": g.pop("start!"), "end": g.pop("end!"), "device": g.pop("device!"),
+                           "stream": g.pop("stream!"), "corr": g.pop("corr!")},
+            "api": {"start": k.pop("start!"), "end": k.pop("end!"), "tid": k.pop("pid!") | k.pop("tid!"),
+                    "corr": k.pop("corr!")},
+            "nvtx": {"start": r.pop("start!"), "end": r.pop("end!"), "tid": r.pop("pid!") | r.pop("tid!")},
+            "syncs": {"start": w.pop("start!"), "device": w.pop("device!"), "stream": w.pop("stream!")},
+        }
+        return _Events(gpu=g, calls=k, ranges=r, waits=w, bad=bad, strings=list(self.ids),
+                       syncs_seen=self.syncs_seen, copy_kernels=self.copy_kernels, skipped=self.skipped,
+                       head=head, rebased_ns=rebased)
 
 
-def _read_head(fh: IO[bytes], path: Path) -> dict[str, Any]:
-    """The top-level fields written before ``traceEvents`` (Kineto writes schemaVersion and
-    deviceProperties there): parsed token by token, stopping where the events begin."""
-    import ijson
+_CAT, _PH, _NAME, _ARGS = (operator.attrgetter(f) for f in ("cat", "ph", "name", "args"))
+_FIELDS = operator.attrgetter("ts", "dur", "pid", "tid", "name", "args.device", "args.stream", "args.correlation")
+_FIELDS_NO_ARGS = operator.attrgetter("ts", "dur", "pid", "tid", "name", "args")
+#: Times past this many ns (either way) are damage whatever else they are: end = start + dur
+#: stays inside int64.
+_TIME_SPAN = 2**62
+_TIMES = ("start", "start!", "end", "end!")
+_PART_COLUMNS = {
+    0: (*_TIMES, "device", "device!", "stream", "stream!", "corr", "corr!", "name_id", "kind"),
+    1: (*_TIMES, "pid", "pid!", "tid", "tid!", "corr", "corr!", "name_id"),
+    2: (*_TIMES, "pid", "pid!", "tid", "tid!", "name"),
+    3: ("start", "start!", "device", "device!", "stream", "stream!"),
+}
 
-    head: dict[str, Any] = {"devices": {}}
-    device: dict[str, Any] = {}
+
+def _join(parts: list[dict[str, np.ndarray]], names: tuple[str, ...]) -> dict[str, np.ndarray]:
+    out = {}
+    for n in names:
+        dtype = object if n == "name" else bool if n.endswith("!") else np.int64
+        out[n] = np.concatenate([p[n] for p in parts]) if parts else np.zeros(0, dtype=dtype)
+    return out
+
+
+def _rebase(cols: dict[int, dict[str, np.ndarray]]) -> int:
+    """Take whole seconds off every time when the trace's clock runs past the time limit
+    (Kineto before ``baseTimeNanoseconds`` counted from 1970): the earliest time rounded down to
+    REBASE_NS, so every time stays exact to the nanosecond. Returns what was taken off."""
+    lo, hi = None, None
+    for col in cols.values():
+        for t in ("start", "end") if "end" in col else ("start",):
+            ok = ~col[t + "!"] & (col[t] >= 0)
+            if ok.any():
+                v = col[t][ok]
+                lo = int(v.min()) if lo is None else min(lo, int(v.min()))
+                hi = int(v.max()) if hi is None else max(hi, int(v.max()))
+    if hi is None or hi <= TIME_LIMIT_NS:
+        return 0
+    base = lo // REBASE_NS * REBASE_NS
+    for col in cols.values():
+        for t in ("start", "end") if "end" in col else ("start",):
+            ok = ~col[t + "!"]
+            col[t] = np.where(ok, col[t] - base, col[t])
+    return base
+
+
+def _read(path: Path, head_only: bool = False) -> tuple[dict[str, Any], _Events | None]:
+    """The trace's top-level fields, and (unless ``head_only``) its events; one clear line for
+    a file that cannot be read."""
+    check_not_sparse(path)
+    collecting = gc.isenabled()
+    gc.disable()  # the read makes millions of objects and no cycles: collections only cost time
     try:
-        for prefix, event, value in ijson.parse(fh, use_float=False):
-            if prefix == "" and event not in ("start_map", "map_key", "end_map"):
-                raise GapscopeError(f"{path}: a JSON {event.replace('start_', '')}, not a PyTorch "
-                                    "profiler trace (an object with traceEvents)")
-            if prefix == "traceEvents" and event == "start_array":
-                head["events"] = True
-                break
-            if prefix == "schemaVersion" and event == "number":
-                head["schema"] = value
-            elif prefix == "deviceProperties.item" and event == "start_map":
-                device = {}
-            elif prefix in ("deviceProperties.item.id", "deviceProperties.item.name"):
-                device[prefix.rsplit(".", 1)[1]] = value
-            elif prefix == "deviceProperties.item" and event == "end_map" and "id" in device:
-                head["devices"][int(device["id"])] = str(device.get("name", "?"))
-    except _READ_ERRORS + (ijson.JSONError,) as exc:
+        fh, read = open_source(path)
+        with fh:
+            stream = Stream(path, read)
+            if not stream.top():
+                return stream.head, None
+            if head_only:
+                return stream.head, None
+            reader = _Reader()
+            for piece in stream.pieces():
+                reader.add(piece)
+            return stream.head, reader.finish(stream.head, stream.damaged)
+    except TooLarge as exc:
+        raise GapscopeError(f"{path}: {exc}: not a PyTorch profiler trace gapscope reads") from None
+    except (*_READ_ERRORS, RecursionError) as exc:
+        if isinstance(exc, RecursionError):
+            raise GapscopeError(f"{path}: JSON nested more than {MAX_DEPTH} levels deep: not a PyTorch "
+                                "profiler trace gapscope reads") from None
         raise _unreadable(path, exc) from None
-    return head
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def _unreadable(path: Path, exc: BaseException) -> GapscopeError:
@@ -231,6 +352,48 @@ def _unreadable(path: Path, exc: BaseException) -> GapscopeError:
     first = (str(exc).splitlines() or [type(exc).__name__])[0] or type(exc).__name__
     return GapscopeError(f"{path}: cannot read the PyTorch profiler trace ({first}): the file is "
                          f"truncated, or not a JSON (or gzipped JSON) trace (gapscope reads {READS})")
+
+
+#: Words that already name a GPU's vendor (or a line of it) in a model name.
+_VENDOR_WORDS = re.compile(r"\b(NVIDIA|AMD|Intel|Tesla|Quadro|GeForce|TITAN|Radeon|Instinct)\b", re.IGNORECASE)
+
+
+def _gpu_names(head: dict[str, Any], devices: np.ndarray, call_names: Iterable[str]) -> dict[int, str]:
+    """GPU names by device id, from every place the trace records them: ``deviceProperties``
+    (the model), the runtime versions it records (``hip_runtime_version``, ``roctracer_version``:
+    AMD; ``cuda_runtime_version``, ``cupti_version``: NVIDIA) or, failing those, its API calls
+    (``hip*``: AMD, ``cuda*``/``cu*``: NVIDIA); the vendor is put before a model that lacks it."""
+    vendor = None
+    if any(k in head for k in ("hip_runtime_version", "hip_driver_version", "roctracer_version",
+                               "rocprofiler_version")):
+        vendor = "AMD"
+    elif any(k in head for k in ("cuda_runtime_version", "cuda_driver_version", "cupti_version")):
+        vendor = "NVIDIA"
+    else:
+        for n in call_names:
+            if n.startswith("hip"):
+                vendor = "AMD"
+                break
+            if n.startswith("cu"):
+                vendor = "NVIDIA"
+                break
+    out: dict[int, str] = {}
+    props = head.get("deviceProperties")
+    for d in props if isinstance(props, list) else ():
+        if isinstance(d, dict) and type(d.get("id")) is int and 0 <= d["id"] < 2**31:
+            name = str(d.get("name", "")).strip()
+            if not name:  # ROCm's Kineto may record no name: its compute capability stands in
+                cc = (d.get("computeMajor"), d.get("computeMinor"))
+                name = (f"GPU (compute {cc[0]}.{cc[1]}, model not recorded)" if all(type(c) is int for c in cc)
+                        else "GPU (model not recorded)")
+            if vendor and not _VENDOR_WORDS.search(name):
+                name = f"{vendor} {name}"
+            out[d["id"]] = name
+    if not out and vendor:
+        for d in np.unique(devices).tolist():
+            if 0 <= d < 2**31:
+                out[int(d)] = f"{vendor} GPU (model not recorded)"
+    return out
 
 
 class Kineto:
@@ -243,20 +406,15 @@ class Kineto:
         self.path = Path(path)
         self._events: _Events | None = None
         self._closed = False
-        try:
-            with open_binary(self.path) as fh:
-                head = _read_head(fh, self.path)
-        except OSError as exc:
-            raise _unreadable(self.path, exc) from None
-        if "events" not in head:
-            from gapscope.inputs import READS
+        head, _ = _read(self.path, head_only=True)
+        self.meta = self._meta(head, {})
 
-            raise GapscopeError(f"{self.path}: a JSON object without traceEvents: not a PyTorch profiler "
-                                f"trace (gapscope reads {READS})")
-        schema = head.get("schema")
-        self.meta = TraceMeta(path=str(self.path), format=FORMAT, nsys_version=None,
-                              export_schema=None if schema is None else str(schema),
-                              tables=frozenset({"traceEvents"}), gpu_names=dict(head["devices"]))
+    def _meta(self, head: dict[str, Any], gpus: dict[int, str]) -> TraceMeta:
+        schema = head.get("schemaVersion")
+        schema = schema if isinstance(schema, (int, str)) and not isinstance(schema, bool) else None
+        return TraceMeta(path=str(self.path), format=FORMAT, nsys_version=None,
+                         export_schema=None if schema is None else str(schema),
+                         tables=frozenset({"traceEvents"}), gpu_names=gpus)
 
     # -- the file ---------------------------------------------------------------------------
     @property
@@ -270,13 +428,15 @@ class Kineto:
         if self._closed:
             raise ClosedTraceError(f"{self.path}: the trace is closed; read it inside its `with` block")
         if self._events is None:
-            import ijson
+            head, events = _read(self.path)
+            if events is None:
+                from gapscope.inputs import READS
 
-            try:
-                with open_binary(self.path) as fh:
-                    self._events = _parse(ijson.items(fh, "traceEvents.item", use_float=False))
-            except _READ_ERRORS + (ijson.JSONError,) as exc:
-                raise _unreadable(self.path, exc) from None
+                raise GapscopeError(f"{self.path}: a JSON object without traceEvents: not a PyTorch "
+                                    f"profiler trace (gapscope reads {READS})")
+            self._events = events
+            names = [events.strings[i] for i in np.unique(events.calls["name_id"]).tolist()]
+            self.meta = self._meta(head, _gpu_names(head, events.gpu["device"], names))
         return self._events
 
     # -- frames -----------------------------------------------------------------------------
@@ -292,7 +452,8 @@ class Kineto:
             raise GapscopeError(f"{self.path}: a trace (traceEvents) without GPU kernels: {what}; profile "
                                 "with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]")
         warnings = self._warnings(ev)
-        pids, counts = np.unique(c["pid"], return_counts=True)
+        ok_pid = ~ev.bad["api"]["tid"]
+        pids, counts = np.unique(c["pid"][ok_pid & (c["pid"] >= 0)], return_counts=True)
         host = int(pids[np.argmax(counts)]) if pids.size else 0
         if pids.size > 1:
             warnings.append(f"CUDA calls from {pids.size} processes in one PyTorch profiler trace: "
@@ -314,14 +475,21 @@ class Kineto:
         api = pd.DataFrame({"start": c["start"], "end": c["end"], "tid": _thread(c["pid"], c["tid"]),
                             "corr": c["corr"], "name_id": c["name_id"],
                             "proc": np.full(c["start"].size, host, dtype=np.int64) if pids.size > 1
-                            else c["pid"]})[keep].reset_index(drop=True)
+                            else np.where(ok_pid & (c["pid"] >= 0), c["pid"], -1)})[keep].reset_index(drop=True)
         nvtx = pd.DataFrame({"start": r["start"], "end": r["end"], "tid": _thread(r["pid"], r["tid"]),
                              "event_type": np.full(r["start"].size, NVTX_PUSH_POP, dtype=np.int64),
                              "domain_id": np.zeros(r["start"].size, dtype=np.int64), "name": r["name"]})
         w = ev.waits if syncs else {k: v[:0] for k, v in ev.waits.items()}
         sync_frame = pd.DataFrame({**w, "proc": np.full(w["start"].size, host, dtype=np.int64)})[list(SYNC_COLUMNS)]
+        bad = ev.bad
+        cells = {
+            "activities": {k: _cells(v[order]) for k, v in bad["activities"].items()},
+            "api": {k: _cells(v[keep]) for k, v in bad["api"].items()},
+            "nvtx": {k: _cells(v) for k, v in bad["nvtx"].items()},
+            "syncs": {k: _cells(v if syncs else v[:0]) for k, v in bad["syncs"].items()},
+        }
         return build_frames(self.meta, activities=activities, api=api, nvtx=nvtx, syncs=sync_frame,
-                            names=self, warnings=warnings)
+                            names=self, warnings=warnings, cells=cells)
 
     def _warnings(self, ev: _Events) -> list[str]:
         out = ["read from a PyTorch profiler trace: ranges are its user_annotation events "
@@ -331,6 +499,10 @@ class Kineto:
         if schema is not None and schema not in {str(v) for v in KNOWN_SCHEMA_VERSIONS}:
             checked = ", ".join(map(str, KNOWN_SCHEMA_VERSIONS))
             out.append(f"PyTorch profiler trace schema {schema} is not one gapscope was checked on ({checked})")
+        if ev.rebased_ns:
+            out.append(f"the trace's clock runs past {TIME_LIMIT_NS:,} ns (Kineto before "
+                       f"baseTimeNanoseconds counted from 1970): every time is taken "
+                       f"{ev.rebased_ns // _SECOND:,} s earlier (whole seconds; see docs/formats.md)")
         if ev.syncs_seen == 0:
             out.append("no cuda_sync events in this PyTorch profiler trace: waits on other streams "
                        "are not seen, so the gaps they cause count as pipeline, not dependency "
@@ -343,8 +515,10 @@ class Kineto:
         for cat, n in sorted(ev.skipped.items()):
             out.append(f"{n} {cat} events without the fields gapscope reads (ts, dur, args.device, "
                        "args.stream, pid, tid) were left out")
-        if (ev.calls["pid"] >= 1 << _THREAD_BITS).any() or (ev.calls["tid"] >= 1 << _THREAD_BITS).any() \
-                or (ev.ranges["tid"] >= 1 << _THREAD_BITS).any():
+        ok = ~ev.bad["api"]["tid"]
+        okr = ~ev.bad["nvtx"]["tid"]
+        if (ev.calls["pid"][ok] >= 1 << _THREAD_BITS).any() or (ev.calls["tid"][ok] >= 1 << _THREAD_BITS).any() \
+                or (ev.ranges["tid"][okr] >= 1 << _THREAD_BITS).any():
             out.append("process or thread ids of 2**24 and above are shown modulo 2**24")
         return out
 
@@ -384,7 +558,13 @@ class Kineto:
         return out
 
 
+def _cells(bad: np.ndarray) -> np.ndarray:
+    """Cell codes (gapscope.trace.validation.Cell) of one column: NOT_INTEGER where ``bad``."""
+    return np.where(bad, int(Cell.NOT_INTEGER), int(Cell.OK)).astype(np.int8)
+
+
 def _thread(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
-    """nsys's globalTid layout: the process above bit 24, the thread below."""
+    """nsys's globalTid layout: the process above bit 24, the thread below; -1 (out of range:
+    the row is damage) where either is negative."""
     mask = (1 << _THREAD_BITS) - 1
-    return ((pid & mask) << _THREAD_BITS) | (tid & mask)
+    return np.where((pid < 0) | (tid < 0), -1, ((pid & mask) << _THREAD_BITS) | (tid & mask))

@@ -1,0 +1,330 @@
+"""The PyTorch profiler (Kineto) reader on inputs the shipped traces do not hold: bombs and
+numbers past int64 (issue 41), other epochs, categories and layouts (issue 39). Every input here
+is SYNTHETIC, made by the test in tmp_path; expected values are worked out in the test."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import time
+import zlib
+from pathlib import Path
+
+import pytest
+
+from clirun import assert_one_line_error, gapscope
+from gapscope.trace import open_trace
+from gapscope.trace.kineto_json import MAX_DEPTH, MAX_ITEM, exact_ns
+
+
+def kernel(ts: str, dur: str, corr: int, stream: int = 7, name: str = "k", cat: str = "kernel") -> dict:
+    return {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur,
+            "args": {"device": 0, "stream": stream, "correlation": corr}}
+
+
+def call(ts: str, dur: str, corr: int, name: str = "cudaLaunchKernel", cat: str = "cuda_runtime",
+         pid: object = 7, tid: object = 8) -> dict:
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur,
+            "args": {"correlation": corr}}
+
+
+def steps(n: int, t0: int = 1_000_000) -> list[dict]:
+    """SYNTHETIC: n launches (2 us each, every 10 us from t0 us) and their 1.5 us kernels
+    starting 3 us after each launch began."""
+    out = []
+    for i in range(n):
+        t = t0 + 10 * i
+        out += [call(f"{t}.000", "2.000", i + 1), kernel(f"{t + 3}.000", "1.500", i + 1)]
+    return out
+
+
+def write(path: Path, events: list[dict], head: dict | None = None, tail: dict | None = None,
+          indent: int | None = None) -> Path:
+    """A SYNTHETIC trace: ``head`` fields, then traceEvents, then ``tail`` fields; ``ts`` and
+    ``dur`` strings written as JSON numbers digit for digit."""
+    body = {**(head if head is not None else {"schemaVersion": 1,
+                                              "deviceProperties": [{"id": 0, "name": "NVIDIA H200"}]}),
+            "traceEvents": events, **(tail or {})}
+    text = re.sub(r'"(ts|dur)": "(-?[0-9.e]+)"', r'"\1": \2', json.dumps(body, indent=indent))
+    if path.name.endswith(".gz"):
+        path.write_bytes(gzip.compress(text.encode()))
+    else:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+def analyzed(path: Path, *extra: str) -> dict:
+    proc = gapscope("analyze", str(path), "--format", "json", "--no-cache", *extra)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def refused(path: Path, *words: str, seconds: float = 20) -> str:
+    started = time.monotonic()
+    proc = gapscope("analyze", str(path), "--no-cache")
+    took = time.monotonic() - started
+    assert_one_line_error(proc, words[0], 2)
+    for w in words:
+        assert w in proc.stderr, proc.stderr
+    assert took < seconds, took
+    return proc.stderr
+
+
+# -- exact times ------------------------------------------------------------------------------
+
+def test_exact_ns_reads_kineto_decimals_and_rounds_the_rest_half_to_even():
+    texts = [b"5268304414243.273", b"0.768", b"7", b"12.3456", b"0.0005", b"0.0015", b"2.5e-3",
+             b"1712195495406752.8", b"1695835542481129", b"9223372036854775.807", b"-0.001"]
+    values, bad, _ = exact_ns(texts)
+    assert values.tolist() == [5268304414243273, 768, 7000, 12346, 0, 2, 2, 1712195495406752800,
+                               1695835542481129000, 2**63 - 1, -1]
+    assert not bad.any()
+    values, bad, missing = exact_ns([b"1e30", b"9223372036854775.808", b"-9223372036854775808", b'"1"', None])
+    assert bad.tolist() == [True] * 5 and values.tolist() == [0] * 5
+    assert missing.tolist() == [False] * 4 + [True]
+
+
+def test_exact_ns_bulk_path_for_kineto_decimals_and_plain_integers():
+    """All values as Kineto writes them (read in bulk), all plain integers (legacy traces), and
+    one of another form among them (every value then read column-wise): the same exact values."""
+    kineto = [b"5268304414243.273", b"0.768", b"0.000", b"1712195495406752.800", b"10.001"]
+    want = [5268304414243273, 768, 0, 1712195495406752800, 10001]
+    assert exact_ns(kineto)[0].tolist() == want
+    assert exact_ns([b"1695835542481129", b"0", b"7"])[0].tolist() == [1695835542481129000, 0, 7000]
+    mixed, bad, _ = exact_ns(kineto + [b"7", b"1.5", b"2.25"])
+    assert mixed.tolist() == want + [7000, 1500, 2250] and not bad.any()
+
+
+# -- bounds (issue 41) ---------------------------------------------------------------------------
+
+def test_a_key_nested_30000_deep_is_refused_in_one_line(tmp_path):
+    """SYNTHETIC: 60 KB, an unused top-level key nested 30,000 deep after valid events."""
+    path = tmp_path / "deep.pt.trace.json"
+    text = json.dumps({"schemaVersion": 1, "traceEvents": steps(3)})
+    path.write_text(text[:-1] + ', "unused": ' + "[" * 30_000 + "]" * 30_000 + "}")
+    assert 60_000 < path.stat().st_size < 62_000
+    refused(path, f"nested more than {MAX_DEPTH} levels deep", seconds=10)
+
+
+def test_an_event_nested_100000_deep_in_a_gzip_is_refused_in_one_line(tmp_path):
+    """SYNTHETIC: a .json.gz with one event whose args nest 100,000 objects deep."""
+    path = tmp_path / "deep.pt.trace.json.gz"
+    deep = '{"a": ' * 100_000 + "1" + "}" * 100_000
+    text = json.dumps({"schemaVersion": 1, "traceEvents": steps(3)})
+    text = text.replace('"traceEvents": [', '"traceEvents": [{"ph": "X", "cat": "cpu_op", "args": ' + deep + '}, ')
+    path.write_bytes(gzip.compress(text.encode(), 9))
+    assert path.stat().st_size < 200_000
+    refused(path, f"nested more than {MAX_DEPTH} levels deep", seconds=10)
+
+
+def test_a_4_gib_name_in_a_4_mb_gzip_is_refused_in_seconds(tmp_path):
+    """SYNTHETIC: gzip members concatenated (as gzip allows): a header, 64 copies of one member
+    holding 64 MiB of 'a', the rest: one kernel name of 4 GiB."""
+    member = zlib.compressobj(9, zlib.DEFLATED, 31)
+    block = member.compress(b"a" * (64 << 20)) + member.flush()
+    path = tmp_path / "name.pt.trace.json.gz"
+    with open(path, "wb") as fh:
+        fh.write(gzip.compress(b'{"schemaVersion": 1, "traceEvents": [{"ph": "X", "cat": "kernel", "name": "'))
+        for _ in range(64):
+            fh.write(block)
+        fh.write(gzip.compress(b'", "ts": 1.0, "dur": 1.0, "args": {"device": 0, "stream": 7}}]}'))
+    assert path.stat().st_size < 5 << 20
+    refused(path, f"longer than {MAX_ITEM >> 20} MiB", seconds=30)
+
+
+def test_a_sparse_50_gb_json_is_refused_before_it_is_read(tmp_path):
+    """SYNTHETIC: a trace's first bytes, then holes to 50 GB (st_blocks far below st_size)."""
+    path = tmp_path / "sparse.pt.trace.json"
+    with open(path, "wb") as fh:
+        fh.write(b'{"schemaVersion": 1, "traceEvents": [')
+        fh.truncate(50 * 10**9)
+    st = os.stat(path)
+    if st.st_blocks * 512 >= st.st_size // 256:
+        pytest.skip("this file system does not keep holes")
+    refused(path, "a sparse file", "50,000,000,000 bytes", seconds=10)
+
+
+def test_numbers_past_int64_are_damage_counted_not_an_exception(tmp_path):
+    """SYNTHETIC: 20 good launch/kernel pairs, then a kernel at ts 1e30, a kernel of dur
+    -2**63 us, a call of pid 2**70 and one of tid 2**70: each row left out and counted."""
+    events = steps(20) + [
+        kernel("1e30", "1.000", 900), kernel("1000300.000", f"{-2**63}", 901),
+        call("1000301.000", "1.000", 902, pid=2**70), call("1000302.000", "1.000", 903, tid=2**70),
+    ]
+    r = analyzed(write(tmp_path / "int64.pt.trace.json", events))
+    warnings = r["warnings"]
+    # the 1e30 kernel has neither start nor end in int64, the -2**63 us one no end
+    assert ("left out 2 of 22 GPU activity rows as damaged (start not an integer: 1, end not an integer: 2); "
+            "every figure covers the other rows") in warnings
+    assert ("left out 2 of 22 CUDA API call rows as damaged (tid not an integer: 2); every figure covers the "
+            "other rows") in warnings
+    assert r["devices"][0]["kernels"] == 20
+
+
+def test_a_range_of_pid_minus_2_63_is_counted_as_damage(tmp_path):
+    """SYNTHETIC: 20 ranges on thread 7/8 and one whose pid is -2**63."""
+    events = steps(20) + [{"ph": "X", "cat": "user_annotation", "name": f"r{i}", "pid": 7, "tid": 8,
+                           "ts": f"{1_000_000 + 10 * i}.000", "dur": "9.000"} for i in range(20)]
+    events.append({"ph": "X", "cat": "user_annotation", "name": "bad", "pid": -2**63, "tid": 8,
+                   "ts": "1000000.000", "dur": "300.000"})
+    r = analyzed(write(tmp_path / "range.pt.trace.json", events))
+    assert any("left out 1 of 21 NVTX rows as damaged (tid out of range: 1)" in w for w in r["warnings"]), r["warnings"]
+    assert "bad" not in {x["name"] for x in r["ranges"]}
+
+
+# -- layouts and epochs (issue 39) ---------------------------------------------------------------
+
+def test_unix_epoch_microseconds_are_rebased_by_whole_seconds_exactly(tmp_path):
+    """SYNTHETIC: Kineto before baseTimeNanoseconds: ts in microseconds since 1970 (about
+    1.66e15 us, 1.66e18 ns: past 2**53). Rebased by the earliest time rounded down to a million
+    seconds, every time keeps its nanoseconds."""
+    t0 = 1_661_203_462_584_767  # us, as HTA's control trace's first event
+    events = []
+    for i in range(5):
+        t = t0 + 10 * i
+        events += [call(f"{t}.125", "2.000", i + 1), kernel(f"{t + 3}.250", "1.500", i + 1)]
+    path = write(tmp_path / "epoch.pt.trace.json", events)
+    base = (t0 * 1000) // 10**15 * 10**15  # 1,661,000,000 s
+    with open_trace(path) as trace:
+        f = trace.frames()
+        assert f.activities["start"].tolist() == [(t0 + 10 * i + 3) * 1000 + 250 - base for i in range(5)]
+        assert f.api["start"].tolist() == [(t0 + 10 * i) * 1000 + 125 - base for i in range(5)]
+        assert any("taken 1,661,000,000 s earlier" in w for w in f.warnings)
+    r = analyzed(path)
+    assert r["devices"][0]["kernels"] == 5
+    assert r["devices"][0]["gpu_span_ns"] == 40 * 1000 + 1500
+
+
+def test_legacy_2022_categories_are_read(tmp_path):
+    """SYNTHETIC: libkineto's 2022 names, Kernel and Runtime (and a Memcpy), read as kernel and
+    cuda_runtime."""
+    events = []
+    for i in range(4):
+        t = 1_000_000 + 10 * i
+        events += [call(f"{t}.000", "2.000", i + 1, cat="Runtime"),
+                   kernel(f"{t + 3}.000", "1.500", i + 1, cat="Kernel")]
+    events.append({**kernel("1000100.000", "1.000", 99, cat="Memcpy"), "name": "Memcpy HtoD"})
+    r = analyzed(write(tmp_path / "legacy.pt.trace.json", events), "--count-memops")
+    assert r["devices"][0]["kernels"] == 4
+    assert [(x["api"], x["calls"], x["latency_median_ns"]) for x in r["launch"]] == [("cudaLaunchKernel", 4, 1000.0)]
+
+
+def test_metadata_after_trace_events_is_read(tmp_path):
+    """SYNTHETIC: the TraceLens Hugging Face layout: traceEvents first, then schemaVersion and
+    deviceProperties."""
+    path = write(tmp_path / "after.pt.trace.json", steps(4), head={},
+                 tail={"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "AMD Instinct MI300X"}],
+                       "hip_runtime_version": 60342})
+    r = analyzed(path)
+    assert r["trace"]["export_schema"] == "1"
+    assert r["trace"]["gpus"] == {"0": "AMD Instinct MI300X"}
+
+
+def test_an_event_holding_braces_between_objects_is_read_through_the_scan(tmp_path):
+    """SYNTHETIC: compact JSON whose events hold '}, {' inside nested arrays and strings: the
+    guessed piece ends are wrong and the scan finds the true ones; every kernel is read."""
+    events = []
+    for i, e in enumerate(steps(50)):
+        e["args"]["shapes"] = [{"a": 1}, {"b": "}, {"}]
+        e["name"] = e["name"] + "}, {" if e["cat"] == "cuda_runtime" else e["name"]
+        events.append(e)
+    r = analyzed(write(tmp_path / "braces.pt.trace.json", events))
+    assert r["devices"][0]["kernels"] == 50
+
+
+def test_pieces_of_any_size_give_the_same_frames(tmp_path, monkeypatch):
+    """SYNTHETIC: the same trace read in 64-byte chunks (every event split across reads) and
+    whole: the same frames."""
+    import gapscope.trace.kineto_json as kj
+
+    path = write(tmp_path / "chunks.pt.trace.json.gz", steps(30), indent=2)
+    with open_trace(path) as trace:
+        whole = trace.frames()
+    monkeypatch.setattr(kj, "CHUNK", 64)
+    monkeypatch.setattr(kj, "WINDOW", 16)
+    with open_trace(path) as trace:
+        small = trace.frames()
+    for name in ("activities", "api", "nvtx"):
+        assert getattr(whole, name).equals(getattr(small, name)), name
+    assert len(small.activities) == 30
+
+
+def test_a_comma_after_the_last_event_is_refused_in_one_line(tmp_path):
+    """SYNTHETIC: ``[{...},]`` is not JSON (the scan that finds the last events took it)."""
+    path = write(tmp_path / "comma.pt.trace.json", steps(3))
+    path.write_text(path.read_text().replace("}]}", "},]}"))
+    refused(path, "a comma before the end of traceEvents")
+
+
+def test_a_truncated_trace_is_refused_in_one_line(tmp_path):
+    path = write(tmp_path / "cut.pt.trace.json", steps(20))
+    path.write_bytes(path.read_bytes()[:-200])
+    refused(path, "truncated")
+
+
+def test_fields_of_other_types_are_damage_counted_by_category(tmp_path):
+    """SYNTHETIC: among 20 good pairs, a kernel whose ts is text (a damaged start, under the
+    validation rules), one whose args.device is an object (left out, counted as a kernel
+    event), and an event whose cat is a list (found by a mutation campaign: an unhashable cat
+    raised TypeError; left out, counted without a category)."""
+    events = steps(20) + [kernel('"5"', "1.000", 900), {**kernel("1000400.000", "1.000", 901),
+                                                         "args": {"device": {}, "stream": 7}},
+                          {**kernel("1000500.000", "1.000", 902), "cat": ["kernel"]}]
+    r = analyzed(write(tmp_path / "types.pt.trace.json", events))
+    fields = "without the fields gapscope reads (ts, dur, args.device, args.stream, pid, tid) were left out"
+    assert f"1 kernel events {fields}" in r["warnings"] and f"1 ? events {fields}" in r["warnings"]
+    assert ("left out 1 of 21 GPU activity rows as damaged (start not an integer: 1, end not an integer: 1); "
+            "every figure covers the other rows") in r["warnings"]
+    assert r["devices"][0]["kernels"] == 20
+
+
+def test_bytes_after_the_gzip_stream_are_refused_in_one_line(tmp_path):
+    """SYNTHETIC: a gzipped trace with bytes after its gzip member that are no gzip member
+    (ISA-L's IsalError, which is no zlib.error, went up as an internal error)."""
+    path = write(tmp_path / "tail.pt.trace.json.gz", steps(5))
+    path.write_bytes(path.read_bytes() + b"garbage after the member")
+    refused(path, "cannot read the PyTorch profiler trace")
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_mutated_traces_are_read_or_refused_never_a_traceback(tmp_path, seed):
+    """SYNTHETIC: a seeded mutation of the shipped steps trace (bytes flipped, cut, a range
+    deleted or repeated, numbers and strings replaced by hostile values, half of them gzipped):
+    the reader and the analysis give frames or one GapscopeError, nothing else."""
+    import random
+
+    from gapscope.analysis.pipeline import run_analysis
+    from gapscope.errors import GapscopeError
+    from paths import TRACES
+
+    src = gzip.decompress((TRACES / "torch_decode_steps.pt.trace.json.gz").read_bytes())
+    values = [b"1e30", b"-1", b"null", b'"x"', b"[]", b"{}", b"true", b"-9223372036854775808",
+              b"18446744073709551616", b"1e999", b'"\\ud800"', b"123456789012345678901234567890"]
+    rng = random.Random(seed)
+    data = bytearray(src)
+    kind = seed % 6
+    if kind == 0:
+        for _ in range(rng.randrange(1, 20)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+    elif kind == 1:
+        data = data[: rng.randrange(len(data))]
+    elif kind in (2, 3):
+        pattern = re.compile(rb'": (-?[0-9.]+)' if kind == 2 else rb'": ("[^"]*")')
+        for _ in range(rng.randrange(1, 10)):
+            m = rng.choice(list(pattern.finditer(data)))
+            data[m.start(1):m.end(1)] = rng.choice(values)
+    elif kind == 4:
+        i = rng.randrange(len(data))
+        del data[i:i + rng.randrange(1, 400)]
+    else:
+        i = rng.randrange(len(data))
+        data[i:i] = data[i:i + rng.randrange(1, 400)]
+    path = tmp_path / ("m.pt.trace.json.gz" if seed % 2 else "m.pt.trace.json")
+    path.write_bytes(gzip.compress(bytes(data), 1) if seed % 2 else bytes(data))
+    try:
+        with open_trace(path, "kineto") as trace:
+            run_analysis(trace.frames())
+    except GapscopeError:
+        pass
