@@ -211,6 +211,24 @@ class Analysis(_Result):
                                  "longest first.")
 
     @property
+    def answer(self) -> pd.DataFrame:
+        """The answer the reports start with (docs/metrics.md, "The answer"): one row per range
+        that matters (or device, without ranges): its verdict and reading, the predicted CUDA
+        Graph speedup with its range and the ceiling, any measured replay, the one-off gap time
+        left out and how many of its instances ran eagerly beside replayed ones."""
+        if "answer" not in self._frames:
+            import pandas as pd
+
+            self._frames["answer"] = pd.DataFrame(self._result.answers())
+        return self._frames["answer"].copy(deep=False)
+
+    def answer_text(self) -> str:
+        """The answer as the terminal report prints it: a few lines per range."""
+        from gapscope.analysis import answer
+
+        return "\n".join(line for entry in self._result.answers() for line in answer.lines(entry))
+
+    @property
     def verdicts(self) -> pd.DataFrame:
         """The verdict of every range name, device and range instance (``level``: ``name``,
         ``device``, ``range``), with its reading, gap fraction, gap time and graph ceiling."""
@@ -302,7 +320,7 @@ class Analysis(_Result):
 
     # -- display -----------------------------------------------------------------------------
     def __repr__(self) -> str:
-        return self._text(keys=("by_name",))
+        return self._text(keys=("answer", "by_name"))
 
     def _repr_html_(self) -> str:
         import io

@@ -125,8 +125,8 @@ VERDICTS: tuple[Verdict, ...] = (
     Verdict("no_work", "no GPU work", 0, "no GPU span"),
     Verdict("too_small", "too few kernels to judge", 0, "fewer than MIN_KERNELS kernels"),
     Verdict("warmup", "warm-up (one-time)", 1,
-            "the range's wall time is at least twice its GPU span and WARMUP_NS longer: host work "
-            "before its first kernel (compiling, capturing graphs)"),
+            "a range (or a name of one instance) whose host work before its GPU work (its wall time less its "
+            "GPU span) is at least a third of its wall time and WARMUP_NS: compiling, capturing graphs"),
     Verdict("graph_replay", "graphs", 1,
             "more than half of its kernels came from graph launches; the reading says what the replays "
             "leave: host waits (stall, setup, sync) when they hold the most, else host time between "
@@ -146,8 +146,8 @@ VERDICTS: tuple[Verdict, ...] = (
     Verdict("pipeline", "device turnaround", 1, "pipeline gap time holds the most"),
     Verdict("unknown", "gaps not attributable", 1, "unknown gap time holds the most"),
     Verdict("some_launch_gaps", "some launch gaps", 2,
-            "without a prediction: launch and host gap time hold the most and the gap fraction is "
-            "below LAUNCH_BOUND"),
+            "launch and host gap time hold the most, and a replay is predicted to win at most WONT (without "
+            "a prediction: the gap fraction is below LAUNCH_BOUND)"),
 )
 VERDICT_CODES: tuple[str, ...] = tuple(v.code for v in VERDICTS)
 VERDICT_RANK: dict[str, int] = {v.code: v.rank for v in VERDICTS}

@@ -846,26 +846,33 @@ def paired_collectives(ks: list[dict], is_comm, shift: dict[int, int] | None = N
 # ------------------------------------------------------------------ steady state and prediction
 # docs/metrics.md, "Steady state" and "Predicted CUDA Graph speedup", written again plainly.
 
-def one_off(attr: Attribution, acts: list[dict], instances: int = 1,
-            threshold: int = 1_000_000) -> tuple[dict[str, int], int]:
+def one_off(attr: Attribution, acts: list[dict], threshold: int = 1_000_000) -> tuple[dict[str, int], int]:
     """(one-off gap time per category, how many long stall gaps were left out) of a timeline:
-    every gap whose largest category (the first in CATEGORIES on a tie) is setup, and the gaps
-    whose largest is stall and that last ``threshold`` or longer when there are at most
-    max(2, instances / 10) of them."""
-    setup, stall = dict.fromkeys(CATEGORIES, 0), dict.fromkeys(CATEGORIES, 0)
-    n_stall = 0
+    every gap whose largest category (the first in CATEGORIES on a tie) is setup; and of the gaps
+    whose largest is stall and that last ``threshold`` or longer, all but those within a factor
+    of 2 of their median length when there are at least 3 such."""
+    out = dict.fromkeys(CATEGORIES, 0)
+    stalls = []
     for g0, length, _, k in attr.gaps([a for a in acts if a["kind"] != "memop"]):
         split = attr.classify(g0, length, k)
         largest = max(CATEGORIES, key=lambda c: (split.get(c, 0), -CATEGORIES.index(c)))
         if largest == "setup":
             for c, v in split.items():
-                setup[c] += v
+                out[c] += v
         elif largest == "stall" and length >= threshold:
-            n_stall += 1
+            stalls.append((length, split))
+    lengths = sorted(n for n, _ in stalls)
+    mid = len(lengths) // 2
+    median = (lengths[mid] if len(lengths) % 2 else (lengths[mid - 1] + lengths[mid]) / 2) if lengths else 0
+    near = [median / 2 <= n <= 2 * median for n, _ in stalls]
+    repeating = sum(near) >= 3
+    left_out = 0
+    for (_, split), is_near in zip(stalls, near):
+        if not (is_near and repeating):
+            left_out += 1
             for c, v in split.items():
-                stall[c] += v
-    rare = n_stall <= max(2, instances / 10)
-    return {c: setup[c] + (stall[c] if rare else 0) for c in CATEGORIES}, (n_stall if rare else 0)
+                out[c] += v
+    return out, left_out
 
 
 def predicted(row: dict, one_off_cats: dict[str, int], launch_call_ns: float, tracer: str,

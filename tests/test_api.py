@@ -138,7 +138,7 @@ def test_verdicts_are_every_rows_verdict(decode, decode_json):
     v = decode.verdicts
     assert v["level"].value_counts().to_dict() == {"range": 66, "name": 3, "device": 1}
     names = v[v["level"] == "name"].set_index("name")
-    assert names.loc["eager", ["verdict", "reading"]].tolist() == ["host_bound", "host-bound: graphs pay"]
+    assert names.loc["eager", ["verdict", "reading"]].tolist() == ["host_bound", "host-bound: graphs ~11x"]
     assert names.loc["graph", "verdict"] == "graph_replay"
     want = [(r["verdict"], r["reading"], r["gap_ns"]) for r in (*data["by_name"], *data["devices"], *data["ranges"])]
     assert list(zip(v["verdict"], v["reading"], v["gap_ns"])) == want

@@ -46,11 +46,12 @@ def win(predicted: float) -> str:
 
 def verdict(row: Mapping[str, Any], graph_level: bool = False) -> tuple[str, str]:
     """(code, reading) of one row: :func:`column_verdicts` on it alone."""
-    columns: dict[str, Any] = {k: [v] for k, v in row.items() if not isinstance(v, (dict, list))}
-    for nested in ("gap_by_category_ns", "one_off_by_category_ns"):
-        cats = row.get(nested)
-        if isinstance(cats, Mapping):
-            columns[nested] = [[cats.get(c, 0) or 0 for c in CATEGORY_NAMES]]
+    nested = ("gap_by_category_ns", "one_off_by_category_ns")
+    columns: dict[str, Any] = {k: [v] for k, v in row.items() if k not in nested and not isinstance(v, (dict, list))}
+    for key in nested:
+        cats = row.get(key)
+        if isinstance(cats, Mapping) and cats:  # an empty split is none (as without attribution)
+            columns[key] = [[cats.get(c, 0) or 0 for c in CATEGORY_NAMES]]
     codes, texts = column_verdicts(columns, 1, graph_level)
     return str(codes[0]), str(texts[0])
 
@@ -112,8 +113,11 @@ def column_verdicts(columns: Mapping[str, Any], n: int, graph_level: bool = Fals
 
     decide(np.isnan(f), "no_work", READINGS["no_work"])
     decide(kernels < MIN_KERNELS, "too_small", READINGS["too_small"])
+    # Host time before the GPU work of one range (a name's instances are judged one by one: a
+    # loop whose first step compiles is not a warm-up, its first instance is).
     host_first = wall - span
-    decide(~np.isnan(wall) & (host_first >= span) & (host_first >= WARMUP_NS), "warmup", READINGS["warmup"])
+    decide(~np.isnan(wall) & (col("count", 1.0) <= 1) & (3 * host_first >= wall) & (host_first >= WARMUP_NS),
+           "warmup", READINGS["warmup"])
 
     cats = _matrix(columns, "gap_by_category_ns", n)
     with_cats = np.zeros(n, dtype=bool) if cats is None else gap_ns != 0
@@ -133,6 +137,8 @@ def column_verdicts(columns: Mapping[str, Any], n: int, graph_level: bool = Fals
     top = np.array([CATEGORY_NAMES[i] for i in others], dtype=object)[top_at]
     launch, host = steady[:, index["launch"]], steady[:, index["host"]]
     bound = np.where(launch >= host, "launch_bound", "host_bound").astype(object)
+    # Launch and host gaps that a graph would barely shorten are "some launch gaps".
+    bound = np.where(has_prediction & ~(predicted > WONT), "some_launch_gaps", bound).astype(object)
     cause = np.where(top_ns > removable, top, bound).astype(object)
 
     # A replay: what the replays left. Host waits that hold the most name it; else the host's
@@ -159,7 +165,7 @@ def column_verdicts(columns: Mapping[str, Any], n: int, graph_level: bool = Fals
         full[rows] = texts
         decide(with_cats & has_prediction, cause, full)
     plain = np.array([PLAIN_READINGS[c] for c in cause], dtype=object)
-    is_bound = np.isin(cause, ("launch_bound", "host_bound"))
+    is_bound = np.isin(cause, ("launch_bound", "host_bound", "some_launch_gaps"))
     decide(with_cats & ~is_bound, cause, plain)
     decide(with_cats & (f >= LAUNCH_BOUND), cause, plain)
     decide(with_cats, "some_launch_gaps", PLAIN_READINGS["some_launch_gaps"])

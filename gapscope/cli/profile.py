@@ -13,6 +13,7 @@ from gapscope.capture.nsys import EXPORT_TYPES
 from gapscope.capture.profile import DEFAULT_OUT, TRACERS
 from gapscope.cli import cli
 from gapscope.cli.analyze import FORMATS
+from gapscope.text import printable
 
 if TYPE_CHECKING:
     from gapscope.capture.profile import ProfileResult
@@ -77,6 +78,15 @@ def profile_command(command: tuple[str, ...], output_dir: str, force: bool, trac
             click.echo(line)
         return 0
     render(result.analysis, fmt, sys.stdout, wide=wide, read_seconds=result.read_seconds)
+    if fmt == "table":  # the answer last too, where a long report leaves the terminal
+        from gapscope.analysis import answer
+
+        entries = result.analysis.answers()
+        if entries:
+            click.echo(f"\n{answer.TITLE}")
+            for entry in entries:
+                for line in answer.lines(entry):
+                    click.echo(printable(line))
     click.echo(f"gapscope: {_ending(result)}; everything is in {result.plan.out_dir}", err=True)
     return result.exit_code
 

@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
+from gapscope.analysis import answer
 from gapscope.analysis.result import AnalysisResult
 from gapscope.analysis.verdicts import AMORTIZED, LAUNCH_BOUND
 from gapscope.render import sections
@@ -95,16 +96,18 @@ def _figure(file: TextIO, figures: Mapping[str, str], key: str) -> None:
 
 def write_header(file: TextIO, result: AnalysisResult, h: int, read_seconds: float | None = None,
                  limit: int = 20, cached: bool = False) -> None:
-    """The report's facts, its warnings and its readings (the verdict of each range name shown,
-    or of each device), the heading at level ``h``."""
+    """The report's facts, its warnings and its answer (gapscope.analysis.answer: the ranges that
+    matter, what kept the GPU idle and what CUDA Graphs would win), the heading at level ``h``."""
     facts = " · ".join(f"{_e(what)}: {_e(value)}" for what, value in sections.facts(result, read_seconds, cached))
     warnings = "".join(f'<p class="warning">{_e(w)}</p>\n' for w in result.warnings)
     file.write(f'<p class="facts">{facts}</p>\n{warnings}')
-    found = sections.readings(result, limit)
-    if found:
-        items = "".join(f'<li>{_text(r.label)}{r.after_label()}: <strong class="{share_class(r.share.value)}">'
-                        f"{_e(r.share)}</strong>{_e(r.after_share())}: {_e(r.reading)}</li>\n" for r in found)
-        file.write(f'<h{h}>Readings</h{h}>\n<ul class="readings">\n{items}</ul>\n')
+    entries = result.answers()
+    if entries:
+        items = ""
+        for entry in entries:
+            first, *rest = answer.lines(entry)
+            items += f"<li><strong>{_e(first)}</strong>" + "".join(f"<br>{_e(x.strip())}" for x in rest) + "</li>\n"
+        file.write(f'<h{h}>{_e(answer.TITLE)}</h{h}>\n<ul class="readings">\n{items}</ul>\n')
 
 
 def _sweep(file: TextIO, part: Part, h: int) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 from urllib.parse import quote
 
+from gapscope.analysis import answer
 from gapscope.analysis.result import AnalysisResult
 from gapscope.render import sections
 from gapscope.render.document import Document, Part, document_of, write_part
@@ -111,11 +112,13 @@ def _header(file: TextIO, result: AnalysisResult, h: str, read_seconds: float | 
                           for what, value in sections.facts(result, read_seconds, cached)) + "\n\n")
     for w in result.warnings:
         file.write(f"> ⚠️ {prose(w)}\n\n")
-    found = sections.readings(result, limit)
-    if found:
-        lines = "".join(f"- {_md(r.label)}{r.after_label()}: **{r.share}**{r.after_share()}: {r.reading}\n"
-                        for r in found)
-        file.write(f"{h} Readings\n\n{lines}\n")
+    entries = result.answers()
+    if entries:
+        items = []
+        for entry in entries:
+            first, *rest = answer.lines(entry)
+            items.append(f"- **{prose(first)}**" + "".join(f"  \n  {prose(line.strip())}" for line in rest) + "\n")
+        file.write(f"{h} {answer.TITLE}\n\n{''.join(items)}\n")
 
 
 def _sweep(file: TextIO, sweep: Sequence[Any], calibration: dict[str, Any] | None,
