@@ -69,8 +69,15 @@ def test_the_page_holds_the_report(page_file, analyzed):
     (rng,) = [r for r in reference.ranges(path) if r["name"] == "eager/k=2us"]
     kernels, span, gap = reference.range_metrics(rng, reference.kernels(path))
     assert (kernels, span, gap) == (300, 2_314_818, 1_968_962) and f"{100 * gap / span:.1f}" == "85.1"
-    assert "<li><code>eager/k=2us</code> (x1): <strong class=\"bound\">85.1%</strong> of the GPU span in gaps " \
-           "(1.97 ms of 2.31 ms): launch-bound: graphs pay</li>" in text
+    # The answer first: the ceiling is the span over its busy time (2,314,818 / 345,856), the
+    # measured replay the span over its graph twin's (2,314,818 / 450,816).
+    (twin,) = [r for r in reference.ranges(path) if r["name"] == "graph/k=2us"]
+    _, twin_span, _ = reference.range_metrics(twin, reference.kernels(path))
+    ceiling, measured = span / (span - gap), span / twin_span
+    assert (f"{ceiling:.1f}", f"{measured:.1f}") == ("6.7", "5.1")
+    assert text.index("The answer") < text.index("<table")
+    assert "<li><strong>eager/k=2us (x1): launch-bound: graphs ~3.5x</strong><br>predicted 3.5x (2.8x-4.2x); " \
+           f"ceiling {ceiling:.1f}x; measured replay {measured:.1f}x (graph/k=2us, traced)</li>" in text
     # The longest gaps, all ten, in the order of the result.
     top = [g["gap_ns"] for g in result.top_gaps]
     assert len(top) == 10 and top == sorted(top, reverse=True)
@@ -134,7 +141,7 @@ def test_several_traces_one_report_and_their_plots(tmp_path):
     assert text.startswith("# gapscope report: 2 traces\n")
     assert re.findall(r"^## (.+)$", text, flags=re.M) == ["torch_decode.sqlite", "torch_decode_sync.sqlite"]
     assert "![timeline](fleet_files/torch_decode_sync/timeline.png)" in text
-    assert "- `eager` (x1): **93.4%**" in text and "- `eager` (x1): **92.8%**" in text
+    assert "- **eager (x1): host-bound: graphs \\~11x**" in text and "- **eager (x1): host-bound: graphs \\~8.8x**" in text
     html = page.read_text(encoding="utf-8")
     assert html.count('<section class="trace">') == 2 and html.count("<svg") == 4
 

@@ -88,7 +88,7 @@ def test_lists_its_tools_and_serves_the_definitions(served: Served) -> None:
 def test_analyze_returns_the_figures_of_the_command(served: Served) -> None:
     data = structured(served.call("analyze", path=DECODE))
     want = command_json("analyze", DECODE, "-f", "json")
-    assert data["schema"] == want["schema"] == "gapscope.analysis/2"
+    assert data["schema"] == want["schema"] == "gapscope.analysis/3"
     assert data["trace"] == want["trace"] and data["options"] == want["options"]
     # The range names, most gap time first, with the command's figures.
     order = sorted(want["by_name"], key=lambda r: -r["gap_ns"])
@@ -100,7 +100,7 @@ def test_analyze_returns_the_figures_of_the_command(served: Served) -> None:
         assert {f: got[f] for f in fields} == {f: row[f] for f in fields}
     assert "gap_by_category_ns" not in rows[0]  # compact: the split is in why_idle, as shares
     eager = rows[0]
-    assert (eager["gap_ns"], eager["gpu_span_ns"], eager["reading"]) == (100263166, 107313249, "host-bound: graphs pay")
+    assert (eager["gap_ns"], eager["gpu_span_ns"], eager["reading"]) == (100263166, 107313249, "host-bound: graphs ~11x")
     assert data["by_name"]["total"] == 3 and data["by_name"]["next_offset"] is None
     [device] = data["devices"]["rows"]
     assert {f: device[f] for f in ("device", "gap_ns", "gap_fraction", "verdict")} == \
@@ -117,7 +117,7 @@ def test_analyze_returns_the_figures_of_the_command(served: Served) -> None:
     assert data["launch"]["rows"] == want["launch"]
     assert data["held"] == {"ranges": 66, "streams": 3, "top_gaps": 10}
     text = served.call("analyze", path=DECODE).content[0].text
-    assert "eager (x1): gap 93.4% of 107 ms, host-bound: graphs pay, graph ceiling 14.83x" in text
+    assert "eager (x1): gap 93.4% of 107 ms, host-bound: graphs ~11x, graph ceiling 15.18x" in text
 
 
 def test_analyze_pages_the_range_names_and_narrows_like_the_command(served: Served) -> None:
@@ -187,7 +187,7 @@ def test_top_gaps_and_explain_are_the_commands_longest_gaps_and_range(served: Se
     want = command_json("analyze", DECODE, "--range", "eager", "-f", "json")
     [row] = eager["names"]["rows"]
     assert (row["name"], row["gap_ns"], row["verdict"]) == ("eager", want["by_name"][0]["gap_ns"], "host_bound")
-    assert row["verdict_rules"] == ["`gap_fraction` >= 0.20; `launch_bound` when `launch` >= `host`"]
+    assert row["verdict_rules"] == ["launch and host gap time together hold the most (host more)"]
     assert eager["launch"]["rows"] == want["launch"] and eager["top_gaps"] == want["top_gaps"]
     assert [r["id"] for r in eager["instances"]["most_gap"]] == [r["id"] for r in want["ranges"]] == [0]
     # A glob selecting both twins has their payoff; one step of 64 instances lists the 5 with most gap.

@@ -65,13 +65,11 @@ _CODE = re.compile(r"`([a-z_]+)`")
 
 @functools.lru_cache(maxsize=1)
 def verdict_rules() -> dict[str, list[str]]:
-    """Each verdict code of metrics.md's "Verdicts" table, with the rules (the table's "rule"
-    cells, as written there) of the rows that name it, in the table's order."""
-    rules: dict[str, list[str]] = {}
-    for codes, _, rule in _table(read("metrics.md"), "### Verdicts"):
-        for code in _CODE.findall(codes):
-            rules.setdefault(code, []).append(rule)
-    return rules
+    """Each verdict code with its rule, in the order the rules are tried (gapscope.catalog's
+    VERDICTS, which metrics.md's "Verdicts" table lists)."""
+    from gapscope.catalog import VERDICTS
+
+    return {v.code: [v.rule] for v in VERDICTS}
 
 
 @functools.lru_cache(maxsize=1)

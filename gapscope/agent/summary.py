@@ -27,15 +27,16 @@ from gapscope.text import name as display_name
 #: prediction's, kept where a result has them.
 _TIMELINE = ("kernels", "gpu_span_ns", "busy_ns", "gap_ns", "gap_fraction", "gap_count", "gap_p50_ns",
              "gap_max_ns", "kernel_median_ns", "graph_kernels", "graph_replays", "graph_ceiling_speedup",
-             "graph_predicted_speedup", "graph_predicted_speedup_low", "graph_predicted_speedup_high",
-             "verdict", "reading")
+             "graph_predicted_speedup", "graph_predicted_low", "graph_predicted_high", "steady_span_ns",
+             "one_off_ns", "one_off_stalls", "verdict", "reading")
 #: The fields of a row each summary keeps, by result section: a field a row lacks is left out,
 #: so one added here shows wherever a result has it.
 ROW_FIELDS: dict[str, tuple[str, ...]] = {
-    "by_name": ("name", "domain", "count", *_TIMELINE),
+    "by_name": ("name", "domain", "count", *_TIMELINE, "eager_instances", "replayed_instances"),
     "devices": ("device", *_TIMELINE),
     "ranges": ("id", "name", "domain", "thread", "start_ns", "end_ns", *_TIMELINE),
-    "payoff": ("eager", "graph", "eager_span_ns", "graph_span_ns", "measured_speedup", "ceiling_speedup"),
+    "payoff": ("eager", "graph", "eager_span_ns", "graph_span_ns", "measured_speedup", "ceiling_speedup",
+               "predicted_speedup"),
     "launch": ("api", "calls", "host_median_ns", "host_p90_ns", "latency_median_ns", "latency_p90_ns",
                "per_second"),
     "top_gaps": ("start_ns", "gap_ns", "category", "gap_by_category_ns", "device", "stream", "before", "after",
