@@ -123,7 +123,7 @@ class Verdict:
 #: categories' own verdicts follow the category they name.
 VERDICTS: tuple[Verdict, ...] = (
     Verdict("no_work", "no GPU work", 0, "no GPU span"),
-    Verdict("too_small", "too few kernels to judge", 0, "fewer than MIN_KERNELS kernels"),
+    Verdict("too_small", "too few kernels to judge", 0, "fewer than MIN_KERNELS kernels, and not a graph replay"),
     Verdict("warmup", "warm-up (one-time)", 1,
             "a range (or a name of one instance) whose host work before its GPU work (its wall time less its "
             "GPU span) is at least a third of its wall time and WARMUP_NS: compiling, capturing graphs"),
@@ -157,7 +157,7 @@ PLAIN_READINGS: dict[str, str] = {v.code: v.plain or v.reading for v in VERDICTS
 REPLAY_READINGS = {
     "between": "graphs: host between",
     "inside": "graphs: device turnaround",
-    "untraced": "graphs (inside not traced)",
+    "untraced": "graphs (inside not traced: record with --cuda-graph-trace=node)",
 }
 
 #: The thresholds the rules name (docs/metrics.md, "Verdicts"): below AMORTIZED the gaps are

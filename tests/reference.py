@@ -273,6 +273,8 @@ def _segments(calls: list[tuple], stalls: list[tuple[int, int | None]], lo: int,
             cat = "sync"
         elif name in SETUP:
             cat = "setup"
+        elif name in ("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch"):  # however long: never a stall
+            cat = "launch"
         elif e - s > threshold:
             cat = "stall"
         elif name in LAUNCH:

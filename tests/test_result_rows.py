@@ -39,14 +39,14 @@ def reference_verdict(row: dict, graph_level: bool = False) -> tuple[str, str]:
     if f is None:
         return "no_work", texts["no_work"]
     kernels = row.get("kernels") or 0
-    if kernels < 10:
+    replay = bool(row.get("graph_replays")) and kernels > 0 and row.get("graph_kernels", 0) > kernels / 2
+    if kernels < 10 and not replay:
         return "too_small", texts["too_small"]
     span = row.get("gpu_span_ns") or 0
     wall = row.get("wall_ns")
     if wall is not None and (row.get("count") or 1) <= 1 and 3 * (wall - span) >= wall and \
             wall - span >= 100_000_000:
         return "warmup", texts["warmup"]
-    replay = bool(row.get("graph_replays")) and row.get("graph_kernels", 0) > kernels / 2
     cats = row.get("gap_by_category_ns")
     with_cats = bool(cats) and bool(row.get("gap_ns"))
     one_off = row.get("one_off_by_category_ns") or {}
@@ -67,7 +67,8 @@ def reference_verdict(row: dict, graph_level: bool = False) -> tuple[str, str]:
             between = steady_gap - device > device
         else:
             between = row.get("gap_between_replays_ns", 0) >= row.get("gap_inside_replays_ns", 0)
-        text = {None: "graphs (inside not traced)", True: "graphs: host between", False: "graphs: device turnaround"}
+        text = {None: "graphs (inside not traced: record with --cuda-graph-trace=node)", True: "graphs: host between",
+                False: "graphs: device turnaround"}
         return "graph_replay", text[between]
     steady_f = (steady_gap / steady_span if steady_span > 0 else None) if with_cats else f
     if not (p is not None and p > 1.05) and steady_f is not None and steady_f < 0.05:
@@ -191,7 +192,7 @@ def test_verdict_ties_and_missing_categories():
     assert verdict({**replay, "gap_by_category_ns": {"host": 4, "memop": 9}}) == \
         ("graph_replay", "graphs: device turnaround")
     assert verdict({**replay, "gap_by_category_ns": {"host": 4, "memop": 9}}, graph_level=True) == \
-        ("graph_replay", "graphs (inside not traced)")
+        ("graph_replay", "graphs (inside not traced: record with --cuda-graph-trace=node)")
     # A prediction: the cause and the win; at WONT and below, launch and host gaps are "some".
     assert verdict({**base, "gap_by_category_ns": {"host": 9, "stall": 1}, "graph_predicted_speedup": 4.44}) == \
         ("host_bound", "host-bound: graphs ~4.4x")

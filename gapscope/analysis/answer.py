@@ -36,14 +36,35 @@ def _saved(row: Mapping[str, Any]) -> float:
     return float(row.get("gap_ns") or 0)
 
 
+def _graph_launch(row: Mapping[str, Any], launch: Sequence[Mapping[str, Any]] | None, node_level: bool,
+                  gpu: str | None) -> dict[str, Any]:
+    """For a replayed row: its graph launch call's traced median duration and, at node level
+    (where the tracer records every node of every replay), the untraced cost the calibration
+    gives for its graph's size (catalog.GraphCosts)."""
+    from gapscope.catalog import graph_costs
+
+    calls = [r for r in launch or () if r.get("api") in ("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")]
+    replays = row.get("graph_replays") or 0
+    if not calls or not replays:
+        return {}
+    traced = max(r["host_median_ns"] for r in calls)
+    out = {"graph_launch_ns": traced}
+    if node_level:
+        costs = graph_costs(gpu)
+        nodes = (row.get("graph_kernels") or 0) / replays
+        out["graph_launch_untraced_ns"] = costs.launch_ns + costs.launch_per_node_ns * nodes
+    return out
+
+
 def build(by_name: Iterable[Mapping[str, Any]], devices: Iterable[Mapping[str, Any]],
-          payoff: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]]:
+          payoff: Sequence[Mapping[str, Any]] | None, launch: Sequence[Mapping[str, Any]] | None = None,
+          trace: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """The answer's entries (docs/schema.md, ``answer``) from a result's by-name rows, device
-    rows and payoff pairs."""
+    rows, payoff pairs, launch statistics and trace facts."""
     measured = {(p.get("eager"), p.get("domain")): p for p in payoff or ()}
     measured_by_name = {p.get("eager"): p for p in payoff or ()}
-    rows = [r for r in by_name if (r.get("kernels") or 0) >= MIN_KERNELS and not is_library_domain(r.get("domain"))
-            and r.get("verdict") not in ("no_work", "too_small")]
+    rows = [r for r in by_name if ((r.get("kernels") or 0) >= MIN_KERNELS or r.get("verdict") == "graph_replay")
+            and not is_library_domain(r.get("domain")) and r.get("verdict") not in ("no_work", "too_small")]
     scope = "range"
     if not rows:
         rows = [r for r in devices if (r.get("kernels") or 0) >= MIN_KERNELS]
@@ -60,6 +81,10 @@ def build(by_name: Iterable[Mapping[str, Any]], devices: Iterable[Mapping[str, A
         if scope == "range" and pair is not None:
             entry["measured_speedup"] = pair.get("measured_speedup")
             entry["measured_against"] = pair.get("graph")
+        if r.get("verdict") == "graph_replay":
+            facts = trace or {}
+            gpus = facts.get("gpus") or {}
+            entry.update(_graph_launch(r, launch, facts.get("graph_trace") == "node", next(iter(gpus.values()), None)))
         out.append(entry)
     return out
 
@@ -93,6 +118,14 @@ def lines(entry: Mapping[str, Any]) -> list[str]:
     m = entry.get("measured_speedup")
     if isinstance(m, (int, float)):
         facts.append(f"measured replay {_x(m)} ({entry.get('measured_against')}, traced)")
+    g = entry.get("graph_launch_ns")
+    if isinstance(g, (int, float)):
+        untraced = entry.get("graph_launch_untraced_ns")
+        text = f"graph launch {_ns(g)}" + (f" traced, ~{_ns(untraced)} untraced (node-level tracing records every "
+                                           "node)" if isinstance(untraced, (int, float)) else "")
+        if g >= 1_000_000:
+            text += ": upload ahead (cudaGraphUpload) or split the graph"
+        facts.append(text)
     if facts:
         out.append("  " + "; ".join(facts))
     notes = []

@@ -30,7 +30,7 @@ import pandas as pd
 from gapscope.analysis.intervals import expand_slices, grouped_running_max
 from gapscope.analysis.keys import TimeKeys, index_dtype, small_codes
 from gapscope.catalog import process_of
-from gapscope.trace.cuda_api import ROLE_LAUNCH, ROLE_SETUP, ROLE_SYNC
+from gapscope.trace.cuda_api import ROLE_GRAPH_LAUNCH, ROLE_LAUNCH, ROLE_SETUP, ROLE_SYNC
 
 #: The categories a thread's state gives (indexes of HostTimeline.split's columns).
 STATE_LAUNCH, STATE_HOST, STATE_STALL, STATE_SETUP, STATE_SYNC = range(5)
@@ -138,6 +138,9 @@ class HostTimeline:
         call_cat = np.full(s.size, STATE_HOST, dtype=np.int8)
         call_cat[r == ROLE_LAUNCH] = STATE_LAUNCH
         call_cat[(e - s) > self.threshold_ns] = STATE_STALL
+        # A graph launch is launch time however long it takes (a large graph's upload and
+        # launch), never a stall.
+        call_cat[r == ROLE_GRAPH_LAUNCH] = STATE_LAUNCH
         call_cat[r == ROLE_SETUP] = STATE_SETUP
         call_cat[r == ROLE_SYNC] = STATE_SYNC
 

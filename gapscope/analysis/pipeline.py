@@ -807,7 +807,8 @@ def run_analysis(
                  "stall_threshold_ns": int(stall_threshold_ns) if attribution else None},
         warnings=_warnings(frames, w.launch, w.table, w.graph_trace, w.elsewhere),
         **sections, launch=lv.launch_rows, top_gaps=lv.top_gaps,
-        answer=answer.build(sections["by_name"], sections["devices"], sections["payoff"]),
+        answer=answer.build(sections["by_name"], sections["devices"], sections["payoff"], lv.launch_rows,
+                            _trace_fields(frames, w.graph_trace)),
     )
     return AnalysisArrays(
         frames=frames, acts=w.acts, launch=w.launch, ranges=w.table, name_of_range=range_name,

@@ -94,7 +94,7 @@ class AnalysisResult:
             return self.answer
         from gapscope.analysis import answer
 
-        return answer.build(self.by_name, self.devices, self.payoff)
+        return answer.build(self.by_name, self.devices, self.payoff, self.launch, self.trace)
 
     @property
     def attributed(self) -> bool:

@@ -112,7 +112,7 @@ def column_verdicts(columns: Mapping[str, Any], n: int, graph_level: bool = Fals
         open_[hit] = False
 
     decide(np.isnan(f), "no_work", READINGS["no_work"])
-    decide(kernels < MIN_KERNELS, "too_small", READINGS["too_small"])
+    decide((kernels < MIN_KERNELS) & ~replay, "too_small", READINGS["too_small"])
     # Host time before the GPU work of one range (a name's instances are judged one by one: a
     # loop whose first step compiles is not a warm-up, its first instance is).
     host_first = wall - span

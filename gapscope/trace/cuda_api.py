@@ -154,16 +154,20 @@ SETUP_CALLS = frozenset({
     "hipDeviceReset", "hipDeviceSetLimit",
 })
 
-#: A call's role, as gapscope.analysis.host_timeline numbers it; every other call is OTHER.
-ROLE_OTHER, ROLE_LAUNCH, ROLE_SYNC, ROLE_SETUP = 0, 1, 2, 3
+#: A call's role, as gapscope.analysis.host_timeline numbers it; every other call is OTHER. A
+#: graph launch is a launch that is never a stall, however long (a large graph's launch).
+ROLE_OTHER, ROLE_LAUNCH, ROLE_SYNC, ROLE_SETUP, ROLE_GRAPH_LAUNCH = 0, 1, 2, 3, 4
 
 
 def call_role(name: str) -> int:
-    """The role of a (suffix-stripped) API name: ROLE_SYNC, ROLE_SETUP, ROLE_LAUNCH or ROLE_OTHER."""
+    """The role of a (suffix-stripped) API name: ROLE_SYNC, ROLE_SETUP, ROLE_GRAPH_LAUNCH,
+    ROLE_LAUNCH or ROLE_OTHER."""
     if name in SYNC_CALLS:
         return ROLE_SYNC
     if name in SETUP_CALLS:
         return ROLE_SETUP
+    if name in GRAPH_LAUNCH_CALLS:
+        return ROLE_GRAPH_LAUNCH
     if name in LAUNCH_CALLS:
         return ROLE_LAUNCH
     return ROLE_OTHER
