@@ -60,6 +60,23 @@ def cache_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "xdg" / "gapscope"
 
 
+@pytest.fixture
+def unbudgeted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cache's hashing budget set aside (gapscope.cache.content_digest hashes any file, however
+    much larger than the bound it is), for tests of the size bound's other rules with bounds
+    smaller than the shipped traces."""
+    from gapscope import cache
+    from gapscope.trace import column_cache
+
+    real = cache.content_digest
+
+    def unbounded(path: Path, root: Path | None = None, limit: int | None = None) -> str:
+        return real(path, root, 1 << 62)
+
+    monkeypatch.setattr(cache, "content_digest", unbounded)
+    monkeypatch.setattr(column_cache, "content_digest", unbounded)
+
+
 @pytest.fixture(scope="session")
 def analyzed() -> Callable[..., object]:
     """``analyzed(name, **options)``: the AnalysisResult of ``traces/<name>.sqlite`` with those

@@ -38,7 +38,7 @@ import pandas as pd
 from gapscope.errors import GapscopeError
 from gapscope import heap
 from gapscope.text import printable
-from gapscope.trace.cache import ColumnCache
+from gapscope.trace.column_cache import ColumnCache
 from gapscope.trace.cuda_api import QUIET_CALLS
 from gapscope.trace.frames import (
     ACTIVITY_COLUMNS, API_COLUMNS, NARROW_COLUMNS, NVTX_COLUMNS, NVTX_DOMAIN_CREATE, NVTX_PUSH_POP,
@@ -344,7 +344,7 @@ class _Source:
         return conn
 
     def column_cache(self) -> ColumnCache | None:
-        """The columnar cache entry of the export's content (gapscope.trace.cache), None when the
+        """The columnar cache entry of the export's content (gapscope.trace.column_cache), None when the
         cache is off or the export is read from a snapshot (its content is the file and the
         write in flight together)."""
         return None if self._snapshot is not None else ColumnCache.for_file(self.path)
@@ -488,7 +488,7 @@ class _Reader:
     """Runs bulk SELECTs into DataFrames: through ADBC into Arrow when it is installed, split
     into rowid chunks read on a small thread pool (SQLite decoding is the bottleneck and ADBC
     releases the GIL); through the stdlib sqlite3 module otherwise. With a ``cache``
-    (gapscope.trace.cache), each ADBC query's Arrow table is taken from it when kept there,
+    (gapscope.trace.column_cache), each ADBC query's Arrow table is taken from it when kept there,
     and kept there when read from the export."""
 
     def __init__(self, source: _Source, conn: sqlite3.Connection, cache: ColumnCache | None = None) -> None:
