@@ -15,7 +15,7 @@ from paths import CLOVERLEAF_NAME, FSDP_NAME, SAXPY_NAME, TRACES, thirdparty  # 
 
 def pytest_configure(config: pytest.Config) -> None:
     """The suite never reads or writes the user's cache: gapscope's cache folder is a temporary
-    one, and the column cache is off (tests/test_cache.py turns it on, in folders of its own);
+    one, and the column cache is off (tests/test_column_cache.py turns it on, in folders of its own);
     subprocesses inherit both."""
     import os
     import signal
