@@ -64,11 +64,23 @@ def _identity(path: str | Path) -> tuple[Identity, os.stat_result] | None:
     return (st.st_dev, st.st_ino), st
 
 
+def _inside(out: str | Path, folders: dict[Identity, str]) -> str | None:
+    """The input folder (of ``folders``, by identity) that ``out`` would be written in, at any
+    depth: any existing folder above it, as spelled and as resolved (links, ``..``), is one."""
+    spelled = Path(os.path.abspath(out))
+    for above in (*spelled.parents, *Path(os.path.realpath(out)).parents):
+        found = _identity(above)
+        if found is not None and found[0] in folders:
+            return folders[found[0]]
+    return None
+
+
 def refuse_overwriting(inputs: Iterable[str | Path], outputs: Iterable[str | Path | None]) -> None:
     """GapscopeError (exit 2) before any work when an output would be written over an input or
     into an input folder. Files are compared by identity (device and inode), so a hard link, a
     symbolic link or another spelling of an input's path is caught; an input folder (a
-    `gapscope run` output) protects the files in it and takes no new ones. ``None`` and '-'
+    `gapscope run` output, an nsys parquetdir or arrowdir export) protects the files in it and
+    takes no new ones, at any depth (no figure folder, no tables folder inside it either). ``None`` and '-'
     (stdout) outputs are skipped; two outputs may not be the same file either."""
     files: dict[Identity, str] = {}
     folders: dict[Identity, str] = {}
@@ -96,9 +108,9 @@ def refuse_overwriting(inputs: Iterable[str | Path], outputs: Iterable[str | Pat
                                 "give another output file")
         if found is not None and found[0] in folders:
             raise GapscopeError(f"{out}: is the input folder {folders[found[0]]}; write elsewhere")
-        parent = _identity(Path(out).parent)
-        if parent is not None and parent[0] in folders:
-            raise GapscopeError(f"{out}: inside the input folder {folders[parent[0]]}; gapscope adds "
+        inside = _inside(out, folders)
+        if inside is not None:
+            raise GapscopeError(f"{out}: inside the input folder {inside}; gapscope adds "
                                 "nothing to its inputs: write it elsewhere")
         key: object = found[0] if found is not None else os.path.abspath(out)
         if key in seen:
