@@ -6,8 +6,11 @@ folder, or SYNTHETIC files named so; the files in traces/ are never changed.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -74,3 +77,122 @@ def test_an_output_beside_an_input_folder_is_written(tmp_path):
     proc = gapscope("analyze", str(folder), "-o", str(out) + ".json")
     assert proc.returncode == 0, proc.stderr
     assert Path(str(out) + ".json").stat().st_size > 0
+
+
+# ------------------------------------------------------------------ write errors: one line, exit 2, nothing partial
+
+SMALL = TRACES / "torch_decode_small.sqlite"
+
+
+class _FullDisk:
+    """A file object that takes ``room`` bytes and then fails as a full disk does (ENOSPC)."""
+
+    def __init__(self, inner, room: int) -> None:
+        self._inner, self._room = inner, room
+
+    def write(self, data):
+        size = len(data.encode() if isinstance(data, str) else memoryview(data).cast("B"))
+        if size > self._room:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self._room -= size
+        return self._inner.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._inner.close()
+
+
+@pytest.fixture
+def full_disk(monkeypatch):
+    """``full_disk(name)``: the output file named ``name`` takes 1,000 bytes, then the disk is full
+    (SYNTHETIC: gapscope.files' private file of that name wrapped); every append fails at once."""
+    from gapscope import files
+
+    real = files._handle
+
+    def fail(name: str) -> None:
+        monkeypatch.setattr(files, "_handle", lambda fd, binary, target: _FullDisk(real(fd, binary, target), 1000)
+                            if target.name == name else real(fd, binary, target))
+
+    def no_room(fd, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(files, "_write_all", no_room)
+    return fail
+
+
+FULL = [
+    (("analyze", "{t}", "-o", "{o}/r.json"), "{o}/r.json"),
+    (("analyze", "{t}", "-f", "parquet", "-o", "{o}/tables"), "{o}/tables/gaps.parquet"),
+    (("analyze", "{t}", "--gaps-csv", "{o}/g.csv", "-o", "{o}/r.txt"), "{o}/g.csv"),
+    (("analyze", "{t}", "--plot", "{o}/figs", "-o", "{o}/r.txt"), "{o}/figs/timeline.png"),
+    (("plot", "{t}", "-o", "{o}/figs"), "{o}/figs/timeline.png"),
+    (("report", "{t}", "-o", "{o}/r.md"), "{o}/r_files/timeline.png"),
+    (("report", "{t}", "--html", "{o}/r.html"), "{o}/r.html"),
+    (("export", "{t}", "--perfetto", "{o}/t.json"), "{o}/t.json"),
+    (("compare", "{t}", "{t}", "--markdown", "{o}/c.md"), "{o}/c.md"),
+    (("compare", "{t}", "{t}", "--junit", "{o}/c.xml"), "{o}/c.xml"),
+]
+
+
+@pytest.mark.parametrize("command, failing", FULL, ids=lambda c: "-".join(a for a in c if a.startswith("-")) or c[0]
+                         if isinstance(c, tuple) else None)
+def test_a_full_disk_is_one_line_and_leaves_no_partial_output(tmp_path, full_disk, command, failing):
+    """Was: an internal error (exit 3), and a 0-byte (or cut) output file left behind. The
+    outputs already there keep their content; nothing new, and no private file, is left: a
+    figure folder or the Parquet tables are one output (all of it, or nothing), and a report
+    written before them stays whole."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "r.txt").write_text("the report of an earlier run\n")
+    before = files_of(out)
+    names = sorted(p.name for p in out.rglob("*"))
+    full_disk(Path(failing).name)
+    proc = gapscope(*(a.format(t=SMALL, o=out) for a in command))
+    assert_one_line_error(proc, f"{failing.format(o=out)}: cannot write (No space left on device)")
+    after = files_of(out)
+    if "r.txt" in command[-1]:  # the report went first, whole, then the tables or figures failed
+        assert (out / "r.txt").read_text().startswith("gapscope torch_decode_small.sqlite")
+        after.pop("r.txt"), before.pop("r.txt")
+    assert after == before
+    assert sorted(p.name for p in out.rglob("*")) == names  # no folder made, no private file left
+
+
+def test_an_output_over_an_old_file_keeps_it_whole_when_the_disk_is_full(tmp_path, full_disk):
+    full_disk("r.json")
+    old = tmp_path / "r.json"
+    old.write_text('{"old": true}\n')
+    assert_one_line_error(gapscope("analyze", str(SMALL), "-o", str(old)), f"{old}: cannot write")
+    assert old.read_text() == '{"old": true}\n'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
+
+
+def test_github_step_summary_on_a_full_disk_is_one_warning_and_appends_nothing(tmp_path, full_disk, monkeypatch):
+    """The verdict stands (the summary page is a courtesy): exit 0, one warning line naming the
+    file, and the file as it was (nothing half appended)."""
+    summary = tmp_path / "summary.md"
+    summary.write_text("# earlier steps\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    proc = gapscope("compare", str(SMALL), str(SMALL), "-o", str(tmp_path / "c.txt"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines() == [
+        f"gapscope: warning: $GITHUB_STEP_SUMMARY: {summary}: cannot write (No space left on device)"]
+    assert summary.read_text() == "# earlier steps\n"
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full on this system")
+def test_dev_full_as_the_output_and_as_stdout_is_one_line(tmp_path):
+    """Was: 'internal error ... a bug in gapscope' (exit 3)."""
+    assert_one_line_error(gapscope("analyze", str(SMALL), "-o", "/dev/full"),
+                          "/dev/full: cannot write (No space left on device)")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "gapscope", "analyze", str(SMALL), "-f", "json"],
+                              stdout=full, stderr=subprocess.PIPE, text=True, env=env, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == ["gapscope: error: stdout: cannot write (No space left on device)"]

@@ -13,24 +13,30 @@ from pathlib import Path
 from typing import TextIO
 
 from gapscope.errors import GapscopeError
+from gapscope.files import appended, write_error, written
 
 Identity = tuple[int, int]  # (device, inode): the same file whatever path names it
 
 
 @contextmanager
 def output_file(path: str | Path | None, *, append: bool = False) -> Iterator[TextIO]:
-    """stdout for None or '-', else the named file (its folder must exist), written or appended."""
+    """stdout for None or '-', else the named file (its folder must exist), written whole or not
+    at all, or appended in one write (gapscope.files); a write error (a full disk, an I/O error,
+    stdout on a full device) is one line naming the file (GapscopeError, exit 2), a closed pipe
+    stays a BrokenPipeError (exit 141)."""
     if path is None or str(path) == "-":
-        yield sys.stdout
+        try:
+            yield sys.stdout
+            sys.stdout.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise write_error("stdout", exc) from None
         return
     p = Path(path)
     if not p.parent.exists():
         raise GapscopeError(f"{p.parent}: no such folder for the output file")
-    try:
-        fh = p.open("a" if append else "w", encoding="utf-8", newline="")
-    except OSError as exc:
-        raise GapscopeError(f"{p}: cannot write ({exc.strerror or exc})") from None
-    with fh:
+    with (appended(p) if append else written(p)) as fh:
         yield fh
 
 
