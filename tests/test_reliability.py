@@ -196,3 +196,75 @@ def test_dev_full_as_the_output_and_as_stdout_is_one_line(tmp_path):
                               stdout=full, stderr=subprocess.PIPE, text=True, env=env, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == ["gapscope: error: stdout: cannot write (No space left on device)"]
+
+
+# ------------------------------------------------------------------ a file that changes while it is read
+
+def _changing(monkeypatch, fmt: str, change) -> None:
+    """Open traces of ``fmt`` with a reader that runs ``change(path)`` (a writer at work) while
+    it reads the frames (SYNTHETIC: the writer is simulated inside the read)."""
+    from gapscope.trace import handle
+
+    real = handle.READERS[fmt]
+
+    def opener(path: Path):
+        reader = real(path)
+        load = reader.load
+
+        def changed_load(**options):
+            change(path)
+            return load(**options)
+
+        reader.load = changed_load
+        return reader
+
+    monkeypatch.setitem(handle.READERS, fmt, opener)
+
+
+def _delete_kernels(path: Path) -> None:
+    import sqlite3
+
+    with sqlite3.connect(path) as conn:  # what a program rewriting the export does
+        conn.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid % 2 = 0")
+    conn.close()
+
+
+def _rewrite_a_table(folder: Path) -> None:
+    table = folder / "CUPTI_ACTIVITY_KIND_KERNEL.parquet"
+    table.write_bytes(table.read_bytes())
+
+
+def _rewrite(path: Path) -> None:
+    path.write_bytes(path.read_bytes())  # the same bytes, written again: a new mtime and ctime
+
+
+@pytest.mark.parametrize("name, fmt, change", [
+    ("torch_decode_small.sqlite", "nsys-sqlite", _delete_kernels),
+    ("torch_decode_small_parquet", "nsys-parquet", _rewrite_a_table),
+    ("torch_decode_small.pt.trace.json.gz", "kineto", _rewrite),
+], ids=["sqlite", "parquet", "kineto"])
+def test_a_trace_that_changes_while_it_is_read_is_refused(tmp_path, monkeypatch, name, fmt, change):
+    """Was: a writer deleting kernels during the read gave kernel counts that never existed,
+    with no warning."""
+    copy = tmp_path / name
+    (shutil.copytree if (TRACES / name).is_dir() else shutil.copyfile)(TRACES / name, copy)
+    _changing(monkeypatch, fmt, change)
+    assert_one_line_error(gapscope("analyze", str(copy), "--no-cache"),
+                          f"{copy}: the file changed while gapscope read it")
+
+
+def test_a_trace_that_changes_after_its_frames_while_its_names_are_read_is_refused(tmp_path):
+    """A change after the frames (names are still looked up in the export) is refused when the
+    trace is closed."""
+    from gapscope.analysis.pipeline import run_analysis
+    from gapscope.errors import GapscopeError
+    from gapscope.trace import open_trace
+
+    copy = tmp_path / "t.sqlite"
+    shutil.copyfile(SMALL, copy)
+    with pytest.raises(GapscopeError, match="the file changed while gapscope read it"):
+        with open_trace(copy) as trace:
+            run_analysis(trace.frames())
+            _delete_kernels(copy)
+    with open_trace(SMALL) as trace:  # unchanged: no refusal
+        assert len(trace.frames().activities) > 0
