@@ -268,3 +268,24 @@ def test_a_trace_that_changes_after_its_frames_while_its_names_are_read_is_refus
             _delete_kernels(copy)
     with open_trace(SMALL) as trace:  # unchanged: no refusal
         assert len(trace.frames().activities) > 0
+
+
+# ------------------------------------------------------------------ sparse files are refused before reading
+
+@pytest.mark.parametrize("name, head", [("big.pt.trace.json", b'{"traceEvents": ['), ("big.json", b"{"),
+                                        ("big.sqlite", None)])
+def test_a_sparse_file_is_refused_before_it_is_read(tmp_path, name, head):
+    """Was: a 50 GB sparse `.json` ended in MemoryError (exit 3); a SQLite export extended by a
+    50 GB hole was hashed whole for minutes. SYNTHETIC: a head (or a real export) and a hole."""
+    path = tmp_path / name
+    if head is None:
+        shutil.copyfile(SMALL, path)
+    else:
+        path.write_bytes(head)
+    os.truncate(path, 50 << 30)
+    if os.stat(path).st_blocks * 512 > 16 << 20:
+        pytest.skip(f"{tmp_path}'s file system keeps no holes: the file is not sparse there")
+    for command in (("analyze", str(path)), ("compare", str(path), str(path)), ("plot", str(path), "-o",
+                                                                                   str(tmp_path / "f"))):
+        assert_one_line_error(gapscope(*command), f"{path}: a sparse file (53.7 GB long, ")
+    assert not (tmp_path / "f").exists()
