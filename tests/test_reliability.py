@@ -289,3 +289,53 @@ def test_a_sparse_file_is_refused_before_it_is_read(tmp_path, name, head):
                                                                                    str(tmp_path / "f"))):
         assert_one_line_error(gapscope(*command), f"{path}: a sparse file (53.7 GB long, ")
     assert not (tmp_path / "f").exists()
+
+
+# ------------------------------------------------------------------ every text from a file is escaped, warnings included
+
+RAW = ("\x1b", "\x07", "\r", "\u202e", "\u2066")
+
+
+@pytest.fixture
+def hostile_names(tmp_path) -> Path:
+    """A copy of the small export whose decode_step ranges are named with ESC, BEL, CR and bidi
+    controls (SYNTHETIC)."""
+    import sqlite3
+
+    copy = tmp_path / "t.sqlite"
+    shutil.copyfile(SMALL, copy)
+    with sqlite3.connect(copy) as conn:
+        conn.execute("UPDATE NVTX_EVENTS SET text = ? WHERE text = 'decode_step'",
+                     ("de\x1b[31mcode\x07\rstep\u202eX\u2066",))
+    conn.close()
+    return copy
+
+
+@pytest.mark.parametrize("command", [("plot", "{t}", "-o", "{o}/figs"), ("report", "{t}", "-o", "{o}/r.md"),
+                                     ("analyze", "{t}", "--plot", "{o}/p", "-o", "{o}/r.txt")],
+                         ids=["plot", "report", "analyze--plot"])
+def test_matplotlib_glyph_warnings_reach_stderr_escaped(tmp_path, hostile_names, command):
+    """Was: matplotlib's "Glyph 27 (ESC) missing" warnings printed the name's raw ESC, BEL and
+    CR (and the source line under each) on stderr."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")  # shown whatever an earlier test showed
+        proc = gapscope(*(a.format(t=hostile_names, o=tmp_path) for a in command))
+    assert proc.returncode == 0, proc.stderr
+    for raw in RAW:
+        assert raw not in proc.stderr and raw not in proc.stdout
+    lines = proc.stderr.splitlines()
+    assert "gapscope: warning: Glyph 27 (\\x1b) missing from font(s) DejaVu Sans." in lines
+    assert "gapscope: warning: Glyph 13 (\\r) missing from font(s) DejaVu Sans." in lines
+    assert all(line.startswith("gapscope: warning: ") or line.startswith(("wrote ", "/")) for line in lines)
+    assert len(lines) == len(set(lines))  # each warning once
+
+
+def test_bidi_controls_print_escaped_in_tables(hostile_names):
+    """Was: U+202E (right-to-left override) printed raw in tables, turning the rest of the line."""
+    proc = gapscope("analyze", str(hostile_names), "--no-cache", "--wide")
+    assert proc.returncode == 0, proc.stderr
+    assert "de\\x1b[31mcode\\x07\\rstep\\u202eX\\u2066" in proc.stdout
+    for raw in RAW:
+        assert raw not in proc.stdout

@@ -12,10 +12,14 @@ bug: one line saying so, and exit code 3 (gapscope.errors).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import importlib
+import logging
 import os
 import sys
+import warnings
+from collections.abc import Iterator
 
 import click
 
@@ -101,11 +105,50 @@ def _settle_stdout() -> None:
         _quiet_stdout()
 
 
+#: The warning lines this command printed (each is printed once).
+_WARNED: set[str] = set()
+
+
+def _warning_line(text: object) -> None:
+    """One warning on stderr, once: ``gapscope: warning: TEXT``, TEXT's lines joined and made
+    printable (gapscope.text: a CR or an ESC in it written as an escape)."""
+    line = printable(" ".join(str(text).split("\n")).strip()).removeprefix("gapscope: ")
+    if line not in _WARNED:
+        _WARNED.add(line)
+        click.echo(f"gapscope: warning: {line}", err=True)
+
+
+class _WarningLines(logging.Handler):
+    """Log records of the libraries gapscope uses (those no handler takes), as warning lines."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            _warning_line(record.getMessage())
+        except Exception:  # a record that cannot be formatted says nothing rather than crash
+            pass
+
+
+@contextlib.contextmanager
+def _one_line_warnings() -> Iterator[None]:
+    """While a command runs, every warning (gapscope's own, or a library's: matplotlib names the
+    character of a missing glyph, which may be a name's ESC or CR) and every library log record
+    reaches stderr as one escaped line, never raw and never with a source line under it."""
+    saved = warnings.showwarning, logging.lastResort
+    _WARNED.clear()
+    warnings.showwarning = lambda message, *_args, **_kw: _warning_line(message)
+    logging.lastResort = _WarningLines(logging.WARNING)
+    try:
+        yield
+    finally:
+        warnings.showwarning, logging.lastResort = saved
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
     heap.tune_for_analysis()  # before any thread allocates (gapscope.heap says why)
     try:
-        rv = cli.main(args=argv, prog_name="gapscope", standalone_mode=False)
+        with _one_line_warnings():
+            rv = cli.main(args=argv, prog_name="gapscope", standalone_mode=False)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
     except GapscopeError as exc:
         _settle_stdout()
