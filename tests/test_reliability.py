@@ -291,7 +291,7 @@ def test_a_sparse_file_is_refused_before_it_is_read(tmp_path, name, head):
     assert not (tmp_path / "f").exists()
 
 
-# ------------------------------------------------------------------ every text from a file is escaped, warnings included
+# ------------------------------------------------------------ every text from a file is escaped, warnings included
 
 RAW = ("\x1b", "\x07", "\r", "\u202e", "\u2066")
 
@@ -339,3 +339,64 @@ def test_bidi_controls_print_escaped_in_tables(hostile_names):
     assert "de\\x1b[31mcode\\x07\\rstep\\u202eX\\u2066" in proc.stdout
     for raw in RAW:
         assert raw not in proc.stdout
+
+
+# ------------------------------------------------------------------ keys out of range are counted damage
+
+class _Names:
+    def lookup(self, ids):
+        return {int(i): f"name{int(i)}" for i in ids}
+
+    def activity_name_ids(self, kind, rows):
+        import numpy as np
+
+        return np.full(len(rows), -1, dtype=np.int64)
+
+
+def _frames(bad_call_proc: int | None = None, bad_range_tid: int | None = None):
+    """SYNTHETIC frames as a reader hands them to build_frames: 20 calls on one thread of
+    process 7 (the first two launch a kernel each) and 20 ranges on it; the last call's process
+    or the last range's thread replaced by the bad value given."""
+    import numpy as np
+    import pandas as pd
+
+    from gapscope.trace.frames import TraceMeta, build_frames
+
+    tid, n = (7 << 24) | 1, 20
+    i64 = lambda values: np.array(values, dtype=np.int64)  # noqa: E731
+    acts = pd.DataFrame({"row": i64([0, 1]), "start": i64([2000, 5000]), "end": i64([3000, 6000]),
+                         "device": i64([0, 0]), "stream": i64([7, 7]), "proc": i64([7, 7]), "corr": i64([1, 2]),
+                         "kind": np.zeros(2, np.int8), "name_id": i64([1, 1])})
+    procs = [7] * n if bad_call_proc is None else [7] * (n - 1) + [bad_call_proc]
+    starts = [1000 + 3000 * i for i in range(n)]
+    api = pd.DataFrame({"start": i64(starts), "end": i64([t + 500 for t in starts]),
+                        "tid": i64([tid] * n), "corr": i64(range(1, n + 1)), "name_id": i64([2] * n),
+                        "proc": i64(procs)})
+    tids = [tid] * n if bad_range_tid is None else [tid] * (n - 1) + [bad_range_tid]
+    nvtx = pd.DataFrame({"start": i64([500 + i for i in range(n)]), "end": i64([90000] * n), "tid": i64(tids),
+                         "event_type": i64([59] * n), "domain_id": i64([0] * n),
+                         "name": np.array([f"r{i}" for i in range(n)], dtype=object)})
+    syncs = pd.DataFrame({c: i64([]) for c in ("start", "device", "stream", "proc")})
+    meta = TraceMeta(path="synthetic", format="kineto", nsys_version=None, export_schema=None)
+    return build_frames(meta, activities=acts, api=api, nvtx=nvtx, syncs=syncs, names=_Names())
+
+
+def test_a_call_whose_process_key_is_out_of_range_is_counted():
+    """Was: a call's process (its key with the correlation id) was not checked: a PyTorch
+    profiler call of pid -2**63 was kept, tied to nothing, with no warning."""
+    assert _frames().warnings == []
+    for bad in (-2**63, -1, 2**40):
+        frames = _frames(bad_call_proc=bad)
+        assert frames.api["corr"].tolist() == list(range(1, 20))
+        assert frames.warnings == ["left out 1 of 20 CUDA API call rows as damaged (proc out of range: 1); every "
+                                   "figure covers the other rows"]
+
+
+def test_a_range_whose_thread_key_is_out_of_range_is_counted():
+    """The rule a reader's ranges pass through (it held before; kept here as the contract a
+    reader packs to): a thread key a format cannot pack (-1, as a reader hands a pid outside
+    nsys's layout) leaves the range out, counted."""
+    frames = _frames(bad_range_tid=-1)
+    assert frames.nvtx["name"].tolist() == [f"r{i}" for i in range(19)]
+    assert frames.warnings == ["left out 1 of 20 NVTX rows as damaged (tid out of range: 1); every figure "
+                               "covers the other rows"]
