@@ -400,3 +400,29 @@ def test_a_range_whose_thread_key_is_out_of_range_is_counted():
     assert frames.nvtx["name"].tolist() == [f"r{i}" for i in range(19)]
     assert frames.warnings == ["left out 1 of 20 NVTX rows as damaged (tid out of range: 1); every figure "
                                "covers the other rows"]
+
+
+# ------------------------------------------------------------------ a config file that cannot be read is refused
+
+@pytest.mark.parametrize("body", [
+    "[tool.gapscope.compare]\nfail = [\"gap_fraction:+0.5\"]\n".encode("utf-16"),
+    b"# caf\xe9\n[tool.gapscope.compare]\nfail = [\"gap_fraction:+0.5\"]\n",
+    b"# an unrelated project, in Latin-1: caf\xe9\n[project]\nname = \"x\"\n",
+], ids=["utf-16", "latin-1", "latin-1 without the table"])
+def test_a_pyproject_that_is_not_utf8_is_refused_wherever_it_comes_from(tmp_path, body):
+    """Was: `compare` ignored a non-UTF-8 pyproject.toml in the working directory (its thresholds
+    fell back to the defaults, silently) while --config refused the same file."""
+    from gapscope.errors import GapscopeError
+    from gapscope.regression.thresholds import resolve_settings
+
+    (tmp_path / "pyproject.toml").write_bytes(body)
+    with pytest.raises(GapscopeError, match="pyproject.toml is not UTF-8 text"):
+        resolve_settings(search_dir=tmp_path)
+    with pytest.raises(GapscopeError, match="pyproject.toml is not UTF-8 text"):
+        resolve_settings(config=tmp_path / "pyproject.toml")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.run([sys.executable, "-m", "gapscope", "compare", str(SMALL), str(SMALL)], cwd=tmp_path,
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == ["gapscope: error: config pyproject.toml is not UTF-8 text (gapscope compare "
+                                        "reads the [tool.gapscope.compare] table of the pyproject.toml it finds here)"]
