@@ -173,6 +173,9 @@ class NsysColumnar:
                 read = pq.read_table(self._file(table), columns=list(columns), memory_map=True)
             else:
                 read = _arrow_reader(self._file(table)).read_all().select(list(columns))
+            # Every offset and length checked before a value is touched: a damaged Arrow file's
+            # buffers are the file's pages as they are (memory-mapped, not decoded).
+            read.validate(full=True)
         except (pa.ArrowException, OSError, KeyError) as exc:
             raise self._failed(table, exc) from None
         if read.column_names != list(columns):  # a column named twice in the file
