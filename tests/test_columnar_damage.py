@@ -165,3 +165,16 @@ def test_gpu_rows_with_a_null_id_are_left_out_of_the_names(tmp_path, fmt):
     folder = damaged(tmp_path, fmt, "TARGET_INFO_GPU",
                      lambda t: set_column(t, "id", pa.nulls(t.num_rows, t.schema.field("id").type)))
     assert figures(analyze(folder))["devices"] == figures(analyze(EXPORTS[fmt]))["devices"]
+
+
+def test_an_arrow_file_with_damaged_offsets_is_one_line(tmp_path):
+    """Found by the fuzz campaign (column export seed 131: a flipped bit in META_DATA_EXPORT.arrow's
+    string offsets): the memory-mapped buffers were read unchecked and a value read raised
+    SystemError (exit 3). What is read is now validated first: refused in one line."""
+    from mutations import columnar_case, columnar_seed
+
+    seeds = {fmt: columnar_seed(tmp_path / "seeds", fmt) for fmt in ("parquet", "arrow")}
+    outcome = columnar_case(seeds, {"parquet": set(), "arrow": set()}, tmp_path, 131)
+    assert outcome.mutations == ["flip META_DATA_EXPORT.arrow"]
+    assert outcome.kind == "refused", (outcome.kind, outcome.detail)
+    assert "META_DATA_EXPORT.arrow: cannot read the META_DATA_EXPORT table" in outcome.detail
