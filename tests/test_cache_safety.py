@@ -77,28 +77,31 @@ def test_a_scratch_folder_that_links_elsewhere_deletes_nothing(cache_home, victi
     assert state(victim) == before
 
 
-@pytest.mark.parametrize("place", ["columns", "results", "digests", "column entry", "stamp", "index.lock",
-                                   "column file", "result file", "digest file"])
-def test_a_link_anywhere_in_the_cache_is_never_followed(place, cache_home, victim, monkeypatch):
-    """A link where a folder or file of the cache belongs: the analyses (a miss, then a hit) and
-    an eviction leave the linked folder and file as they were; the link itself is replaced."""
+@pytest.mark.parametrize("places", [("columns", "results", "digests"),
+                                    ("column entry", "result file", "digest file", "index.lock"),
+                                    ("stamp", "column file")], ids=lambda p: ", ".join(p))
+def test_a_link_anywhere_in_the_cache_is_never_followed(places, cache_home, victim, monkeypatch):
+    """A link where a folder or file of the cache belongs (several at once, in places that do
+    not hold each other): the analyses (misses and hits) and an eviction leave the linked folder
+    and file as they were; each link itself is replaced."""
     monkeypatch.setattr(cache, "_DIGESTS", {})  # as a new process: the digest is looked up
     monkeypatch.setattr(cache, "SETTLED_NS", 0)  # and kept
     trace = victim / "t.sqlite"
     expected = analyze(trace, "--no-cache")
     analyze(trace)  # the cache as it is made: where each entry goes
     entry = next((cache_home / "columns").iterdir())
-    result = next((cache_home / "results").iterdir())
-    digest = next((cache_home / "digests").iterdir())
-    planted = {"columns": cache_home / "columns", "results": cache_home / "results",
-               "digests": cache_home / "digests", "column entry": entry, "stamp": entry / cache.STAMP,
-               "index.lock": cache_home / "index.lock", "column file": next(entry.glob("*.arrow")),
-               "result file": result, "digest file": digest}[place]
-    if planted.is_dir():
-        shutil.rmtree(planted)
-    else:
-        planted.unlink()
-    planted.symlink_to(victim if place in ("columns", "results", "digests", "column entry") else trace)
+    where = {"columns": cache_home / "columns", "results": cache_home / "results",
+             "digests": cache_home / "digests", "column entry": entry, "stamp": entry / cache.STAMP,
+             "index.lock": cache_home / "index.lock", "column file": next(entry.glob("*.arrow")),
+             "result file": next((cache_home / "results").iterdir()),
+             "digest file": next((cache_home / "digests").iterdir())}
+    planted = [where[place] for place in places]
+    for path, place in zip(planted, places):
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+        path.symlink_to(victim if place in ("columns", "results", "digests", "column entry") else trace)
     before = state(victim)
     top3 = analyze(trace, "--top", "3", "--no-cache")
     for _ in range(2):
@@ -108,7 +111,7 @@ def test_a_link_anywhere_in_the_cache_is_never_followed(place, cache_home, victi
     assert state(victim) == before
     cache.Ledger(cache_home).bound(0)
     assert state(victim) == before
-    assert not planted.is_symlink()
+    assert not any(path.is_symlink() for path in planted)
 
 
 def test_a_cache_folder_that_is_a_link_is_not_used(tmp_path, victim, monkeypatch):

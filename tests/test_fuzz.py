@@ -26,8 +26,8 @@ JSON_CASES = 60
 #: PyTorch profiler slice leaves out the classes that are that reader's own bounds
 #: (mutations.KINETO_READER_CLASSES: nesting depth, values past int64, huge names), which the
 #: campaign counts apart until that reader's work is merged.
-KINETO_CASES = 30
-COLUMNAR_CASES = 30
+KINETO_CASES = 24
+COLUMNAR_CASES = 24
 BOUND_S = 20  # per case; the whole trace loop takes about 8-10 s on a 2-core machine
 
 

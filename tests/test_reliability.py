@@ -40,8 +40,9 @@ INSIDE = [
 ]
 
 
-@pytest.mark.parametrize("spelling", ["nested", "link", "dotdot"])
-@pytest.mark.parametrize("command", INSIDE, ids=lambda c: "-".join(a for a in c if a.startswith("-")) or c[0])
+@pytest.mark.parametrize("command, spelling", [(c, "nested") for c in INSIDE] + [
+    (INSIDE[0], "link"), (INSIDE[0], "dotdot"), (INSIDE[5], "link"), (INSIDE[5], "dotdot")],
+    ids=lambda c: ("-".join(a for a in c if a.startswith("-")) or c[0]) if isinstance(c, tuple) else c)
 def test_no_output_anywhere_inside_an_input_export_folder(tmp_path, command, spelling):
     """Was: `analyze PQDIR --plot PQDIR/figs` and `plot PQDIR -o PQDIR/sub` wrote figures inside
     an input export folder (only the folder itself, or a file right in it, was refused)."""
@@ -130,7 +131,6 @@ FULL = [
     (("analyze", "{t}", "-o", "{o}/r.json"), "{o}/r.json"),
     (("analyze", "{t}", "-f", "parquet", "-o", "{o}/tables"), "{o}/tables/gaps.parquet"),
     (("analyze", "{t}", "--gaps-csv", "{o}/g.csv", "-o", "{o}/r.txt"), "{o}/g.csv"),
-    (("analyze", "{t}", "--plot", "{o}/figs", "-o", "{o}/r.txt"), "{o}/figs/timeline.png"),
     (("plot", "{t}", "-o", "{o}/figs"), "{o}/figs/timeline.png"),
     (("report", "{t}", "-o", "{o}/r.md"), "{o}/r_files/timeline.png"),
     (("report", "{t}", "--html", "{o}/r.html"), "{o}/r.html"),
@@ -190,9 +190,11 @@ def test_dev_full_as_the_output_and_as_stdout_is_one_line(tmp_path):
     """Was: 'internal error ... a bug in gapscope' (exit 3)."""
     assert_one_line_error(gapscope("analyze", str(SMALL), "-o", "/dev/full"),
                           "/dev/full: cannot write (No space left on device)")
+    saved = tmp_path / "r.json"  # a saved result re-renders without numpy: a quick process
+    assert gapscope("analyze", str(SMALL), "-o", str(saved)).returncode == 0
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     with open("/dev/full", "w") as full:
-        proc = subprocess.run([sys.executable, "-m", "gapscope", "analyze", str(SMALL), "-f", "json"],
+        proc = subprocess.run([sys.executable, "-m", "gapscope", "analyze", str(saved), "-f", "json"],
                               stdout=full, stderr=subprocess.PIPE, text=True, env=env, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == ["gapscope: error: stdout: cannot write (No space left on device)"]
@@ -311,24 +313,23 @@ def hostile_names(tmp_path) -> Path:
     return copy
 
 
-@pytest.mark.parametrize("command", [("plot", "{t}", "-o", "{o}/figs"), ("report", "{t}", "-o", "{o}/r.md"),
-                                     ("analyze", "{t}", "--plot", "{o}/p", "-o", "{o}/r.txt")],
-                         ids=["plot", "report", "analyze--plot"])
-def test_matplotlib_glyph_warnings_reach_stderr_escaped(tmp_path, hostile_names, command):
+def test_matplotlib_glyph_warnings_reach_stderr_escaped(tmp_path, hostile_names):
     """Was: matplotlib's "Glyph 27 (ESC) missing" warnings printed the name's raw ESC, BEL and
-    CR (and the source line under each) on stderr."""
+    CR (and the source line under each) on stderr in plot, report and --plot. The warning lines
+    are made in the command line's main, around every command; `plot` draws the same figures as
+    the other two."""
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("always")  # shown whatever an earlier test showed
-        proc = gapscope(*(a.format(t=hostile_names, o=tmp_path) for a in command))
+        proc = gapscope("plot", str(hostile_names), "-o", str(tmp_path / "figs"))
     assert proc.returncode == 0, proc.stderr
     for raw in RAW:
         assert raw not in proc.stderr and raw not in proc.stdout
     lines = proc.stderr.splitlines()
     assert "gapscope: warning: Glyph 27 (\\x1b) missing from font(s) DejaVu Sans." in lines
     assert "gapscope: warning: Glyph 13 (\\r) missing from font(s) DejaVu Sans." in lines
-    assert all(line.startswith("gapscope: warning: ") or line.startswith(("wrote ", "/")) for line in lines)
+    assert all(line.startswith("gapscope: warning: ") for line in lines)
     assert len(lines) == len(set(lines))  # each warning once
 
 
@@ -420,6 +421,8 @@ def test_a_pyproject_that_is_not_utf8_is_refused_wherever_it_comes_from(tmp_path
         resolve_settings(search_dir=tmp_path)
     with pytest.raises(GapscopeError, match="pyproject.toml is not UTF-8 text"):
         resolve_settings(config=tmp_path / "pyproject.toml")
+    if not body.startswith(b"\xff\xfe"):  # the command line once (UTF-16): the exit and the line
+        return
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     proc = subprocess.run([sys.executable, "-m", "gapscope", "compare", str(SMALL), str(SMALL)], cwd=tmp_path,
                           capture_output=True, text=True, env=env, timeout=120)

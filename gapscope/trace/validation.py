@@ -71,6 +71,9 @@ class Rule:
     hi: int
     null: str
     bad: str
+    #: A value a reader may compute from a column checked before it (a call's process from its
+    #: thread): counted only on rows that column did not leave out already.
+    derived: bool = False
 
 
 _START = Rule("start", 0, _TIME, DROP, DROP)
@@ -81,7 +84,7 @@ _THREAD = Rule("tid", 0, _I63, DROP, DROP)
 _PROCESS = Rule("proc", 0, 2**40 - 1, UNKNOWN, UNKNOWN)  # the process part of a global id
 #: A call's process (the process part of its thread, or the process a format records beside it):
 #: the key its launches are found by; a call of no process the trace can hold is no call of it.
-_CALL_PROCESS = Rule("proc", 0, 2**40 - 1, DROP, DROP)
+_CALL_PROCESS = Rule("proc", 0, 2**40 - 1, DROP, DROP, derived=True)
 _CORRELATION = Rule("corr", 0, 2**40 - 1, UNKNOWN, UNKNOWN)  # gapscope.analysis.keys.call_key's field
 _NAME_ID = Rule("name_id", 0, _I63, UNKNOWN, UNKNOWN)
 #: An activity's name id (a StringIds id, a graph id) is packed in 40 bits beside its kind
@@ -198,6 +201,8 @@ def _examine(name: str, frame: pd.DataFrame, cells: Mapping[str, np.ndarray], li
         if bad is not None:
             if readable is not None:
                 bad &= readable
+            if rule.derived:
+                bad &= ~drop
             note(rule, bad, "out of range", rule.bad)
     if name in ORDERED and {"start", "end"} <= set(frame.columns) and n:
         start, end = frame["start"].to_numpy(), frame["end"].to_numpy()
