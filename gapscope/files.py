@@ -119,13 +119,16 @@ def write_error(path: str | os.PathLike[str], exc: OSError) -> GapscopeError:
 
 
 def _private(target: Path) -> tuple[int, Path]:
-    """A new private file beside ``target`` (mode 0666 less the umask, as a plain open gives)."""
+    """A new private file beside ``target``: mode 0666 less the umask, as a plain open gives, or
+    the mode of the file it replaces."""
     for _ in range(8):
         tmp = target.with_name(f".{target.name}.gapscope-{secrets.token_hex(4)}")
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
         except FileExistsError:
             continue
+        with contextlib.suppress(OSError):
+            os.fchmod(fd, stat.S_IMODE(os.stat(target).st_mode))
         return fd, tmp
     raise FileExistsError(errno.EEXIST, "no free private name", str(target))
 

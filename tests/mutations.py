@@ -722,8 +722,9 @@ def columnar_as_sqlite(folder: Path, target: Path) -> Path:
     """The rows of a column export's tables written into a SQLite file at ``target``, each value
     as it is (columns without a declared type: no conversion; unsigned 64-bit values wrapped as
     SQLite keeps them, booleans as 0 and 1, other values as their JSON text): the twin
-    tests/reference.py recomputes from. Tables that cannot be read are left out (a table the
-    analysis needs could not have been read by gapscope either)."""
+    tests/reference.py recomputes from. Tables and columns that cannot be read (or whose length
+    is not the table's) are left out (one the analysis needs could not have been read by gapscope
+    either)."""
     target.unlink(missing_ok=True)
     conn = sqlite3.connect(target)
     try:
@@ -736,9 +737,12 @@ def columnar_as_sqlite(folder: Path, target: Path) -> Path:
                     columns.setdefault(name, [_sqlite_value(v) for v in column.to_pylist()])
             except Exception:  # noqa: BLE001 - an unreadable table: left out
                 continue
-            names = list(columns)
-            if not names:
+            lengths = [len(v) for v in columns.values()]
+            if not lengths:
                 continue
+            rows = max(set(lengths), key=lengths.count)  # a damaged column chunk may say another length
+            columns = {name: v for name, v in columns.items() if len(v) == rows}
+            names = list(columns)
             quoted = ", ".join('"' + n.replace('"', '""') + '"' for n in names)
             conn.execute(f'CREATE TABLE "{path.stem}" ({quoted})')
             conn.executemany(f'INSERT INTO "{path.stem}" VALUES ({", ".join("?" * len(names))})',

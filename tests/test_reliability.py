@@ -429,3 +429,13 @@ def test_a_pyproject_that_is_not_utf8_is_refused_wherever_it_comes_from(tmp_path
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == ["gapscope: error: config pyproject.toml is not UTF-8 text (gapscope compare "
                                         "reads the [tool.gapscope.compare] table of the pyproject.toml it finds here)"]
+
+
+def test_an_output_written_over_an_old_file_keeps_its_mode(tmp_path):
+    """The private file renamed over an output takes the old file's permissions, as writing into
+    it did."""
+    out = tmp_path / "r.json"
+    out.write_text("old\n")
+    os.chmod(out, 0o640)
+    assert gapscope("analyze", str(SMALL), "-o", str(out)).returncode == 0
+    assert out.stat().st_mode & 0o777 == 0o640 and out.read_text().startswith('{"schema"')

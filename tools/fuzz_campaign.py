@@ -28,6 +28,7 @@ import hashlib
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -107,7 +108,9 @@ class Worker:
         # The caches (issue 18) stay on, so their paths are fuzzed too, but in the scratch folder
         # (never the user's) and bounded small: thousands of cases make thousands of entries.
         # Temporary files go to a folder of the campaign's own, which every case must leave empty.
-        (self.workdir / "tmp").mkdir(exist_ok=True)
+        for scratch in ("tmp", "cases"):  # what a worker that died left there is the campaign's own
+            shutil.rmtree(self.workdir / scratch, ignore_errors=True)
+            (self.workdir / scratch).mkdir()
         env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
                "XDG_CACHE_HOME": str(self.workdir / "cache"), "GAPSCOPE_CACHE_SIZE": "32M",
                "TMPDIR": str(self.workdir / "tmp")}
