@@ -758,9 +758,10 @@ class ResultCache:
             return None
         if trace_format == "nsys-sqlite" and write_in_flight(path):
             return None
+        bound = size_limit() if limit is None else limit
         try:
             identity = _identity(path)
-            content = content_digest(path, root)
+            content = content_digest(path, root, bound)
         except OSError:
             return None
         key = json.dumps({"layout": RESULT_LAYOUT, "content": content, "size": identity[2], "path": str(path),
@@ -769,8 +770,7 @@ class ResultCache:
         from gapscope.schema import ANALYSIS_SCHEMA
 
         name = hashlib.sha256(f"{ANALYSIS_SCHEMA}\0{key}".encode()).hexdigest()
-        return cls((root or cache_root()) / "results" / f"{name}{_RESULT_SUFFIX}", path, identity,
-                   size_limit() if limit is None else limit, content)
+        return cls((root or cache_root()) / "results" / f"{name}{_RESULT_SUFFIX}", path, identity, bound, content)
 
     @property
     def root(self) -> Path:

@@ -11,7 +11,7 @@ parquetdir or arrowdir export. Cases run in ONE worker process (in-process CLI c
 costs tens of milliseconds, not an interpreter start) under a memory limit (--memory GiB of
 address space, RLIMIT_AS) with its temporary folder (TMPDIR) watched; the parent bounds every
 case to --timeout seconds and kills and restarts the worker on a hang or a crash, so neither can
-stop the campaign. At the end it prints a table: tracebacks, hangs, changed inputs, new files
+stop the campaign, and starts a fresh worker after a traceback and every --recycle cases. At the end it prints a table: tracebacks, hangs, changed inputs, new files
 (beside or in the input, or left in the temporary folder), every other failure kind, and the
 correct / warned / refused counts, with the time per case; then the failures by class (the
 mutation classes of a PyTorch profiler case, and the file a traceback's line names), so the
@@ -98,11 +98,13 @@ def worker(workdir: Path, memory_gib: float) -> None:
 class Worker:
     """The one worker process, restarted after a hang or a crash."""
 
-    def __init__(self, workdir: Path, memory_gib: float) -> None:
+    def __init__(self, workdir: Path, memory_gib: float, recycle: int) -> None:
         self.workdir = workdir
         self.memory_gib = memory_gib
+        self.recycle = recycle
         self.proc: subprocess.Popen | None = None
         self.starts = 0
+        self.cases = 0  # answered by the running worker
 
     def _start(self) -> None:
         # The caches (issue 18) stay on, so their paths are fuzzed too, but in the scratch folder
@@ -120,6 +122,7 @@ class Worker:
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1, env=env,
             start_new_session=True)
         self.starts += 1
+        self.cases = 0
         if self._answer(120) != READY:  # imports and the seed's own analysis, outside any case's bound
             self.stop()
             raise SystemExit("the worker did not start")
@@ -140,6 +143,7 @@ class Worker:
                 return line.rstrip("\n")
 
     def stop(self) -> None:
+        self.cases = 0
         if self.proc is not None:
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
@@ -165,7 +169,14 @@ class Worker:
             self.proc = None
             return {"kind": "traceback", "detail": f"worker died (exit {code})", "mutations": [], "classes": [],
                     "seconds": 0}
-        return json.loads(line[len(RESULT):])
+        got = json.loads(line[len(RESULT):])
+        self.cases += 1
+        if got["kind"] == "traceback" or self.cases >= self.recycle:
+            # A fresh process after a traceback (a MemoryError inside a C extension may leave it
+            # unsound) and every --recycle cases (the address space one process takes grows over
+            # thousands of analyses; each command of a user's runs in a process of its own).
+            self.stop()
+        return got
 
 
 def digest(path: Path) -> str:
@@ -179,6 +190,7 @@ def main() -> None:
     ap.add_argument("--kineto", type=int, default=2000, help="mutated PyTorch profiler traces (.json, .json.gz)")
     ap.add_argument("--columnar", type=int, default=1000, help="mutated parquetdir and arrowdir exports")
     ap.add_argument("--memory", type=float, default=2.0, help="GiB of address space for the worker (0: no limit)")
+    ap.add_argument("--recycle", type=int, default=500, help="cases per worker process before a fresh one")
     ap.add_argument("--seed", type=int, default=10_000,
                     help="first seed; case i uses seed + i (tests/test_fuzz.py uses 0-239)")
     ap.add_argument("--timeout", type=float, default=60, help="seconds per case before it counts as a hang")
@@ -209,7 +221,7 @@ def main() -> None:
           f"{args.columnar:,} mutated column exports; {args.timeout:.0f} s bound per case, one worker "
           f"limited to {args.memory:g} GiB of address space; {os.cpu_count()} CPUs; seed {args.seed}; in {workdir}",
           flush=True)
-    w = Worker(workdir, args.memory)
+    w = Worker(workdir, args.memory, args.recycle)
     outcomes: dict[str, list[dict]] = {kind: [] for kind in kinds_run}
     failed = []
     t0 = time.perf_counter()
