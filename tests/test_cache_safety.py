@@ -127,8 +127,10 @@ def test_a_cache_folder_that_is_a_link_is_not_used(tmp_path, victim, monkeypatch
     assert state(victim) == before
 
 
-def test_only_gapscopes_own_names_are_removed(cache_home):
+def test_only_gapscopes_own_names_are_removed(cache_home, monkeypatch):
     """Files gapscope did not name, in its folders and entries, are neither counted nor evicted."""
+    monkeypatch.setattr(cache, "_DIGESTS", {})  # as a new process: the export's digest is kept too
+    monkeypatch.setattr(cache, "SETTLED_NS", 0)
     analyze(SMALL)
     entry = next((cache_home / "columns").iterdir())
     foreign = [cache_home / "columns" / "mine", cache_home / "results" / "mine.txt", entry / "mine.arrow",
@@ -140,6 +142,7 @@ def test_only_gapscopes_own_names_are_removed(cache_home):
     assert all(path.read_text() == "not gapscope's\n" for path in foreign)
     assert sorted(os.listdir(entry)) == ["mine.arrow"]  # the entry's own files went, its folder stays
     assert not list((cache_home / "results").glob("*.result"))
+    assert os.listdir(cache_home / "digests") == ["MINE"]
 
 
 def test_a_file_larger_than_the_cache_is_not_hashed(tmp_path, cache_home, monkeypatch):
