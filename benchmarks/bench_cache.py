@@ -3,15 +3,13 @@
 For each size (100, 1,000, 10,000 result entries of 1 KiB already in a fresh cache folder, a
 bound far above them: the common case, nothing to evict), times one result entry kept:
 
-* ``old``: ``write_sealed`` and then ``evict`` over every entry (a stat per entry), as
-  gapscope did before the index;
-* ``new``: ``Ledger.keep`` and ``Ledger.bound``: the running total in ``index`` updated under
+* ``keep``: ``Ledger.keep`` and ``Ledger.bound``: the running total in ``index`` updated under
   its lock, no listing;
 * ``at bound``: the same with a bound the cache is already at, so every write evicts one entry
-  (the one case the new way still lists the folders).
+  (the one case that lists the folders).
 
-Each figure is the median of --writes writes, in milliseconds; ``floor`` is the same writes with
-no bookkeeping at all (``write_sealed`` alone), measured in the same run.
+Each figure is the median of --writes writes, in milliseconds; ``floor`` is the same bytes
+written with no bookkeeping at all (a private file renamed into place), measured in the same run.
 
     python benchmarks/bench_cache.py [--writes 50] [--workdir /tmp]
 """
@@ -40,15 +38,15 @@ def filled(root: Path, n: int) -> None:
     folder = root / "results"
     folder.mkdir(parents=True)
     for i in range(n):
-        (folder / f"{i:08d}.result").write_bytes(BODY)
-        os.utime(folder / f"{i:08d}.result", (1000 + i, 1000 + i))
-    cache.Ledger(root).totals()
+        (folder / f"{i:064x}.result").write_bytes(BODY)
+        os.utime(folder / f"{i:064x}.result", (1000 + i, 1000 + i))
+    cache.Ledger(root).bound(1 << 62)  # the index, made from a listing
 
 
 def median_ms(write: Callable[[Path], object], root: Path, writes: int) -> float:
     times = []
     for i in range(writes):
-        path = root / "results" / f"new-{i:06d}.result"
+        path = root / "results" / f"{i + (1 << 200):064x}.result"
         t = time.perf_counter()
         write(path)
         times.append(time.perf_counter() - t)
@@ -62,30 +60,27 @@ def main() -> None:
     args = ap.parse_args()
     big = 1 << 40
     print(f"{os.cpu_count()} CPUs; median of {args.writes} writes of a 1 KiB result entry; ms per write")
-    print(f"{'entries':>8} {'floor':>8} {'old':>8} {'new':>8} {'at bound':>9} {'old/new':>8}")
+    print(f"{'entries':>8} {'floor':>8} {'keep':>8} {'at bound':>9}")
     with tempfile.TemporaryDirectory(dir=args.workdir, prefix="gapscope-bench-cache-") as tmp:
         for n in (100, 1_000, 10_000):
             row = {}
-            for way in ("floor", "old", "new", "at bound"):
+            for way in ("floor", "keep", "at bound"):
                 root = Path(tmp) / f"{n}-{way.replace(' ', '-')}"
                 filled(root, n)
                 ledger = cache.Ledger(root)
                 if way == "floor":
                     def write(path: Path) -> None:
-                        cache.write_sealed(path, BODY)
-                elif way == "old":
-                    def write(path: Path, root: Path = root) -> None:
-                        cache.write_sealed(path, BODY)
-                        cache.evict(cache.bounded_folders(root), big)
+                        tmp_path = path.with_name(".part-floor")
+                        tmp_path.write_bytes(BODY)
+                        os.replace(tmp_path, path)
                 else:
-                    limit = big if way == "new" else n * len(BODY) + 4 * len(BODY) // 1024
+                    limit = big if way == "keep" else n * len(BODY) + 4 * len(BODY) // 1024
 
                     def write(path: Path, ledger: cache.Ledger = ledger, limit: int = limit) -> None:
                         ledger.keep(path, BODY)
                         ledger.bound(limit)
                 row[way] = median_ms(write, root, args.writes)
-            print(f"{n:>8,} {row['floor']:>8.2f} {row['old']:>8.2f} {row['new']:>8.2f} {row['at bound']:>9.2f} "
-                  f"{row['old'] / row['new']:>7.1f}x")
+            print(f"{n:>8,} {row['floor']:>8.2f} {row['keep']:>8.2f} {row['at bound']:>9.2f}")
 
 
 if __name__ == "__main__":

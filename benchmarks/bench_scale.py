@@ -10,7 +10,7 @@ reading its peak resident memory from the kernel (``wait4``):
   chunks), into Arrow, in a process that imports nothing else;
 * ``analyze``: ``gapscope analyze T -f json -o FILE --no-cache``, the whole process;
 * ``cache miss`` / ``column cache hit``: the same with the caches on (a fresh cache folder): the
-  first run keeps the columns, the next ones read them (gapscope.trace.cache), the result cache
+  first run keeps the columns, the next ones read them (gapscope.trace.column_cache), the result cache
   emptied before each (so each one analyzes);
 * ``result cache hit``: the same repeated, the result kept (gapscope.cache.ResultCache): JSON, and
   the table (``-o FILE.txt``), beside two floors: ``python -c pass``, and a process that reads
@@ -215,8 +215,14 @@ def scale_rows(source: Path, kernels: int, workdir: Path, repeat: int, plain: bo
 
 def result_rows(gs: list[str], big: Path, n: str, repeat: int, env: dict[str, str], results: Path,
                 uncached: bytes, out: Path) -> None:
-    """The result cache's hits (the entry the column cache hit above kept) beside their floors."""
-    [entry] = results.glob("*.result")
+    """The result cache's hits (the entry the column cache hit above kept) beside their floors;
+    none for an export larger than the cache's bound, which is not hashed (gapscope.cache)."""
+    entries = list(results.glob("*.result"))
+    if not entries:
+        print(f"{'result cache':<24}{n:>16}  nothing kept: a {big.stat().st_size / 1e6:.0f} MB export is over "
+              "the cache's bound (GAPSCOPE_CACHE_SIZE), so it is not hashed", flush=True)
+        return
+    [entry] = entries
     bare = timed([sys.executable, "-c", "pass"], repeat)
     row("python -c pass", n, bare)
     memos = sorted((results.parent / "digests").glob("*"))

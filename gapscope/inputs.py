@@ -167,9 +167,37 @@ def json_depth(data: Any) -> int:
     return deepest
 
 
+#: A file at least this long whose blocks on disk hold less than 1/SPARSE_RATIO of it, and in
+#: which the system reports a hole, is sparse: its holes read as zeros, no trace holds them.
+SPARSE_MIN_BYTES = 64 << 20
+SPARSE_RATIO = 64
+
+
+def _sparse(path: str | os.PathLike[str], st: os.stat_result) -> bool:
+    """Whether a regular file is sparse (SPARSE_MIN_BYTES, SPARSE_RATIO): its allocated blocks
+    far fewer than its length, and a hole before its end (``SEEK_HOLE``: a compressing file
+    system stores few blocks but reports no hole). Unknown is not sparse."""
+    blocks = getattr(st, "st_blocks", None)
+    if blocks is None or st.st_size < SPARSE_MIN_BYTES or blocks * 512 * SPARSE_RATIO >= st.st_size:
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        try:
+            return os.lseek(fd, 0, os.SEEK_HOLE) < st.st_size
+        finally:
+            os.close(fd)
+    except (OSError, AttributeError):
+        return False
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n:,} bytes"
+
+
 def regular_file(path: str | os.PathLike[str], given: str | None = None) -> os.stat_result:
-    """The stat of ``path`` when it is a regular file (checked before anything opens it, so a
-    pipe or a device can never block a read); GapscopeError otherwise."""
+    """The stat of ``path`` when it is a regular file that is not sparse (checked before anything
+    reads it, so a pipe or a device can never block a read, and the zeros of a hole are never
+    parsed); GapscopeError otherwise."""
     name = given or os.fspath(path)
     try:
         st = os.stat(path)
@@ -181,6 +209,9 @@ def regular_file(path: str | os.PathLike[str], given: str | None = None) -> os.s
         raise GapscopeError(f"{name}: is a directory, not a file")
     if not stat.S_ISREG(st.st_mode):
         raise GapscopeError(f"{name}: not a regular file (a pipe, socket or device); give a file")
+    if _sparse(path, st):
+        raise GapscopeError(f"{name}: a sparse file ({_size(st.st_size)} long, {_size(st.st_blocks * 512)} of it "
+                            "on disk): its holes read as zeros, which no trace holds; give the file as it was written")
     return st
 
 

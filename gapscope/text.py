@@ -14,8 +14,11 @@ import re
 #: Names longer than this are cut (with an ellipsis) in tables and messages.
 NAME_MAX = 120
 
-# C0 and C1 control characters, DEL, and lone surrogates (undecodable bytes of a file name).
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+# C0 and C1 control characters, DEL, lone surrogates (undecodable bytes of a file name), and the
+# characters that reorder or break a terminal line: the bidi controls (U+061C, U+200E-U+200F,
+# U+202A-U+202E, U+2066-U+2069: a U+202E would print the rest of a line right to left) and the
+# line and paragraph separators (U+2028, U+2029).
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
 
 
 def _escape(match: re.Match[str]) -> str:
@@ -29,8 +32,9 @@ def _escape(match: re.Match[str]) -> str:
 
 
 def printable(text: object, limit: int | None = None) -> str:
-    """``text`` as one printable line: control characters and undecodable bytes written as
-    escapes (``\\n``, ``\\x1b``, ``\\xff``), cut to ``limit`` characters (with ``…``) if given."""
+    """``text`` as one printable line: control characters, bidi controls and undecodable bytes
+    written as escapes (``\\n``, ``\\x1b``, ``\\u202e``, ``\\xff``), cut to ``limit`` characters
+    (with ``…``) if given."""
     if isinstance(text, bytes):
         text = os.fsdecode(text)
     s = _UNPRINTABLE.sub(_escape, str(text))

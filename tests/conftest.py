@@ -15,7 +15,7 @@ from paths import CLOVERLEAF_NAME, FSDP_NAME, SAXPY_NAME, TRACES, thirdparty  # 
 
 def pytest_configure(config: pytest.Config) -> None:
     """The suite never reads or writes the user's cache: gapscope's cache folder is a temporary
-    one, and the column cache is off (tests/test_cache.py turns it on, in folders of its own);
+    one, and the column cache is off (tests/test_column_cache.py turns it on, in folders of its own);
     subprocesses inherit both."""
     import os
     import signal
@@ -58,6 +58,23 @@ def cache_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv(cache.NO_CACHE_ENV, raising=False)
     monkeypatch.delenv(cache.SIZE_ENV, raising=False)
     return tmp_path / "xdg" / "gapscope"
+
+
+@pytest.fixture
+def unbudgeted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cache's hashing budget set aside (gapscope.cache.content_digest hashes any file, however
+    much larger than the bound it is), for tests of the size bound's other rules with bounds
+    smaller than the shipped traces."""
+    from gapscope import cache
+    from gapscope.trace import column_cache
+
+    real = cache.content_digest
+
+    def unbounded(path: Path, root: Path | None = None, limit: int | None = None) -> str:
+        return real(path, root, 1 << 62)
+
+    monkeypatch.setattr(cache, "content_digest", unbounded)
+    monkeypatch.setattr(column_cache, "content_digest", unbounded)
 
 
 @pytest.fixture(scope="session")

@@ -9,15 +9,16 @@ file's bytes, and counts the SHA-1 hashings made (``hashlib.new("sha1")``, what
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
-import zlib
 from pathlib import Path
 
 import pytest
 
 import gapscope.cache as cache
 from clirun import gapscope
+from cachefiles import seal, sealed_body
 from paths import TRACES
 
 SMALL = TRACES / "torch_decode_small.sqlite"
@@ -54,10 +55,9 @@ def test_a_new_process_reads_the_kept_digest(tmp_path, cache_home, hashings, set
     assert cache.content_digest(trace) == sha1_of(trace)
     assert hashings.count("sha1") == 1
     [memo] = memos(cache_home)
-    body = memo.read_bytes()
-    assert body[:-4] == sha1_of(trace).encode()  # the digest, then its CRC-32
-    assert zlib.crc32(body[:-4]).to_bytes(4, "big") == body[-4:]
-    assert cache.Ledger(cache_home).totals() == (len(body), 1)  # counted in the size bound
+    assert sealed_body(memo, f"digests/{memo.name}") == sha1_of(trace).encode()  # the digest, sealed
+    state = json.loads(sealed_body(cache_home / "index", "index"))
+    assert (state["bytes"], state["entries"]) == (memo.stat().st_size, 1)  # counted in the size bound
 
     cache._DIGESTS.clear()  # a new process
     hashings.clear()
@@ -107,14 +107,14 @@ def test_a_damaged_digest_is_hashed_again_and_kept_anew(tmp_path, cache_home, ha
         body[0] ^= 0x01
         memo.write_bytes(bytes(body))
     elif damage == "not a digest":  # a sound seal around other bytes
-        cache.write_sealed(memo, b"0" * 39 + b"g")
+        memo.write_bytes(seal(f"digests/{memo.name}", b"0" * 39 + b"g"))
     else:
         memo.write_bytes(b"")
     cache._DIGESTS.clear()
     hashings.clear()
     assert cache.content_digest(trace) == sha1_of(trace)
     assert hashings.count("sha1") == 1
-    assert memo.read_bytes()[:-4] == sha1_of(trace).encode()
+    assert sealed_body(memo, f"digests/{memo.name}") == sha1_of(trace).encode()
 
 
 def test_no_digest_is_kept_with_the_cache_off(tmp_path, cache_home, monkeypatch, settled):

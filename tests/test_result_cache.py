@@ -17,13 +17,13 @@ import re
 import shutil
 import subprocess
 import sys
-import zlib
 from pathlib import Path
 
 import pytest
 
 import gapscope.cache as cache
 from clirun import gapscope
+from cachefiles import seal, sealed_body
 from paths import ROOT, TRACES
 
 SMALL = TRACES / "torch_decode_small.sqlite"
@@ -63,7 +63,8 @@ def test_a_hit_is_the_uncached_report(name, results):
     assert not results.exists()  # --no-cache kept nothing
     assert run(trace, "-f", "json") == plain["json"]  # the miss: analyzed, and kept
     [entry] = entries(results)
-    assert entry.read_bytes()[:-4].decode() == plain["json"]  # the compact JSON, then its CRC
+    content = hashlib.sha1(Path(trace).read_bytes()).hexdigest()
+    assert sealed_body(entry, f"results/{entry.name}", content).decode() == plain["json"]  # the compact JSON
     assert json.loads(plain["json"])["trace"]["path"] == trace
     for _ in range(2):
         assert run(trace, "-f", "json") == plain["json"]
@@ -156,13 +157,31 @@ def test_a_damaged_entry_is_recomputed(damage, results):
         data = data[: len(data) // 2]
     elif damage == "empty":
         data = bytearray()
-    else:  # its CRC right, its body no text: gapscope never wrote it
-        body = b"\xff" + bytes(data[1:-4])
-        data = bytearray(body + zlib.crc32(body).to_bytes(4, "big"))
+    else:  # its first line and CRC right, its body no text: gapscope never wrote it
+        data = bytearray(seal(f"results/{entry.name}", b"\xff" + expected.encode()[1:], content(SMALL)))
     entry.write_bytes(bytes(data))
     assert READ_IN.search(run(trace).splitlines()[0])  # analyzed again, never read from the entry
     assert run(trace, "-f", "json") == expected  # and kept again, whole
-    assert entry.read_bytes() == expected.encode() + zlib.crc32(expected.encode()).to_bytes(4, "big")
+    assert entry.read_bytes() == seal(f"results/{entry.name}", expected.encode(), content(SMALL))
+
+
+def content(path: Path) -> str:
+    return hashlib.sha1(path.read_bytes()).hexdigest()
+
+
+def test_another_traces_entry_copied_over_this_ones_is_not_served(tmp_path, results):
+    """Issue 41: a valid entry (its CRC right) of another trace, copied over this one's, is
+    refused because its first line names another place and content; the report is this trace's."""
+    other = TRACES / "torch_decode_sync.sqlite"
+    mine_expected = run(str(SMALL), "-f", "json", "--no-cache")
+    run(str(SMALL), "-f", "json")
+    [mine] = entries(results)
+    run(str(other), "-f", "json")
+    [theirs] = [e for e in entries(results) if e != mine]
+    shutil.copyfile(theirs, mine)
+    assert READ_IN.search(run(str(SMALL)).splitlines()[0])  # analyzed again: the copy was not served
+    assert run(str(SMALL), "-f", "json") == mine_expected
+    assert sealed_body(mine, f"results/{mine.name}", content(SMALL)).decode() == mine_expected
 
 
 def test_no_cache_flag_and_environment(results, monkeypatch):
@@ -285,20 +304,23 @@ def test_nothing_is_written_beside_the_trace(tmp_path, results):
 
 def test_eviction_counts_result_entries(tmp_path):
     root = tmp_path / "gapscope"
-    column, result = root / "columns" / "c", root / "results" / "r.result"
+    name = hashlib.sha1(b"c").hexdigest()
+    column = root / "columns" / f"{name}-300"
+    result = root / "results" / f"{hashlib.sha256(b'r').hexdigest()}.result"
     column.mkdir(parents=True)
     result.parent.mkdir(parents=True)
-    (column / "q.arrow").write_bytes(b"x" * 300)
+    (column / f"{name}.arrow").write_bytes(b"x" * 300)
     (column / cache.STAMP).touch()
     result.write_bytes(b"y" * 300)
     os.utime(result, (1000, 1000))  # the result used first
     os.utime(column / cache.STAMP, (2000, 2000))
-    assert cache.evict(cache.bounded_folders(root), 600) == []  # 300 + 300 bytes fit
-    assert cache.evict(cache.bounded_folders(root), 599) == [result]
-    assert cache.evict(cache.bounded_folders(root), 0) == [column]
+    ledger = cache.Ledger(root)
+    assert ledger.bound(600) == []  # 300 + 300 bytes fit
+    assert ledger.bound(599) == [result]
+    assert ledger.bound(0) == [column]
 
 
-def test_the_size_bound_holds_columns_and_results_together(tmp_path, results, monkeypatch):
+def test_the_size_bound_holds_columns_and_results_together(tmp_path, results, monkeypatch, unbudgeted):
     trace = str(SMALL)
     run(trace, "-f", "json")
     [entry] = entries(results)
@@ -317,7 +339,7 @@ def test_the_size_bound_holds_columns_and_results_together(tmp_path, results, mo
     assert sum(p.stat().st_size for p in columns.rglob("*") if p.is_file()) == kept  # the columns stay
 
 
-def test_a_result_larger_than_the_bound_is_not_kept(results, monkeypatch):
+def test_a_result_larger_than_the_bound_is_not_kept(results, monkeypatch, unbudgeted):
     """A result entry that alone would pass the bound is not written, and evicts nothing."""
     trace = str(SMALL)
     top3 = run(trace, "-f", "json", "--top", "3", "--no-cache")
@@ -329,7 +351,7 @@ def test_a_result_larger_than_the_bound_is_not_kept(results, monkeypatch):
 
     before = kept()
     assert len(entries(results)) == 1
-    monkeypatch.setenv(cache.SIZE_ENV, str(len(top3.encode()) + cache.CRC_BYTES - 1))
+    monkeypatch.setenv(cache.SIZE_ENV, str(len(top3.encode()) + cache.CRC_BYTES - 1))  # the body's own bytes
     assert run(trace, "-f", "json", "--top", "3") == top3  # a miss whose result is one byte too large
     assert kept() == before  # nothing written, nothing evicted
 

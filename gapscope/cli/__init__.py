@@ -4,15 +4,22 @@ Each command parses its options, calls one library function and hands the result
 renderer. Every GapscopeError becomes one line on stderr and its exit code; nothing a user
 can cause ends in a traceback. A reader that closes the pipe early (``gapscope analyze T | head``)
 ends the command quietly with exit status 141 (128 + SIGPIPE), as a Unix tool killed by SIGPIPE
-reports it: distinct from 1 (a regression) and 2 (bad input). Anything else that escapes is a
+reports it: distinct from 1 (a regression) and 2 (bad input). A full disk or an I/O error (on a
+file, or on stdout) is one line naming the file, exit 2 (gapscope.files writes every output whole
+or not at all). Anything else that escapes is a
 bug: one line saying so, and exit code 3 (gapscope.errors).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import importlib
+import logging
 import os
 import sys
+import warnings
+from collections.abc import Iterator
 
 import click
 
@@ -85,13 +92,67 @@ def _quiet_stdout() -> None:
     os.close(devnull)
 
 
+#: The system's errors of a disk or device rather than of gapscope (a full disk, a quota, a file
+#: too large, a read-only file system, an I/O error): one line, exit 2, never a bug report.
+IO_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO})
+
+
+def _settle_stdout() -> None:
+    """Before an error line: what stdout still buffers written, or, when it cannot be (a full
+    device, a closed pipe), stdout pointed at /dev/null so the interpreter's exit adds no line."""
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        _quiet_stdout()
+
+
+#: The warning lines this command printed (each is printed once).
+_WARNED: set[str] = set()
+
+
+def _warning_line(text: object) -> None:
+    """One warning on stderr, once: ``gapscope: warning: TEXT``, TEXT's lines joined and made
+    printable (gapscope.text: a CR or an ESC in it written as an escape)."""
+    line = printable(" ".join(str(text).split("\n")).strip()).removeprefix("gapscope: ")
+    if line not in _WARNED:
+        _WARNED.add(line)
+        click.echo(f"gapscope: warning: {line}", err=True)
+
+
+class _WarningLines(logging.Handler):
+    """Log records of the libraries gapscope uses (those no handler takes), as warning lines."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            _warning_line(record.getMessage())
+        except Exception:  # a record that cannot be formatted says nothing rather than crash
+            pass
+
+
+@contextlib.contextmanager
+def _one_line_warnings() -> Iterator[None]:
+    """While a command runs, every warning (gapscope's own, or a library's: matplotlib names the
+    character of a missing glyph, which may be a name's ESC or CR) and every library log record
+    reaches stderr as one escaped line, never raw and never with a source line under it."""
+    saved = warnings.showwarning, logging.lastResort
+    _WARNED.clear()
+    warnings.showwarning = lambda message, *_args, **_kw: _warning_line(message)
+    logging.lastResort = _WarningLines(logging.WARNING)
+    try:
+        yield
+    finally:
+        warnings.showwarning, logging.lastResort = saved
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
     heap.tune_for_analysis()  # before any thread allocates (gapscope.heap says why)
     try:
-        rv = cli.main(args=argv, prog_name="gapscope", standalone_mode=False)
+        with _one_line_warnings():
+            rv = cli.main(args=argv, prog_name="gapscope", standalone_mode=False)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
     except GapscopeError as exc:
+        _settle_stdout()
         click.echo(f"gapscope: error: {exc.message}", err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
@@ -107,6 +168,15 @@ def main(argv: list[str] | None = None) -> None:
     except (BrokenPipeError, ClosedPipe):
         _quiet_stdout()
         sys.exit(EXIT_BROKEN_PIPE)
+    except OSError as exc:
+        if exc.errno not in IO_ERRNOS:
+            click.echo(internal_error_line(exc, __version__), err=True)
+            sys.exit(EXIT_INTERNAL)
+        _settle_stdout()  # stdout on a full device: its last flush
+        where = printable(exc.filename) if exc.filename is not None else "stdout"
+        click.echo(f"gapscope: error: {where}: {exc.strerror or exc} (an I/O error of the system, "
+                   "not of gapscope)", err=True)
+        sys.exit(2)
     except Exception as exc:  # a bug: one line that says so, never a traceback
         click.echo(internal_error_line(exc, __version__), err=True)
         sys.exit(EXIT_INTERNAL)

@@ -3,6 +3,7 @@ HTML page (gapscope.render.markdown, gapscope.render.html)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import tempfile
@@ -14,6 +15,7 @@ import click
 from gapscope.cli import cli
 from gapscope.cli.output import output_file, output_format, refuse_overwriting
 from gapscope.errors import GapscopeError
+from gapscope.files import together
 from gapscope.text import printable
 
 
@@ -95,12 +97,14 @@ def report_command(sources: tuple[str, ...], output: str | None, html_out: str |
             srcs.append(load_source(p, ranges, progress=status))
     names = part_names([s.label for s in srcs]) if len(srcs) > 1 else [""]
     for fmt_, out in targets.items():
-        links = [_figures(src, out, name, fmt_, spec) if figures else {} for src, name in zip(srcs, names)]
-        doc = Document(tuple(Part(s.label, s.result, s.sweep, s.calibration, f,
-                                  s.analysis.read_seconds if s.analysis is not None else None)
-                             for s, f in zip(srcs, links)))
-        with output_file(out) as fh:
-            render(doc, fmt_, fh, limit=limit)
+        # A Markdown report and its figure files are one output: all written, or none of them.
+        with together() if fmt_ != "html" else contextlib.nullcontext():
+            links = [_figures(src, out, name, fmt_, spec) if figures else {} for src, name in zip(srcs, names)]
+            doc = Document(tuple(Part(s.label, s.result, s.sweep, s.calibration, f,
+                                      s.analysis.read_seconds if s.analysis is not None else None)
+                                 for s, f in zip(srcs, links)))
+            with output_file(out) as fh:
+                render(doc, fmt_, fh, limit=limit)
         click.echo(printable(out))
 
 

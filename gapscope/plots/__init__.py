@@ -72,20 +72,20 @@ def draw_source(src: PlotSource, out_dir: str | Path, formats: Sequence[str],
             "trace .sqlite for the timeline and histogram) and its ranges are not a `gapscope run` sweep")
     if not src.has_trace and spec != (None, None):
         raise GapscopeError("--window applies to a trace's timeline; this source has no trace")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise GapscopeError(f"{out}: cannot create the folder ({exc.strerror})") from None
+    from gapscope.files import folder, together
+
     written: list[Path] = []
-    if src.has_trace:
-        from gapscope.plots.histogram import draw_histogram
-        from gapscope.plots.timeline import draw_timeline
+    with together():  # every figure, or none (and no folder made for them) when one fails
+        folder(out)
+        if src.has_trace:
+            from gapscope.plots.histogram import draw_histogram
+            from gapscope.plots.timeline import draw_timeline
 
-        written += draw_timeline(src, out / "timeline", formats, spec)
-        if src.analysis.range_gaps.length.size:
-            written += draw_histogram(src, out / "histogram", formats)
-    if src.sweep:
-        from gapscope.plots.crossover import draw_crossover
+            written += draw_timeline(src, out / "timeline", formats, spec)
+            if src.analysis.range_gaps.length.size:
+                written += draw_histogram(src, out / "histogram", formats)
+        if src.sweep:
+            from gapscope.plots.crossover import draw_crossover
 
-        written += draw_crossover(src, out / "crossover", formats)
+            written += draw_crossover(src, out / "crossover", formats)
     return written

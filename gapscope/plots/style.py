@@ -62,22 +62,24 @@ def new_figure(width_in: float, height_in: float) -> Any:
 
 
 def save(fig: Any, base: Path, formats: Sequence[str]) -> list[Path]:
-    """Write ``base.<fmt>`` for each format; returns the paths."""
+    """Write ``base.<fmt>`` for each format, each file whole or not at all (gapscope.files: a
+    full disk is one line naming the file); returns the paths."""
+    from gapscope.files import write_bytes
+
     out = []
     for fmt in formats:
         path = base.with_suffix(f".{fmt}")
-        try:
-            if fmt == "png":
-                _save_png(fig, path)
-            else:
-                fig.savefig(path, format=fmt, dpi=DPI, metadata={"Date": None, "Creator": None})
-        except OSError as exc:
-            raise GapscopeError(f"{path}: cannot write ({exc.strerror or exc})") from None
+        buf = io.BytesIO()
+        if fmt == "png":
+            _save_png(fig, buf)
+        else:
+            fig.savefig(buf, format=fmt, dpi=DPI, metadata={"Date": None, "Creator": None})
+        write_bytes(path, buf.getvalue())
         out.append(path)
     return out
 
 
-def _save_png(fig: Any, path: Path) -> None:
+def _save_png(fig: Any, out: io.BytesIO) -> None:
     """A PNG in a 256-colour palette when that loses nothing visible (no pixel off by more than
     MAX_PALETTE_ERROR of 255 in any channel), else a full-colour one. These flat figures shrink
     2-3x; Pillow comes with matplotlib."""
@@ -91,7 +93,7 @@ def _save_png(fig: Any, path: Path) -> None:
         rgb = img.convert("RGB")
     pal = rgb.quantize(256, method=Image.Quantize.MAXCOVERAGE, dither=Image.Dither.NONE)
     err = np.abs(np.asarray(pal.convert("RGB"), dtype=np.int16) - np.asarray(rgb, dtype=np.int16))
-    (pal if err.max() <= MAX_PALETTE_ERROR else rgb).save(path, format="PNG", optimize=True)
+    (pal if err.max() <= MAX_PALETTE_ERROR else rgb).save(out, format="PNG", optimize=True)
 
 
 def check_formats(formats: Sequence[str]) -> tuple[str, ...]:

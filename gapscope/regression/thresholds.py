@@ -465,14 +465,23 @@ def load_config(path: str | Path, *, required: bool = True) -> list[Threshold]:
 
 
 def default_config(directory: str | Path = ".") -> Path | None:
-    """``pyproject.toml`` in ``directory`` if it holds a ``[tool.gapscope.compare]`` table."""
+    """``pyproject.toml`` in ``directory`` if it holds a ``[tool.gapscope.compare]`` table. One
+    that cannot be read, or is not UTF-8 text (whether it holds the table cannot be told), is
+    refused in one line, as ``--config`` refuses it."""
     path = Path(directory) / "pyproject.toml"
     if not path.is_file():
         return None
+    from gapscope.inputs import regular_file
+
+    regular_file(path, f"config {path}")
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
+        text = path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise GapscopeError(f"cannot read config {path}: {exc.strerror or exc} (gapscope compare reads "
+                            f"the {CONFIG_TABLE} table of the pyproject.toml it finds here)", 2) from None
+    except UnicodeDecodeError:
+        raise GapscopeError(f"config {path} is not UTF-8 text (gapscope compare reads the {CONFIG_TABLE} "
+                            "table of the pyproject.toml it finds here)", 2) from None
     if "gapscope" not in text:  # cheap pre-check; the real test parses the file
         return None
     if _toml is None and "[tool.gapscope.compare]" not in text:  # pragma: no cover

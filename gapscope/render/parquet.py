@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from gapscope import __version__
 from gapscope.analysis.tables import TABLES_SCHEMA, ActivityTables
-from gapscope.errors import GapscopeError
+from gapscope.files import folder, together, written
 
 #: The files written, by table.
 FILES = {"gaps": "gaps.parquet", "kernels": "kernels.parquet"}
@@ -34,16 +34,11 @@ def metadata(tables: ActivityTables) -> bytes:
 
 def render(tables: ActivityTables, file: str | Path, **_: Any) -> None:
     """Write ``gaps.parquet`` and ``kernels.parquet`` into the folder ``file`` (created if
-    missing; files of those names in it are replaced)."""
-    folder = Path(file)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise GapscopeError(f"{folder}: cannot create the folder ({exc.strerror or exc})") from None
-    for key, name in FILES.items():
-        table = pa.Table.from_pandas(getattr(tables, key), preserve_index=False)
-        table = table.replace_schema_metadata({**(table.schema.metadata or {}), b"gapscope": metadata(tables)})
-        try:
-            pq.write_table(table, folder / name)
-        except OSError as exc:
-            raise GapscopeError(f"{folder / name}: cannot write ({exc.strerror or exc})") from None
+    missing; files of those names in it are replaced, each whole or not at all)."""
+    with together():  # both tables, or neither (nor the folder made for them)
+        out = folder(file)
+        for key, name in FILES.items():
+            table = pa.Table.from_pandas(getattr(tables, key), preserve_index=False)
+            table = table.replace_schema_metadata({**(table.schema.metadata or {}), b"gapscope": metadata(tables)})
+            with written(out / name, binary=True) as fh:
+                pq.write_table(table, fh)

@@ -1,4 +1,4 @@
-"""The column cache's side of a SQLite export's bulk reads (gapscope.trace.cache): which cache
+"""The column cache's side of a SQLite export's bulk reads (gapscope.trace.column_cache): which cache
 entry an export's reads go through, and each query's Arrow table taken from that entry when an
 earlier read of the same content kept it, else read from the export and kept there.
 
@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gapscope.trace.cache import ColumnCache
+from gapscope.trace.column_cache import ColumnCache
 from gapscope.trace.sqlite_source import Source
 
 
 def entry_of(source: Source) -> ColumnCache | None:
-    """The columnar cache entry of the export's content (gapscope.trace.cache), None when the
+    """The columnar cache entry of the export's content (gapscope.trace.column_cache), None when the
     cache is off or the export is read from a snapshot (its content is the file and the
     write in flight together)."""
     return None if source.snapshot else ColumnCache.for_file(source.path)

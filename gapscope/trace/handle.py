@@ -5,7 +5,11 @@
         ...                      # names are looked up while the trace is open
 
 After ``close()`` (or the ``with`` block) every name lookup raises ClosedTraceError instead of
-quietly answering ``[unknown]``. Trace formats plug in as readers in :data:`READERS`: nsys's
+quietly answering ``[unknown]``. A trace whose file changes while it is read (its size, mtime,
+ctime or inode, or those of a folder's table files or of a SQLite export's ``-wal`` and
+``-journal``, differ from what they were when it was opened) is refused in one line when its
+frames have been read and again when it is closed, never analyzed as if it were consistent
+(:func:`file_state`). Trace formats plug in as readers in :data:`READERS`: nsys's
 SQLite export (``nsys_sqlite``), its parquetdir and arrowdir exports (``nsys_columnar``), an
 Nsight Systems report exported on the fly (``nsys_report``) and a PyTorch profiler trace
 (``kineto``); every reader makes its frames through gapscope.trace.frames.build_frames.
@@ -14,6 +18,7 @@ Nsight Systems report exported on the fly (``nsys_report``) and a PyTorch profil
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
@@ -55,11 +60,46 @@ def _reader(module: str, cls: str, *args: str) -> Callable[[Path], Reader]:
 READERS: dict[str, Callable[[Path], Reader]] = {f.name: _reader(f.module, f.cls, *f.args) for f in FORMATS}
 
 
-class Trace:
-    """An open trace file: its meta data, its frames, and extra columns some figures need."""
+#: What a file's state is made of: (name, device, inode, size, mtime, ctime) per file.
+FileState = tuple[tuple[object, ...], ...]
 
-    def __init__(self, reader: Reader) -> None:
+
+def file_state(path: str | Path) -> FileState:
+    """What changes when a trace is written: the identity, size and times of the file (and of
+    the ``-wal`` and ``-journal`` SQLite keeps beside it), or of every file in a folder (a
+    parquetdir or arrowdir export's tables); a missing file is part of the state too."""
+    p = Path(path)
+    names = [p, p.with_name(p.name + "-wal"), p.with_name(p.name + "-journal")]
+    try:
+        if p.is_dir():
+            names = [p, *sorted(p.iterdir())]
+    except OSError:
+        pass
+    state = []
+    for name in names:
+        try:
+            st = os.stat(name)
+        except OSError:
+            state.append((name.name,))
+            continue
+        state.append((name.name, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+    return tuple(state)
+
+
+class Trace:
+    """An open trace file: its meta data, its frames, and extra columns some figures need.
+    ``state``: the file's :func:`file_state` from before it was opened."""
+
+    def __init__(self, reader: Reader, state: FileState | None = None) -> None:
         self._reader = reader
+        self._state = state
+
+    def check_unchanged(self) -> None:
+        """GapscopeError (one line, exit 2) when the file changed since it was opened."""
+        if self._state is not None and file_state(self.path) != self._state:
+            raise GapscopeError(f"{self.path}: the file changed while gapscope read it (its size, times "
+                                "or identity differ from when it was opened); read it again once the "
+                                "program writing it has finished")
 
     @property
     def meta(self) -> TraceMeta:
@@ -79,8 +119,11 @@ class Trace:
 
     def frames(self, *, syncs: bool = True, all_calls: bool = False) -> TraceFrames:
         """Read the frames an analysis needs (``syncs``: the stream-wait records gap attribution
-        uses; ``all_calls``: every CUDA API call, not only those that launch or synchronize)."""
-        return self._reader.load(syncs=syncs, all_calls=all_calls)
+        uses; ``all_calls``: every CUDA API call, not only those that launch or synchronize);
+        refused when the file changed while they were read (:meth:`check_unchanged`)."""
+        frames = self._reader.load(syncs=syncs, all_calls=all_calls)
+        self.check_unchanged()
+        return frames
 
     def activity_rows(self) -> int | None:
         """How many GPU activity rows the trace holds, counted without reading them (None for
@@ -105,6 +148,8 @@ class Trace:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
+        if exc_type is None:  # names were looked up in it until now
+            self.check_unchanged()
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
@@ -124,4 +169,5 @@ def open_trace(path: str | Path, format: str | None = None) -> Trace:
         opener = READERS[format]
     except KeyError:
         raise GapscopeError(f"{path}: gapscope cannot read {format} traces") from None
-    return Trace(opener(Path(path)))
+    state = file_state(path)
+    return Trace(opener(Path(path)), state)

@@ -8,6 +8,14 @@ analysis needs are read: Parquet through ``pyarrow.parquet`` (column projection)
 memory-mapped (the table's buffers are the file's pages, nothing is copied until a column is
 converted). Files are only ever opened for reading.
 
+Every column is checked against the type the reader expects before it is used (:data:`INTEGER`
+or :data:`TEXT` columns, :meth:`NsysColumnar._schema`): a table the reader needs that lacks a
+required column, or holds a column of another type, is an unknown schema, refused in one line,
+as the SQLite reader refuses it. Cells are then read as the SQLite reader reads them: a NULL
+integer is handed to gapscope.trace.validation as a Cell.NULL (the row left out or the value
+read as unknown, warned), text that is not UTF-8 is kept with U+FFFD (Cell.NOT_TEXT), and a
+NULL name reads as empty.
+
 :class:`NsysColumnar` answers name lookups (StringIds, kernel and graph ids by row) until it is
 closed, then raises ClosedTraceError.
 """
@@ -24,6 +32,7 @@ import pyarrow.compute as pc
 
 from gapscope.errors import GapscopeError
 from gapscope.inputs import READS
+from gapscope.text import printable
 from gapscope.trace.cuda_api import QUIET_CALLS
 from gapscope.trace.frames import (
     ACTIVITY_COLUMNS, NVTX_COLUMNS, NVTX_DOMAIN_CREATE, NVTX_PUSH_POP, NVTX_START_END, ActivityKind,
@@ -34,6 +43,10 @@ from gapscope.trace.nsys_schema import (
     GRAPH_TABLE, KERNEL_TABLE, META_TABLES, NVTX_TABLE, RUNTIME_TABLE, STRINGS_TABLE, SYNC_SOURCE, SYNC_TABLE,
     SYNC_TYPE_STREAM_WAIT_EVENT, assemble_frames, name_column,
 )
+from gapscope.trace.validation import Cell
+
+#: The table that records the session's end (stopTime, duration), which bounds valid times.
+SESSION_TABLE = "ANALYSIS_DETAILS"
 
 #: The formats this module reads (the resolver's names) and the suffix of their table files.
 SUFFIXES = {"nsys-parquet": ".parquet", "nsys-arrow": ".arrow"}
@@ -70,17 +83,33 @@ class NsysColumnar:
             raise GapscopeError(
                 f"{self.path}: no CUDA kernels in this export (no {KERNEL_TABLE}{self._suffix}); record "
                 "with `nsys profile -t cuda,nvtx` and make sure the program launches GPU work")
+        self._schema(meta_table, text=("name", "value"), required=("name", "value"))
         meta = self._read(meta_table, ("name", "value"))
-        values = dict(zip(meta.column("name").to_pylist(), meta.column("value").to_pylist()))
+        values = dict(zip(self._texts(meta_table, meta, "name")[0], self._texts(meta_table, meta, "value")[0]))
         gpu_names: dict[int, str] = {}
         if GPU_TABLE in tables and {"id", "name"} <= set(self._columns(GPU_TABLE)):
+            self._schema(GPU_TABLE, ints=("id",), text=("name",))
             gpus = self._read(GPU_TABLE, ("id", "name"))
-            gpu_names = {int(i): str(n) for i, n in zip(gpus.column("id").to_pylist(),
-                                                        gpus.column("name").to_pylist())}
+            ids, nulls = self._ints(GPU_TABLE, gpus, "id")
+            names = self._texts(GPU_TABLE, gpus, "name")[0]
+            gpu_names = {i: n or "" for i, n, null in zip(ids.tolist(), names, nulls.tolist()) if not null}
         self.meta = TraceMeta(path=str(self.path), format=format,
                               nsys_version=values.get("EXPORT_PRODUCT_VERSION"),
                               export_schema=values.get("EXPORT_SCHEMA_VERSION"),
-                              tables=tables, gpu_names=gpu_names)
+                              tables=tables, gpu_names=gpu_names, session_end_ns=self._session_end())
+
+    def _session_end(self) -> int | None:
+        """The session's end as ANALYSIS_DETAILS records it (the larger of stopTime and duration),
+        as the SQLite reader reads it; None when the export does not record it as integers."""
+        if SESSION_TABLE not in self._tables:
+            return None
+        have = self._columns(SESSION_TABLE)
+        found = []
+        for column in ("stopTime", "duration"):
+            if column in have and _is_integer(have[column]):
+                values, nulls = _ints(self._read(SESSION_TABLE, (column,)).column(column))
+                found += [v for v, null in zip(values.tolist(), nulls.tolist()) if not null and v > 0]
+        return max(found) if found else None
 
     # -- files ------------------------------------------------------------------------------
     @property
@@ -104,17 +133,36 @@ class NsysColumnar:
         return GapscopeError(f"{self._file(table)}: cannot read the {table} table ({first}): the "
                              f"{WORDS[self.format]} is truncated or corrupt (gapscope reads {READS})")
 
-    def _columns(self, table: str) -> list[str]:
-        """The table's column names, from its schema (the Parquet footer, the Arrow stream's
-        first message): nothing else is read."""
+    def _columns(self, table: str) -> dict[str, pa.DataType]:
+        """The table's columns and their types, from its schema (the Parquet footer, the Arrow
+        stream's first message): nothing else is read."""
         try:
             if self.format == "nsys-parquet":
                 import pyarrow.parquet as pq
 
-                return list(pq.read_schema(self._file(table)).names)
-            return list(_arrow_reader(self._file(table)).schema.names)
+                schema = pq.read_schema(self._file(table))
+            else:
+                schema = _arrow_reader(self._file(table)).schema
         except (pa.ArrowException, OSError) as exc:
             raise self._failed(table, exc) from None
+        return {field.name: field.type for field in schema}
+
+    def _schema(self, table: str, *, ints: Sequence[str] = (), text: Sequence[str] = (),
+                required: Sequence[str] = ()) -> dict[str, pa.DataType]:
+        """The table's columns, checked against what the reader expects of those it reads:
+        ``required`` present, once each, and each of ``ints`` (``text``) present an integer
+        (text) column; GapscopeError (an unknown schema, one line) otherwise."""
+        have = self._columns(table)
+        missing = [c for c in required if c not in have]
+        if missing:
+            raise GapscopeError(f"{self._file(table)}: unknown export schema: {table} lacks column(s) "
+                                f"{', '.join(missing)}")
+        for column, kind, ok in [*((c, "integers", _is_integer) for c in ints),
+                                 *((c, "text", _is_text) for c in text)]:
+            if column in have and not ok(have[column]):
+                raise GapscopeError(f"{self._file(table)}: unknown export schema: {table}.{column} holds "
+                                    f"{printable(have[column], 60)} where {kind} belong")
+        return have
 
     def _read(self, table: str, columns: Sequence[str]) -> pa.Table:
         """Just these columns of a table (they must exist)."""
@@ -122,29 +170,51 @@ class NsysColumnar:
             if self.format == "nsys-parquet":
                 import pyarrow.parquet as pq
 
-                return pq.read_table(self._file(table), columns=list(columns), memory_map=True)
-            return _arrow_reader(self._file(table)).read_all().select(list(columns))
-        except (pa.ArrowException, OSError) as exc:
+                read = pq.read_table(self._file(table), columns=list(columns), memory_map=True)
+            else:
+                read = _arrow_reader(self._file(table)).read_all().select(list(columns))
+            # Every offset and length checked before a value is touched: a damaged Arrow file's
+            # buffers are the file's pages as they are (memory-mapped, not decoded).
+            read.validate(full=True)
+        except (pa.ArrowException, OSError, KeyError) as exc:
             raise self._failed(table, exc) from None
+        if read.column_names != list(columns):  # a column named twice in the file
+            raise GapscopeError(f"{self._file(table)}: unknown export schema: {table} does not hold "
+                                f"{', '.join(columns)} once each")
+        return read
 
-    def _frame(self, table: str, source: dict[str, str], required: Sequence[str] = ()) -> pd.DataFrame:
+    def _frame(self, table: str, source: dict[str, str], required: Sequence[str] = (),
+               ) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
         """A frame with one int64 column per key of ``source`` (frame column -> table column);
-        a table column the export lacks reads as -1, a required one is an unknown schema."""
-        have = set(self._columns(table))
-        missing = [c for c in required if c not in have]
-        if missing:
-            raise GapscopeError(f"{self._file(table)}: unknown export schema: {table} lacks column(s) "
-                                f"{', '.join(missing)}")
+        a table column the export lacks reads as -1, a required one is an unknown schema; and the
+        gapscope.trace.validation Cell codes of the columns that hold NULLs."""
+        have = self._schema(table, ints=[c for c in source.values() if c], required=required)
         present = [c for c in dict.fromkeys(source.values()) if c in have]
         read = self._read(table, present)
         n = read.num_rows
-        return pd.DataFrame({key: self._ints(table, read, col) if col in have else np.full(n, -1, np.int64)
-                             for key, col in source.items()}, copy=False)
+        columns, cells = {}, {}
+        for key, col in source.items():
+            if col in have:
+                columns[key], nulls = self._ints(table, read, col)
+                if nulls.any():
+                    cells[key] = np.where(nulls, np.uint8(Cell.NULL), np.uint8(Cell.OK))
+            else:
+                columns[key] = np.full(n, -1, np.int64)
+        return pd.DataFrame(columns, copy=False), cells
 
-    def _ints(self, table: str, read: pa.Table, column: str) -> np.ndarray:
+    def _ints(self, table: str, read: pa.Table, column: str) -> tuple[np.ndarray, np.ndarray]:
+        """An integer column as int64 (NULL as -1) and where it is NULL."""
         try:
             return _ints(read.column(column))
-        except TypeError as exc:
+        except (TypeError, pa.ArrowException) as exc:
+            raise GapscopeError(f"{self._file(table)}: unknown export schema: {table}.{column} {exc}") from None
+
+    def _texts(self, table: str, read: pa.Table, column: str) -> tuple[list[str | None], np.ndarray | None]:
+        """A text column as str (None where NULL), bytes that are not UTF-8 read as U+FFFD, and
+        where that happened (None when nowhere)."""
+        try:
+            return _texts(read.column(column))
+        except (TypeError, pa.ArrowException) as exc:
             raise GapscopeError(f"{self._file(table)}: unknown export schema: {table}.{column} {exc}") from None
 
     def activity_rows(self) -> int:
@@ -173,77 +243,99 @@ class NsysColumnar:
         reader reads them from the same report."""
         self._live()
         got: dict[str, pd.DataFrame] = {}
+        cells: dict[str, dict[str, np.ndarray]] = {}
         for table, kind in ACTIVITY_TABLES.items():
             if table in self._tables:
                 source = dict(ACTIVITY_SOURCE)
                 # Every row's name id (a table without a name column gives -1: no such column).
                 source["name_id"] = name_column(self._columns(table), kind) or ""
-                df = self._frame(table, source, ACTIVITY_REQUIRED)
+                df, cells[table] = self._frame(table, source, ACTIVITY_REQUIRED)
                 df.insert(0, "row", np.arange(len(df), dtype=np.int64))
                 got[table] = df[[*ACTIVITY_COLUMNS, "name_id"]]
         if RUNTIME_TABLE in self._tables:
-            got["api"] = self._api(all_calls)
+            got["api"], cells["api"] = self._api(all_calls)
         if NVTX_TABLE in self._tables:
-            got["nvtx"] = self._nvtx()
+            got["nvtx"], cells["nvtx"] = self._nvtx()
         if syncs and SYNC_TABLE in self._tables:
-            got["syncs"] = self._syncs()
-        return assemble_frames(self.meta, got, self)
+            got["syncs"], cells["syncs"] = self._syncs()
+        return assemble_frames(self.meta, got, self, cells={k: v for k, v in cells.items() if v})
 
-    def _api(self, all_calls: bool) -> pd.DataFrame:
-        have = set(self._columns(RUNTIME_TABLE))
+    def _api(self, all_calls: bool) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
+        have = self._columns(RUNTIME_TABLE)
         source = dict(API_SOURCE)
         if "eventClass" in have:
             source["event_class"] = "eventClass"
-        df = self._frame(RUNTIME_TABLE, source, ("start", "end", "globalTid"))
+        df, cells = self._frame(RUNTIME_TABLE, source, ("start", "end", "globalTid"))
         keep = np.ones(len(df), dtype=bool)
-        if "event_class" in df:
+        if "event_class" in df:  # as SQL's `eventClass IS NOT 67`: a NULL class (-1 here) is kept
+            cells.pop("event_class", None)
             keep &= df.pop("event_class").to_numpy() != EVENT_CLASS_BACKTRACE
-        if not all_calls and STRINGS_TABLE in self._tables:
+        if not all_calls and self._strings_present():
             quiet = self._quiet_ids()
-            if quiet.size:
-                keep &= ~np.isin(df["name_id"].to_numpy(), quiet)
-        return df if keep.all() else df[keep].reset_index(drop=True)
+            if quiet.size:  # a NULL nameId is kept (and warned about as damaged), as the SQLite reader keeps it
+                keep &= ~np.isin(df["name_id"].to_numpy(), quiet) | (cells.get("name_id", 0) != 0)
+        return _kept_rows(df, cells, keep)
 
-    def _nvtx(self) -> pd.DataFrame:
-        have = set(self._columns(NVTX_TABLE))
-        missing = [c for c in ("start", "eventType", "globalTid") if c not in have]
-        if missing:
-            raise GapscopeError(f"{self._file(NVTX_TABLE)}: unknown export schema: {NVTX_TABLE} lacks "
-                                f"column(s) {', '.join(missing)}")
+    def _nvtx(self) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
+        have = self._schema(NVTX_TABLE, ints=("start", "end", "globalTid", "eventType", "domainId", "textId"),
+                            text=("text",), required=("start", "eventType", "globalTid"))
         wanted = [c for c in ("start", "end", "globalTid", "eventType", "domainId", "text", "textId") if c in have]
         t = self._read(NVTX_TABLE, wanted)
-        t = t.filter(pc.is_in(t.column("eventType"), pa.array([NVTX_PUSH_POP, NVTX_START_END, NVTX_DOMAIN_CREATE],
-                                                               t.schema.field("eventType").type)))
+        event_type, _ = self._ints(NVTX_TABLE, t, "eventType")
+        t = t.filter(pa.array(np.isin(event_type, [NVTX_PUSH_POP, NVTX_START_END, NVTX_DOMAIN_CREATE])))
         n = t.num_rows
-        text = t.column("text").to_pylist() if "text" in have else [None] * n
-        if "textId" in have and STRINGS_TABLE in self._tables:
+        text, bad_text = self._texts(NVTX_TABLE, t, "text") if "text" in have else ([None] * n, None)
+        if "textId" in have and self._strings_present():
             strings = self._string_table()
-            ids = self._ints(NVTX_TABLE, t, "textId")
-            text = [s if s is not None else strings.get(i) if i >= 0 else None for s, i in zip(text, ids.tolist())]
+            ids, id_nulls = self._ints(NVTX_TABLE, t, "textId")
+            missing = [i for i, s in enumerate(text) if s is None]  # COALESCE(text, StringIds.value)
+            for i in missing:
+                if not id_nulls[i]:
+                    text[i] = strings.get(int(ids[i]))
         columns = {"start": "start", "end": "end", "tid": "globalTid", "event_type": "eventType",
                    "domain_id": "domainId"}
-        out = {key: self._ints(NVTX_TABLE, t, col) if col in have else np.full(n, -1 if key == "end" else 0, np.int64)
-               for key, col in columns.items()}
+        out, cells = {}, {}
+        for key, col in columns.items():
+            if col in have:
+                out[key], nulls = self._ints(NVTX_TABLE, t, col)
+                if nulls.any():
+                    cells[key] = np.where(nulls, np.uint8(Cell.NULL), np.uint8(Cell.OK))
+            else:
+                out[key] = np.full(n, -1 if key == "end" else 0, np.int64)
         out["name"] = np.array(text, dtype=object) if n else np.zeros(0, dtype=object)
-        return pd.DataFrame(out, copy=False)[list(NVTX_COLUMNS)]
+        if bad_text is not None:
+            cells["name"] = np.where(bad_text, np.uint8(Cell.NOT_TEXT), np.uint8(Cell.OK))
+        return pd.DataFrame(out, copy=False)[list(NVTX_COLUMNS)], cells
 
-    def _syncs(self) -> pd.DataFrame:
-        have = set(self._columns(SYNC_TABLE))
+    def _syncs(self) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
+        have = self._columns(SYNC_TABLE)
         source = dict(SYNC_SOURCE)
         if "syncType" in have:
             source["sync_type"] = "syncType"
-        df = self._frame(SYNC_TABLE, source, ("start", "deviceId", "streamId"))
+        df, cells = self._frame(SYNC_TABLE, source, ("start", "deviceId", "streamId"))
         if "sync_type" not in df:
-            return df
+            return df, cells
+        cells.pop("sync_type", None)  # as SQL's `syncType = 2`: a NULL type (-1 here) is no wait
         waits = df.pop("sync_type").to_numpy() == SYNC_TYPE_STREAM_WAIT_EVENT
-        return df[waits].reset_index(drop=True)
+        return _kept_rows(df, cells, waits)
 
     # -- names (gapscope.trace.frames.Names) --------------------------------------------------
-    def _string_table(self) -> dict[int, str]:
+    def _strings_present(self) -> bool:
+        """Whether the export has a StringIds table (which must then have integer ids and text
+        values: an unknown schema otherwise)."""
+        if STRINGS_TABLE not in self._tables:
+            return False
+        self._schema(STRINGS_TABLE, ints=("id",), text=("value",), required=("id", "value"))
+        return True
+
+    def _string_table(self) -> dict[int, str | None]:
+        """StringIds as a dict (a NULL value as None; a row whose id is NULL left out)."""
         if self._strings is None:
-            if STRINGS_TABLE in self._tables:
+            if self._strings_present():
                 t = self._read(STRINGS_TABLE, ("id", "value"))
-                self._strings = dict(zip(self._ints(STRINGS_TABLE, t, "id").tolist(), t.column("value").to_pylist()))
+                ids, nulls = self._ints(STRINGS_TABLE, t, "id")
+                values = self._texts(STRINGS_TABLE, t, "value")[0]
+                self._strings = {i: v for i, v, null in zip(ids.tolist(), values, nulls.tolist()) if not null}
             else:
                 self._strings = {}
         return self._strings
@@ -251,16 +343,19 @@ class NsysColumnar:
     def _quiet_ids(self) -> np.ndarray:
         """StringIds of the API calls in QUIET_CALLS, under any _vNNNN suffix (none of those
         names holds ``_v``, so a name's part before its first ``_v`` is its base name)."""
-        t = self._read(STRINGS_TABLE, ("id", "value"))
-        base = pc.replace_substring_regex(t.column("value"), pattern="_v.*$", replacement="", max_replacements=1)
+        strings = self._string_table()
+        ids = np.fromiter(strings.keys(), dtype=np.int64, count=len(strings))
+        values = pa.array(list(strings.values()), pa.large_string())
+        base = pc.replace_substring_regex(values, pattern="_v.*$", replacement="", max_replacements=1)
         hit = pc.is_in(base, pa.array(sorted(QUIET_CALLS), base.type))
-        return self._ints(STRINGS_TABLE, t, "id")[hit.to_numpy(zero_copy_only=False)]
+        return ids[hit.to_numpy(zero_copy_only=False)]
 
     def lookup(self, ids: Iterable[int]) -> dict[int, str]:
         """Map each StringIds id to its string ('[unknown]' where the export has none)."""
         self._live()
         strings = self._string_table()
-        return {int(i): strings.get(int(i), "[unknown]") for i in ids}
+        out = {int(i): strings.get(int(i), "[unknown]") for i in ids}
+        return {i: "" if v is None else v for i, v in out.items()}  # a NULL name is empty, as in SQLite
 
     def activity_name_ids(self, kind: ActivityKind, rows: np.ndarray) -> np.ndarray:
         """The name id (kernels: shortName, else demangledName) or graph id of activities by
@@ -272,24 +367,84 @@ class NsysColumnar:
             return np.full(rows.size, -1, dtype=np.int64)
         if kind not in self._name_ids:
             col = name_column(self._columns(table), kind)
-            self._name_ids[kind] = (self._ints(table, self._read(table, (col,)), col) if col
-                                    else np.full(0, -1, dtype=np.int64))
+            if col:
+                self._schema(table, ints=(col,))
+                self._name_ids[kind] = self._ints(table, self._read(table, (col,)), col)[0]
+            else:
+                self._name_ids[kind] = np.full(0, -1, dtype=np.int64)
         ids = self._name_ids[kind]
         inside = (rows >= 0) & (rows < ids.size)
         return np.where(inside, ids[np.clip(rows, 0, max(ids.size - 1, 0))] if ids.size else -1, -1)
 
 
-def _ints(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    """An integer column as int64 with nulls as -1 (unsigned values wrap as SQLite stores them)."""
+def _is_integer(t: pa.DataType) -> bool:
+    """Whether a column of this type holds integers as the reader reads them (NULL-only too)."""
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    return pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_null(t)
+
+
+def _is_text(t: pa.DataType) -> bool:
+    """Whether a column of this type holds text (or bytes read as UTF-8; NULL-only too)."""
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    return (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
+            or pa.types.is_large_binary(t) or pa.types.is_null(t))
+
+
+def _ints(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """An integer column as int64 with nulls as -1 (unsigned values wrap as SQLite stores them),
+    and where it is NULL."""
     if pa.types.is_null(col.type):
-        return np.full(len(col), -1, dtype=np.int64)
+        return np.full(len(col), -1, dtype=np.int64), np.ones(len(col), dtype=bool)
+    if pa.types.is_dictionary(col.type):
+        col = col.cast(col.type.value_type)
     if not (pa.types.is_integer(col.type) or pa.types.is_boolean(col.type)):
         raise TypeError(f"holds {col.type} where integers belong")
+    nulls = np.zeros(len(col), dtype=bool)
+    if col.null_count:
+        nulls = np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool)
     if col.type != pa.int64():
         col = col.cast(pa.int64(), safe=False)
     if col.null_count:
         col = pc.fill_null(col, -1)
-    return np.asarray(col.to_numpy(), dtype=np.int64)
+    return np.asarray(col.to_numpy(), dtype=np.int64), nulls
+
+
+def _texts(col: pa.ChunkedArray | pa.Array) -> tuple[list[str | None], np.ndarray | None]:
+    """A text column as str (None where NULL), bytes that are not UTF-8 read with U+FFFD in their
+    place, and where that happened (None when nowhere)."""
+    if pa.types.is_null(col.type):
+        return [None] * len(col), None
+    if pa.types.is_dictionary(col.type):
+        col = col.cast(col.type.value_type)
+    if not _is_text(col.type):
+        raise TypeError(f"holds {col.type} where text belongs")
+    raw = col.cast(pa.large_binary())
+    try:
+        return raw.cast(pa.large_string()).to_pylist(), None  # checks that every value is UTF-8
+    except (pa.ArrowInvalid, UnicodeDecodeError):
+        values = raw.to_pylist()
+        bad = np.zeros(len(values), dtype=bool)
+        out: list[str | None] = []
+        for i, v in enumerate(values):  # only for a column that holds bytes that are not UTF-8
+            if v is None:
+                out.append(None)
+                continue
+            try:
+                out.append(v.decode("utf-8"))
+            except UnicodeDecodeError:
+                out.append(v.decode("utf-8", "replace"))
+                bad[i] = True
+        return out, bad
+
+
+def _kept_rows(df: pd.DataFrame, cells: dict[str, np.ndarray], keep: np.ndarray,
+               ) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
+    """The rows ``keep`` selects, of the frame and of its Cell codes."""
+    if keep.all():
+        return df, cells
+    return df[keep].reset_index(drop=True), {k: v[keep] for k, v in cells.items()}
 
 
 def _arrow_reader(path: Path):

@@ -13,8 +13,10 @@ never mistaken for a complete one.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import stat
 import shutil
 import tempfile
 from collections.abc import Iterable
@@ -25,7 +27,7 @@ import pandas as pd
 
 from gapscope.capture import nsys as capture
 from gapscope.errors import GapscopeError
-from gapscope.cache import cache_root, file_digest
+from gapscope.cache import cache_root, file_digest, own_folder
 from gapscope.trace.frames import ActivityKind, TraceFrames, TraceMeta
 
 FORMAT = "nsys-rep"
@@ -36,15 +38,17 @@ EXPORT_FORMATS = {"arrowdir": "nsys-arrow", "parquetdir": "nsys-parquet", "sqlit
 def cached_export(report: Path, *, root: Path | None = None) -> tuple[Path, str]:
     """(the export's path, its export type) for a report: from the cache when an earlier read
     exported it, else exported now with the nsys that gapscope.capture.nsys.find_nsys finds
-    (GapscopeError naming the report when there is none)."""
+    (GapscopeError naming the report when there is none). The cache's folders are its own
+    (gapscope.cache.own_folder: no link followed); a link where an export belongs is removed."""
     try:
         key = file_digest(report)
     except OSError as exc:
         raise GapscopeError(f"{report}: cannot read ({exc.strerror or exc})") from None
-    folder = (root or cache_root()) / "reports" / key
+    base = root or cache_root()
+    folder = base / "reports" / key
     for export_type in capture.EXPORT_TYPES:
         done = folder / export_type
-        if done.exists():
+        if _kept(done):
             return done, export_type
     try:
         nsys = capture.find_nsys(install_globs=capture.INSTALL_GLOBS)
@@ -58,11 +62,12 @@ def cached_export(report: Path, *, root: Path | None = None) -> tuple[Path, str]
             f"{report}`) and give gapscope DIR (gapscope reads {READS})") from None
     export_type = capture.export_types(nsys)[0]
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        own_folder(base, "reports", key)
         scratch = Path(tempfile.mkdtemp(prefix=".export-", dir=folder))
     except OSError as exc:
         raise GapscopeError(f"{folder}: cannot write gapscope's export cache ({exc.strerror or exc}); "
-                            "set XDG_CACHE_HOME to a folder you can write") from None
+                            "set XDG_CACHE_HOME to a folder you can write (gapscope's own folder in it "
+                            "may not be a symbolic link)") from None
     try:
         name = "export.sqlite" if export_type == "sqlite" else "export"
         written = capture.export_report(report, scratch / name, export_type, nsys=nsys)
@@ -70,11 +75,29 @@ def cached_export(report: Path, *, root: Path | None = None) -> tuple[Path, str]
         try:
             os.rename(written, done)
         except OSError:
-            if not done.exists():  # not another reader's export that got there first
+            if not _kept(done):  # not another reader's export that got there first
                 raise
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)  # made by this read: rmtree follows no link
     return done, export_type
+
+
+def _kept(done: Path) -> bool:
+    """Whether an export is kept at ``done`` (a folder, or a SQLite file, of the cache's own);
+    a symbolic link there is removed (the link itself), never followed; nothing is kept where any
+    part of the path is a link."""
+    root_parts = done.parents[2]
+    try:
+        own = all(not os.path.islink(p) for p in (root_parts, done.parents[1], done.parent))
+        st = os.lstat(done)
+    except OSError:
+        return False
+    if stat.S_ISLNK(st.st_mode):
+        if own:
+            with contextlib.suppress(OSError):
+                os.unlink(done)
+        return False
+    return own and (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode))
 
 
 class NsysReport:

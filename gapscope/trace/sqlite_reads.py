@@ -22,7 +22,7 @@ import pandas as pd
 
 from gapscope import heap
 from gapscope.errors import GapscopeError
-from gapscope.trace.cache import ColumnCache
+from gapscope.trace.column_cache import ColumnCache
 from gapscope.trace.cached_reads import cached_table, finish
 from gapscope.trace.frames import narrow_ids
 from gapscope.trace.sqlite_source import Source, read_error, sql_rows
@@ -102,7 +102,7 @@ class BulkReader:
     """Runs bulk SELECTs into DataFrames: through ADBC into Arrow when it is installed, split
     into rowid chunks read on a small thread pool (SQLite decoding is the bottleneck and ADBC
     releases the GIL); through the stdlib sqlite3 module otherwise. With a ``cache``
-    (gapscope.trace.cache), each ADBC query's Arrow table is taken from it when kept there,
+    (gapscope.trace.column_cache), each ADBC query's Arrow table is taken from it when kept there,
     and kept there when read from the export (gapscope.trace.cached_reads)."""
 
     def __init__(self, source: Source, conn: sqlite3.Connection, cache: ColumnCache | None = None) -> None:

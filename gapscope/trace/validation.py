@@ -16,7 +16,11 @@ integer at all: text, a blob, a real number). :func:`validate` then applies one 
   would not describe the run.
 
 Times must lie in ``[0, time limit]``: twice the session's end when the trace records one
-(``TraceMeta.session_end_ns``), and :data:`TIME_LIMIT_NS` in any case.
+(``TraceMeta.session_end_ns``), and :data:`TIME_LIMIT_NS` in any case. Keys are values like any
+other: a thread (``tid``, nsys's globalTid layout) outside ``[0, 2**63)`` or a call's process
+outside ``[0, 2**40)`` leaves its row out, counted in the warning; a reader whose format records
+a process or thread id that does not fit that layout hands -1 for the thread, which is counted
+the same way, rather than a packed value that belongs to another thread.
 """
 
 from __future__ import annotations
@@ -67,6 +71,9 @@ class Rule:
     hi: int
     null: str
     bad: str
+    #: A value a reader may compute from a column checked before it (a call's process from its
+    #: thread): counted only on rows that column did not leave out already.
+    derived: bool = False
 
 
 _START = Rule("start", 0, _TIME, DROP, DROP)
@@ -75,6 +82,9 @@ _DEVICE = Rule("device", 0, 2**31 - 1, DROP, DROP)
 _STREAM = Rule("stream", 0, 2**32 - 1, DROP, DROP)
 _THREAD = Rule("tid", 0, _I63, DROP, DROP)
 _PROCESS = Rule("proc", 0, 2**40 - 1, UNKNOWN, UNKNOWN)  # the process part of a global id
+#: A call's process (the process part of its thread, or the process a format records beside it):
+#: the key its launches are found by; a call of no process the trace can hold is no call of it.
+_CALL_PROCESS = Rule("proc", 0, 2**40 - 1, DROP, DROP, derived=True)
 _CORRELATION = Rule("corr", 0, 2**40 - 1, UNKNOWN, UNKNOWN)  # gapscope.analysis.keys.call_key's field
 _NAME_ID = Rule("name_id", 0, _I63, UNKNOWN, UNKNOWN)
 #: An activity's name id (a StringIds id, a graph id) is packed in 40 bits beside its kind
@@ -84,7 +94,7 @@ _ACTIVITY_NAME_ID = Rule("name_id", 0, 2**40 - 2, UNKNOWN, UNKNOWN)
 #: The rule of every column, per frame (docs/robustness.md, "Values: one rule per column").
 RULES: dict[str, tuple[Rule, ...]] = {
     "activities": (_START, _END, _DEVICE, _STREAM, _PROCESS, _CORRELATION, _ACTIVITY_NAME_ID),
-    "api": (_START, _END, _THREAD, _CORRELATION, _NAME_ID),
+    "api": (_START, _END, _THREAD, _CORRELATION, _NAME_ID, _CALL_PROCESS),
     "nvtx": (_START, Rule("end", 0, _TIME, NONE, DROP), _THREAD, Rule("event_type", 0, 2**31 - 1, DROP, DROP),
              Rule("domain_id", 0, _I63, NONE, UNKNOWN), Rule("name", 0, 0, NONE, KEEP)),
     "syncs": (_START, _DEVICE, _STREAM, _PROCESS),
@@ -191,6 +201,8 @@ def _examine(name: str, frame: pd.DataFrame, cells: Mapping[str, np.ndarray], li
         if bad is not None:
             if readable is not None:
                 bad &= readable
+            if rule.derived:
+                bad &= ~drop
             note(rule, bad, "out of range", rule.bad)
     if name in ORDERED and {"start", "end"} <= set(frame.columns) and n:
         start, end = frame["start"].to_numpy(), frame["end"].to_numpy()

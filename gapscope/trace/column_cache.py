@@ -7,10 +7,12 @@ Arrow IPC file per query, named by the query's hash. A later read of the same co
 any mtime) takes those tables instead of running the queries; a file whose content changed in
 any byte has another key, so it never reads a stale copy.
 
-Every column file ends in the CRC-32 of its bytes and is written to a private name, then renamed
-into place and counted in the cache's running total (gapscope.cache.Ledger): an entry that
-fails its check (a damaged or truncated file) is removed and read from the export again, never
-trusted. Column and result entries together keep at most
+Every column file starts with a line naming its place (the entry's key, the query's hash) and
+ends in the CRC-32 of its bytes, is written to a private name, then renamed into place and
+counted in the cache's running total (gapscope.cache.Ledger): a file that fails its check (a
+damaged or truncated file, another entry's copy, a link) is removed and read from the export
+again, never trusted. The entry's folder, its files and its ``used`` stamp are opened without
+following links (gapscope.cache says how). Column and result entries together keep at most
 ``GAPSCOPE_CACHE_SIZE`` bytes (gapscope.cache.size_limit), evicting the entries used least
 recently; an entry larger than that alone is not kept (nor is anything evicted for it);
 ``GAPSCOPE_NO_CACHE=1`` (the commands' ``--no-cache``) turns it off.
@@ -20,47 +22,64 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import threading
 from pathlib import Path
 from typing import Any
 
 from gapscope.cache import (
-    CRC_BYTES, DEFAULT_LIMIT, STAMP, Ledger, cache_enabled, cache_root, content_digest, discard, entry_bytes,
-    read_sealed, size_limit,
+    DEFAULT_LIMIT, Ledger, cache_enabled, cache_root, content_digest, discard, file_identity, read_entry, sealed_size,
+    size_limit, touch_stamp,
 )
 
 #: Bumped whenever what an entry holds changes, so an older layout is never read.
-LAYOUT = "1"
+LAYOUT = "2"
 _SUFFIX = ".arrow"
 
 
 class ColumnCache:
     """The Arrow tables of one SQLite export's queries, kept under ``root/columns/<key>``; ``key``
     names the file's content (:meth:`for_file`). Safe to use from several threads and processes:
-    every file is written under a private name and renamed into place."""
+    every file is written under a private name and renamed into place. With ``source`` (the
+    export and its identity when it was hashed), nothing is kept once the export changed (what
+    was read may be of its new content): the entry is removed by :meth:`finish`."""
 
-    def __init__(self, folder: Path, limit: int = DEFAULT_LIMIT) -> None:
+    def __init__(self, folder: Path, limit: int = DEFAULT_LIMIT,
+                 source: tuple[Path, tuple[int, ...]] | None = None) -> None:
         self.folder = folder
+        self.key = folder.name
         self.limit = limit
+        self.source = source
         self.ledger = Ledger(folder.parent.parent)
         self._lock = threading.Lock()
         self._wrote = False
         self._bytes: int | None = None  # the entry's bytes, its files' as found, then what this read adds
         self._too_large = False  # the entry alone would pass the bound: nothing more is kept
+        self._stale = False  # the export changed during the read: nothing more is kept
 
     @classmethod
     def for_file(cls, path: Path, root: Path | None = None, limit: int | None = None) -> "ColumnCache | None":
         """The cache entry of ``path``'s current content, or None when the cache is off
-        (GAPSCOPE_NO_CACHE) or the file cannot be hashed."""
+        (GAPSCOPE_NO_CACHE) or the file cannot be hashed (gapscope.cache.content_digest: one
+        larger than the cache's bound is not)."""
         if not cache_enabled():
             return None
+        bound = size_limit() if limit is None else limit
         try:
-            key = f"{content_digest(path, root)}-{os.stat(path).st_size}"
+            identity = file_identity(path)
+            key = f"{content_digest(path, root, bound)}-{identity[2]}"
         except OSError:
             return None
         base = (root or cache_root()) / "columns"
-        return cls(base / key, size_limit() if limit is None else limit)
+        return cls(base / key, bound, (path, identity))
+
+    def _changed(self) -> bool:
+        """Whether the export changed since it was hashed (or cannot be looked at)."""
+        if self.source is None:
+            return False
+        try:
+            return file_identity(self.source[0]) != self.source[1]
+        except OSError:
+            return True
 
     def _file(self, query: str) -> Path:
         name = hashlib.sha1(f"{LAYOUT}\0{query}".encode()).hexdigest()
@@ -72,13 +91,13 @@ class ColumnCache:
         import pyarrow.ipc as ipc
 
         path = self._file(query)
-        body = read_sealed(path)
+        body = read_entry(self.ledger.root, path, self.key)
         if body is None:
             return None
         try:
             table = ipc.open_file(pa.py_buffer(body)).read_all()
         except (ValueError, pa.ArrowException):
-            discard(path)
+            discard(self.ledger.root, path)
             return None
         self._touch()
         return table
@@ -88,23 +107,28 @@ class ColumnCache:
         import pyarrow as pa
         import pyarrow.ipc as ipc
 
-        if self._too_large:
+        if self._too_large or self._stale:
+            return
+        if self._changed():
+            self._stale = True
             return
         sink = pa.BufferOutputStream()
         with ipc.new_file(sink, table.schema) as writer:
             writer.write_table(table)
         body = sink.getvalue()
+        path = self._file(query)
+        size = sealed_size(self.ledger.root, path, self.key, body.size)
         with self._lock:
             if self._bytes is None:  # files other reads of this content kept (other queries)
-                self._bytes = entry_bytes(self.folder)
+                self._bytes = self.ledger.entry_bytes(self.folder)
             # An entry larger than the whole bound would be evicted as soon as it is complete,
             # after every other entry had gone to make room for it: it is not kept at all.
-            self._too_large = self._too_large or self._bytes + body.size + CRC_BYTES > self.limit
+            self._too_large = self._too_large or self._bytes + size > self.limit
             if self._too_large:
                 return
-            self._bytes += body.size + CRC_BYTES
+            self._bytes += size
         try:
-            self.ledger.keep(self._file(query), body)
+            self.ledger.keep(path, body, self.key)
         except OSError:
             return
         with self._lock:
@@ -113,14 +137,15 @@ class ColumnCache:
 
     def _touch(self) -> None:
         with contextlib.suppress(OSError):
-            (self.folder / STAMP).touch()
+            touch_stamp(self.folder)
 
     def finish(self) -> None:
         """After a read that wrote to this entry: evict the least recently used entries until the
         column and result caches hold at most ``limit`` bytes. An entry that alone would hold more
         than ``limit`` is not kept: it is removed (what this read and any earlier one wrote of
-        it), and no other entry is evicted for it."""
-        if self._too_large:
+        it), and no other entry is evicted for it; so is an entry whose export changed during the
+        read."""
+        if self._too_large or self._stale or (self._wrote and self._changed()):
             with contextlib.suppress(OSError):
                 self.ledger.remove(self.folder)
         elif self._wrote:

@@ -1,4 +1,4 @@
-"""The column cache (gapscope.trace.cache): what the SQLite reader keeps of an export's bulk
+"""The column cache (gapscope.trace.column_cache): what the SQLite reader keeps of an export's bulk
 reads, in gapscope's cache folder, and takes instead of the export on a repeat.
 
 Every test turns the cache on in a folder of its own (the suite's conftest keeps it off); the
@@ -7,6 +7,8 @@ truth a cached analysis is held to is the same analysis with the cache off.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import sqlite3
@@ -150,22 +152,34 @@ def test_nothing_is_written_beside_the_trace(tmp_path, cache_on):
     assert entry_files(cache_on) and all(cache_on in p.parents for p in entry_files(cache_on))
 
 
+def key(name: str, size: int = 0) -> str:
+    """A column entry's name as gapscope gives it (the SHA-1 of a content, its size), for ``name``."""
+    return f"{hashlib.sha1(name.encode()).hexdigest()}-{size}"
+
+
+def query_file(name: str) -> str:
+    """A column file's name as gapscope gives it (the SHA-1 of its query), for ``name``."""
+    return f"{hashlib.sha1(name.encode()).hexdigest()}.arrow"
+
+
 def test_the_size_bound_evicts_least_recently_used(tmp_path):
-    base = tmp_path / "columns"
-    for i, (name, size) in enumerate([("a", 300), ("b", 300), ("c", 300)]):
-        entry = base / name
+    root = tmp_path / "gapscope"
+    base = root / "columns"
+    for i, name in enumerate("abc"):
+        entry = base / key(name)
         entry.mkdir(parents=True)
-        (entry / "q.arrow").write_bytes(b"x" * size)
+        (entry / query_file("q")).write_bytes(b"x" * 300)
         (entry / "used").touch()
         os.utime(entry / "used", (1000 + i, 1000 + i))  # a used first, c last
-    os.utime(base / "a" / "used", (2000, 2000))  # then a again: b is the least recently used
-    assert cache_folder.evict(base, 650) == [base / "b"]
-    assert sorted(p.name for p in base.iterdir()) == ["a", "c"]
-    assert cache_folder.evict(base, 650) == []
-    assert cache_folder.evict(base, 0) == [base / "c", base / "a"]
+    os.utime(base / key("a") / "used", (2000, 2000))  # then a again: b is the least recently used
+    ledger = cache_folder.Ledger(root)
+    assert ledger.bound(650) == [base / key("b")]
+    assert sorted(p.name for p in base.iterdir()) == sorted([key("a"), key("c")])
+    assert ledger.bound(650) == []
+    assert ledger.bound(0) == [base / key("c"), base / key("a")]
 
 
-def test_an_analysis_keeps_the_cache_within_its_bound(tmp_path, cache_on, monkeypatch):
+def test_an_analysis_keeps_the_cache_within_its_bound(tmp_path, cache_on, monkeypatch, unbudgeted):
     analyze(SMALL)
     small = sum(p.stat().st_size for p in cache_on.rglob("*"))
     other = TRACES / "torch_decode.sqlite"
@@ -197,7 +211,17 @@ def listed_totals(root: Path) -> tuple[int, int]:
     return sum(p.stat().st_size for f in folders for p in f.rglob("*") if p.is_file()), len(entries)
 
 
-def test_an_entry_larger_than_the_bound_is_not_written_past_it(tmp_path, cache_on, monkeypatch):
+def indexed_totals(root: Path) -> tuple[int, int]:
+    """(bytes, entries) as the ledger's index keeps them (its first line and CRC-32 checked here)."""
+    data = (root / "index").read_bytes()
+    assert zlib.crc32(data[:-4]).to_bytes(4, "big") == data[-4:]
+    header, _, body = data[:-4].partition(b"\n")
+    assert header == b"gapscope-cache/2 index -"
+    state = json.loads(body)
+    return state["bytes"], state["entries"]
+
+
+def test_an_entry_larger_than_the_bound_is_not_written_past_it(tmp_path, cache_on, monkeypatch, unbudgeted):
     """A column entry that alone would pass the bound: its writes stop once the next table
     would pass it, what was written goes, the other entries stay, and the running total is
     what a listing finds."""
@@ -207,9 +231,9 @@ def test_an_entry_larger_than_the_bound_is_not_written_past_it(tmp_path, cache_o
     sizes: list[int] = []  # every table the reader hands the cache for `other`, as kept (+ CRC)
     real_keep = cache_folder.Ledger.keep
 
-    def counted(self, path, body):
-        sizes.append(len(memoryview(body).cast("B")) + cache_folder.CRC_BYTES)
-        return real_keep(self, path, body)
+    def counted(self, path, body, content=""):
+        sizes.append(cache_folder.sealed_size(self.root, path, content, len(memoryview(body).cast("B"))))
+        return real_keep(self, path, body, content)
 
     monkeypatch.setattr(cache_folder.Ledger, "keep", counted)
     analyze(other)  # the bound at 1G: every table kept
@@ -225,7 +249,8 @@ def test_an_entry_larger_than_the_bound_is_not_written_past_it(tmp_path, cache_o
     assert 0 < sum(sizes) <= limit and len(sizes) < len(whole)  # written up to the bound, not past it
     assert not mine.exists()
     assert {p: p.stat().st_size for p in cache_on.rglob("*") if p.is_file()} == small_files
-    assert cache_folder.Ledger(cache_on.parent).totals() == listed_totals(cache_on.parent)
+    assert cache_folder.Ledger(cache_on.parent).bound(1 << 62) == []  # the index, rebuilt if it must be
+    assert indexed_totals(cache_on.parent) == listed_totals(cache_on.parent)
 
 
 def test_tables_other_reads_kept_count_toward_the_entry(tmp_path):
@@ -233,30 +258,30 @@ def test_tables_other_reads_kept_count_toward_the_entry(tmp_path):
     plus this read's: once together they would pass the bound, the whole entry goes."""
     import pyarrow as pa
 
-    from gapscope.trace.cache import ColumnCache
+    from gapscope.trace.column_cache import ColumnCache
 
     root = tmp_path / "gapscope"
     table = pa.table({"x": list(range(1000))})
-    other = ColumnCache(root / "columns" / "other", limit=1 << 30)  # another export's entry, used long ago
+    other = ColumnCache(root / "columns" / key("other"), limit=1 << 30)  # another export's entry, used long ago
     other.keep("SELECT 1", pa.table({"x": [1]}))
     other.finish()
-    os.utime(root / "columns" / "other" / cache_folder.STAMP, (1, 1))
-    small = cache_folder.entry_bytes(root / "columns" / "other")
-    first = ColumnCache(root / "columns" / "key", limit=1 << 30)
+    os.utime(root / "columns" / key("other") / cache_folder.STAMP, (1, 1))
+    small = cache_folder.Ledger(root).entry_bytes(root / "columns" / key("other"))
+    first = ColumnCache(root / "columns" / key("key"), limit=1 << 30)
     first.keep("SELECT 1", table)
     first.finish()
-    [kept] = (root / "columns" / "key").glob("*.arrow")
+    [kept] = (root / "columns" / key("key")).glob("*.arrow")
     one = kept.stat().st_size  # one table as kept, its CRC included
-    second = ColumnCache(root / "columns" / "key", limit=2 * one - 1)  # room for one table, not two
+    second = ColumnCache(root / "columns" / key("key"), limit=2 * one - 1)  # room for one table, not two
     second.keep("SELECT 2", table)
     second.finish()
-    assert not (root / "columns" / "key").exists()
-    assert cache_folder.entry_bytes(root / "columns" / "other") == small  # nothing evicted for it
-    third = ColumnCache(root / "columns" / "key", limit=2 * one)
+    assert not (root / "columns" / key("key")).exists()
+    assert cache_folder.Ledger(root).entry_bytes(root / "columns" / key("other")) == small  # nothing evicted for it
+    third = ColumnCache(root / "columns" / key("key"), limit=2 * one)
     third.keep("SELECT 1", table)
     third.keep("SELECT 2", table)
     third.finish()
-    assert sorted(p.stat().st_size for p in (root / "columns" / "key").glob("*.arrow")) == [one, one]
+    assert sorted(p.stat().st_size for p in (root / "columns" / key("key")).glob("*.arrow")) == [one, one]
 
 
 @pytest.mark.parametrize("text, limit", [("", cache_folder.DEFAULT_LIMIT), ("4096", 4096), ("500M", 500 << 20),
@@ -277,7 +302,6 @@ def test_json_is_compact_unless_indented(tmp_path):
     trace = str(SMALL)
     compact = gapscope("analyze", trace, "-f", "json").stdout
     indented = gapscope("analyze", trace, "-f", "json", "--indent", "2").stdout
-    import json
 
     data = json.loads(compact)
     assert compact == json.dumps(data, separators=(",", ":")) + "\n"
