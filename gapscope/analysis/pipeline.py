@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from gapscope import heap
-from gapscope.analysis import answer, communication, memory, prediction, windows
+from gapscope.analysis import answer, communication, memory, prediction, time_window, windows
 from gapscope.analysis.attribution import (
     CATEGORY_LABELS, Attributor, LongStalls, api_names, category_sums, distinct_gaps, longest_gaps,
     setup_sums,
@@ -183,8 +183,14 @@ def _graph_trace_mode(frames: TraceFrames, launch: np.ndarray) -> str:
     return "graph" if graph_level else "node" if node_level else "none"
 
 
+#: What to do about a trace without NVTX ranges, in its warning.
+NO_RANGES_ADVICE = ("mark it with NVTX ranges (torch.cuda.nvtx.range_push/pop, nvtx.annotate) or "
+                    "torch.profiler.record_function, record only it (gapscope profile --capture-range nvtx:NAME), "
+                    "or analyze a time window after the start-up (--window 2s: skips the first 2 s)")
+
+
 def _warnings(frames: TraceFrames, launch: np.ndarray, ranges: RangeTable, mode: str,
-              elsewhere: list[str]) -> list[str]:
+              elsewhere: list[str], windowed: bool = False) -> list[str]:
     out = list(frames.warnings)  # what the reader says (damaged rows left out, fields its format lacks) comes first
     major = (frames.meta.export_schema or "").split(".")[0]
     nsys = frames.meta.format.startswith("nsys")  # other formats check their own schema
@@ -197,8 +203,12 @@ def _warnings(frames: TraceFrames, launch: np.ndarray, ranges: RangeTable, mode:
             "interval, so gaps inside graphs are invisible; record with "
             "`nsys profile --cuda-graph-trace=node` to see them"
         )
-    if len(frames.nvtx) == 0:
-        out.append("no NVTX ranges in this trace: per-range figures are empty; devices and streams cover the whole trace")
+    if windowed and len(ranges.frame) == 0:
+        out.append("no NVTX range in this window: per-range figures are empty; the devices and streams cover "
+                   "the window")
+    elif len(frames.nvtx) == 0:
+        out.append("no NVTX ranges in this trace: per-range figures are empty and the devices cover the whole "
+                   f"trace, start-up included; to see the loop alone, {NO_RANGES_ADVICE}")
     elif len(ranges.frame) == 0:
         out.append("the trace has NVTX events but no closed NVTX ranges")
     if len(frames.api) == 0:
@@ -751,6 +761,7 @@ def run_analysis(
     count_memops: bool = False, attribution: bool = True, top: int = 10,
     stall_threshold_ns: int = DEFAULT_STALL_THRESHOLD_NS, threads: str = "same", normalize: bool = True,
     gaps: bool = True, merge: bool = False, release_ids: bool = False,
+    window: tuple[int | None, int | None] | None = None,
 ) -> AnalysisArrays:
     """Compute every metric of docs/metrics.md on loaded frames (``attribution``: also the
     gap categories, graph payoff and the ``top`` longest gaps). ``ranges``/``domains`` select
@@ -769,9 +780,16 @@ def run_analysis(
     in place, so the returned ``frames`` lack them): :data:`READ_ONCE` once the range
     memberships are found, :data:`READ_BY_LEVELS` once the levels are measured; some 20 bytes
     an activity and 36 a call less under the analysis's peaks. For a caller that reads only the
-    result (:func:`opened_analysis` without ``gaps`` nor ``all_calls``)."""
+    result (:func:`opened_analysis` without ``gaps`` nor ``all_calls``).
+
+    ``window``: (start, end) offsets in ns from the trace's first GPU activity (None: the edge),
+    the frames cut to that time window before anything is measured (gapscope.analysis.time_window;
+    the result's ``options.window`` says where it lay)."""
     if stall_threshold_ns < 0:
         raise GapscopeError(f"the stall threshold must be 0 or more, not {stall_threshold_ns} ns")
+    placed = None
+    if window is not None:
+        frames, placed = time_window.cut(frames, window)
     memory = _Memory(frames, release_ids)
     options = LevelOptions(attribution, stall_threshold_ns, top, bool(ranges or domains))
     # 1. Each activity, the call that launched it, the ranges and the work each owns.
@@ -804,8 +822,9 @@ def run_analysis(
         trace=_trace_fields(frames, w.graph_trace),
         options={"count_memops": count_memops, "range_filter": list(ranges), "domain_filter": list(domains),
                  "threads": threads, "normalize_names": normalize,
-                 "stall_threshold_ns": int(stall_threshold_ns) if attribution else None},
-        warnings=_warnings(frames, w.launch, w.table, w.graph_trace, w.elsewhere),
+                 "stall_threshold_ns": int(stall_threshold_ns) if attribution else None,
+                 **({"window": placed.to_dict()} if placed is not None else {})},
+        warnings=_warnings(frames, w.launch, w.table, w.graph_trace, w.elsewhere, windowed=placed is not None),
         **sections, launch=lv.launch_rows, top_gaps=lv.top_gaps,
         answer=answer.build(sections["by_name"], sections["devices"], sections["payoff"]),
     )

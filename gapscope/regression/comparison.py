@@ -237,17 +237,23 @@ class Comparison:
 # loading inputs
 
 
-def load_input(path: str | Path) -> dict[str, Any]:
+def load_input(path: str | Path, window: tuple[int | None, int | None] | None = None) -> dict[str, Any]:
     """A result dict from a result JSON (single or many-trace), a `gapscope run` folder (its
     analysis.json) or a trace (analyzed on the fly with `gapscope analyze`'s defaults, or taken
-    from the result cache: gapscope.cache.analysis_result); GapscopeError for anything else."""
+    from the result cache: gapscope.cache.analysis_result); GapscopeError for anything else.
+    ``window``: a trace is analyzed over that time window (`--window`, gapscope.analysis.time_window);
+    a saved result cannot be cut and is refused."""
     from gapscope.inputs import resolve
 
     found = resolve(path).require("analysis", "fleet", "run", "trace", command="compare")
+    if window is not None and found.kind != "trace":
+        raise GapscopeError(f"{found.given}: --window cuts traces, and this is a saved result; give its trace, "
+                            "or analyze it with `gapscope analyze TRACE --window ... -o result.json`", 2)
     if found.kind == "trace":
         from gapscope.cache import analysis_result
 
-        data = analysis_result(found.path, found.format)[0].to_dict()
+        options = {} if window is None else {"window": window}
+        data = analysis_result(found.path, found.format, options)[0].to_dict()
     elif found.kind == "run":
         data = _run_analysis(found)
     else:
@@ -276,14 +282,16 @@ def _check_result(data: Any, source: str | Path) -> None:
 def compare_paths(
     baseline: Sequence[str | Path], current: Sequence[str | Path], thresholds: ThresholdSet, *,
     scope: Sequence[str] | None = None, missing: str = DEFAULT_MISSING,
+    window: tuple[int | None, int | None] | None = None,
 ) -> Comparison:
-    """Load every input (result JSON or trace) and :func:`compare` them."""
+    """Load every input (result JSON or trace; ``window``: traces analyzed over that time
+    window) and :func:`compare` them."""
     if not baseline:
         raise GapscopeError("no baseline given", 2)
     if not current:
         raise GapscopeError("no current result given", 2)
-    base = [load_input(p) for p in baseline]
-    cur = [load_input(p) for p in current]
+    base = [load_input(p, window) for p in baseline]
+    cur = [load_input(p, window) for p in current]
     return compare(
         base, cur, thresholds, baseline_sources=[str(p) for p in baseline],
         current_sources=[str(p) for p in current], scope=scope, missing=missing,
