@@ -706,7 +706,7 @@ def compare(
                             verdicts.append(checker.coverage(ident, th))
                     elif role != "name":
                         verdicts.append(checker.check(ident, metric, th))
-            elif windowed and sc != "launch" and role != "mode":
+            elif windowed and (in_base or in_cur) and sc != "launch" and role != "mode":
                 one_sided.setdefault(sc, ([], []))[0 if in_base else 1].append(str(checker.meta(ident)["key"]))
             elif in_base and missing != "ignore":
                 verdict = checker.presence(ident, "missing", ident in had_rows)
