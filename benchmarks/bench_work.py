@@ -1,7 +1,8 @@
 """Benchmark: what the fields `gapscope compare` reads to tell units of work and host work cost
 the analysis (issue 40): each range's CUDA calls (``api_calls``, ``api_ns``:
 gapscope.analysis.ranges.range_calls) and every by-name and device row's kernels counted by name
-(``kernel_counts``: gapscope.analysis.metrics.kernel_counts and the name lookup before it),
+(``kernel_counts``: gapscope.analysis.metrics.kernel_counts and the name lookup before it), and
+cutting the frames to a time window (``--window``: gapscope.analysis.time_window.cut),
 timed on a large export beside the whole analysis of it (with attribution, the default), the
 floor they add to, in the same run and process.
 
@@ -47,11 +48,17 @@ def main() -> None:
             kernel_counts(label, uniq.tolist(), None, acts.device_code, acts.device_ids.size)
 
         mix = best(counts, args.repeat)
+        from gapscope.analysis.time_window import cut
+
+        first, last = int(frames.activities["start"].min()), int(frames.activities["end"].max())
+        half = (last - first) // 4, 3 * (last - first) // 4  # the middle half of the trace
+        window = best(lambda: cut(frames, half), args.repeat)
         n_ranges, n_members = len(a.ranges.frame), a.member_act.size
     print(f"{n_ranges:,} ranges, {n_members:,} range memberships, {acts.start.size:,} activities")
     print(f"{'step':42} {'seconds':>8} {'of the analysis':>16}")
     for what, t in (("whole analysis (the floor, attribution on)", whole),
-                    ("range_calls: api_calls, api_ns", calls), ("kernel_counts: names looked up, counted", mix)):
+                    ("range_calls: api_calls, api_ns", calls), ("kernel_counts: names looked up, counted", mix),
+                    ("--window: the frames cut to the middle half", window)):
         print(f"{what:42} {t:8.3f} {t / whole:16.1%}")
 
 
