@@ -40,7 +40,7 @@ STATUS_LABEL = {
 
 
 COLUMNS = (Column("status", False), Column("scope", False, priority=2), Column("name", False),
-           Column("metric", False, priority=1), Column("baseline", short="base"), Column("current", short="cur"),
+           Column("metric", False), Column("baseline", short="base"), Column("current", short="cur"),
            Column("Δ"), Column("Δ%", priority=2), Column("limit", priority=1))
 NOISE = Column("noise", priority=2)
 
