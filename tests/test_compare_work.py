@@ -189,7 +189,7 @@ def test_fsdp_windows_cover_different_parts_reported_once(tmp_path) -> None:
         "6 more); not compared, and not failed")
     assert data["unmatched"] == [] and data["counts"]["missing"] == 0
     ks = R.kernels(str(path))
-    origin = min(x["start"] for x in R.Trace(str(path)).acts)
+    origin = R.first_activity(path)
     cut = origin + 150 * MS
     for v in data["verdicts"]:
         if v["scope"] == "device" and v["metric"] == "kernels":

@@ -96,7 +96,7 @@ def test_fsdp_windows_split_the_trace(tmp_path) -> None:
     from gapscope.analysis.pipeline import analyze
 
     ks = R.kernels(str(path))
-    origin = min(a["start"] for a in R.Trace(str(path)).acts)
+    origin = R.first_activity(path)
     first, second = (analyze(path, window=w) for w in ((0, 150 * MS), (150 * MS, None)))
     cut = origin + 150 * MS
     for result, keep in ((first, lambda k: k["start"] < cut), (second, lambda k: k["end"] > cut or k["start"] >= cut)):
