@@ -32,7 +32,7 @@ import pandas as pd
 from gapscope.errors import GapscopeError
 from gapscope.trace.frames import NVTX_DOMAIN_CREATE, TraceFrames
 
-__all__ = ["Cut", "parse", "cut"]
+__all__ = ["Cut", "cut", "parse"]
 
 
 def parse(text: str | None) -> tuple[int | None, int | None] | None:

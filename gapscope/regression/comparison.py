@@ -470,7 +470,6 @@ class _Checker:
         against what the baseline's share of eager instances gives at current's instance count."""
         import statistics
 
-        m = METRICS["eager_fallback"]
         meta = self.meta(ident)
         b_runs, c_runs = self.plan.coverage.get(ident, ([], []))
 
@@ -483,7 +482,7 @@ class _Checker:
                     float(statistics.median(eager or [0])), spread)
 
         b_share, b_total, b_eager, b_spread = side(b_runs)
-        c_share, c_total, c_eager, c_spread = side(c_runs)
+        _, c_total, c_eager, c_spread = side(c_runs)
         expected = math.ceil(b_share * c_total - 1e-9)  # the baseline's share at current's count, rounded up
         delta = c_eager - expected
         noise = max(b_spread, c_spread) * c_total
