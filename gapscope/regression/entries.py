@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gapscope import catalog
 from gapscope.regression.metrics import METRICS
 from gapscope.errors import GapscopeError
 
@@ -178,10 +179,10 @@ def _domains(frame: pd.DataFrame) -> pd.Series:
     return domains.where(domains.notna(), None)
 
 
-#: The modes a range instance runs in (docs/ci.md, "Modes"): replayed when more than half of its
-#: kernels came from graph launches (catalog.GRAPH_SHARE), else eager; one-off when it holds
-#: one-off gaps (``one_off_ns`` > 0: setup, or a long stall that does not repeat), else steady.
-MODES = ("eager", "replayed", "eager one-off", "replayed one-off")
+#: The modes a range instance runs in (gapscope.catalog.INSTANCE_MODES; docs/ci.md, "Modes"):
+#: replayed when more than half of its kernels came from graph launches (catalog.GRAPH_SHARE),
+#: else eager; one-off when it holds one-off gaps (``one_off_ns`` > 0), else steady.
+MODES = catalog.INSTANCE_MODES
 
 
 def _instances(result: dict[str, Any], source: str) -> pd.DataFrame:
@@ -220,7 +221,7 @@ def _instances(result: dict[str, Any], source: str) -> pd.DataFrame:
     one_off = field("one_off_ns") > 0
     values["_domain"] = domains.where(domains.notna(), _DEFAULT_DOMAIN).astype(str).to_numpy()
     values["_group"] = names
-    values["_mode"] = np.where(replayed, "replayed", "eager") + np.where(one_off, " one-off", "")
+    values["_mode"] = np.asarray(MODES, dtype=object)[replayed.astype(int) + 2 * one_off.astype(int)]
     verdicts = frame["verdict"] if "verdict" in frame.columns else pd.Series(None, index=frame.index)
     values["_verdict"] = verdicts.where(verdicts.map(lambda v: isinstance(v, str)), None).to_numpy(object)
     return values

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gapscope.regression.entries import Entries
+from gapscope.regression.entries import MODES, Entries
 from gapscope.regression.metrics import METRICS
 from gapscope.regression.work import Work, unit_of_work
 
@@ -107,7 +107,7 @@ def _by_mode(base: list[Entries], cur: list[Entries]) -> tuple[list[Entries], li
     split: dict[str, list[str]] = {}
     for ident in idents:
         b, c = _modes(base, ident), _modes(cur, ident)
-        shared = [m for m in ("eager", "replayed", "eager one-off", "replayed one-off") if m in b and m in c]
+        shared = [m for m in MODES if m in b and m in c]
         if shared and (b != c or len(shared) > 1):
             split[ident] = shared
             roles[ident] = "name"
