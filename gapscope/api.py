@@ -537,8 +537,8 @@ def compare(baseline: Side, current: Side, thresholds: str | Sequence[str] | Non
     (``"range,device"``) and ``missing`` (``fail``, ``warn``, ``ignore``) as `--scope` and
     `--missing` take them; ``config``: a pyproject.toml whose ``[tool.gapscope.compare]`` table
     applies first (unlike the command, no pyproject.toml is read unless named). The DataFrame's
-    ``attrs`` hold the ``headline``, ``passed``, the ``failures`` in words, the ``thresholds``
-    in force and the ``warnings``.
+    ``attrs`` hold the ``headline``, ``passed``, the ``failures`` and ``notes`` in words, the
+    ``thresholds`` in force and the ``warnings``.
     """
     import dataclasses
 
@@ -556,5 +556,6 @@ def compare(baseline: Side, current: Side, thresholds: str | Sequence[str] | Non
     columns = [f.name for f in dataclasses.fields(Verdict)]
     frame = pd.DataFrame([v.to_dict() for v in comparison.verdicts], columns=columns)
     frame.attrs.update(headline=comparison.headline(), passed=comparison.passed, failures=comparison.failures(),
-                       thresholds=list(comparison.thresholds), warnings=list(comparison.warnings))
+                       notes=comparison.notes(), thresholds=list(comparison.thresholds),
+                       warnings=list(comparison.warnings))
     return frame

@@ -82,7 +82,7 @@ RESULT_LAYOUT = "2"
 #: options given merged over these, so a caller that gives none (`gapscope compare TRACE`) finds
 #: the entry of one that gives them all.
 ANALYSIS_DEFAULTS: Mapping[str, Any] = {"ranges": (), "domains": (), "count_memops": False, "attribution": True,
-                                        "top": 10, "threads": "same", "normalize": True}
+                                        "top": 10, "threads": "same", "normalize": True, "window": None}
 STAMP = "used"  # in a column entry: its mtime is when the entry was last read or written
 CRC_BYTES = 4
 _RESULT_SUFFIX = ".result"

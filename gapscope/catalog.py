@@ -174,6 +174,10 @@ WARMUP_NS = 100_000_000
 LAUNCH_SCALE_NS = 100_000
 #: A row is a graph replay when more than this share of its kernels came from graph launches.
 GRAPH_SHARE = 0.5
+#: The modes a range instance runs in, as `gapscope compare` names them (docs/ci.md, "Modes"):
+#: replayed (more than GRAPH_SHARE of its kernels from graph launches) or eager, and one-off
+#: when it holds one-off gaps (setup, a long stall that does not repeat), else steady.
+INSTANCE_MODES: tuple[str, ...] = ("eager", "replayed", "eager one-off", "replayed one-off")
 
 
 def verdict_of(code: str) -> Verdict:

@@ -25,7 +25,7 @@ ANALYSIS_OPTIONS = ("top", "count_memops", "attribution")
 #: The options of :func:`gapscope.analysis.pipeline.run_analysis` that only a trace honours
 #: (a saved result refuses them), with the flag that sets each.
 TRACE_ONLY = {"ranges": "--range", "domains": "--domain", "threads": "--threads",
-              "stall_threshold_ns": "--stall-threshold", "normalize": "--no-normalize"}
+              "stall_threshold_ns": "--stall-threshold", "normalize": "--no-normalize", "window": "--window"}
 DEFAULTS = {"threads": "same", "normalize": True}
 
 #: A trace's status line while it is read and analyzed: made for the trace's path, called as

@@ -36,6 +36,8 @@ STATS_FIELDS = (
 CATEGORIES = CATEGORY_NAMES
 #: Fields that hold gap times per category (an object keyed by category).
 NESTED = ("gap_by_category_ns", "one_off_by_category_ns")
+#: Fields that hold kernels counted by name: a list of [name, count] pairs.
+NAME_COUNTS = ("kernel_counts",)
 #: The sections every result of a kind holds (lists of objects).
 SECTIONS = {
     "analysis": ("ranges", "by_name", "devices", "streams"),
@@ -60,7 +62,8 @@ DOMAINS: dict[str, tuple[float, float, str]] = {
         "stall_threshold_ns", "graph_predicted_speedup", "graph_predicted_low", "graph_predicted_high",
         "eager_untraced_ns", "graph_predicted_ns", "steady_span_ns", "one_off_ns", "one_off_stalls",
         "tracer_overhead_ns", "replayed_instances", "eager_instances", "first_eager_instance",
-        "last_eager_instance", "eager_instance_span_ns", "replayed_instance_span_ns", "wall_ns")},
+        "last_eager_instance", "eager_instance_span_ns", "replayed_instance_span_ns", "wall_ns", "api_calls",
+        "api_ns")},
     **{f: _ANY for f in ("latency_median_ns", "latency_p90_ns", "excess_gap_ns", "worst_step_excess_ns")},
 }
 #: Fields that hold an integer (an id that results are matched on), and fields that hold text.
@@ -229,6 +232,11 @@ def _check_field(key: str, v: Any, where: str, source: str, spreads: bool) -> No
         raise _bad(source, where, v, "an integer")
     elif key in TEXTS and v is not None and not isinstance(v, str):
         raise _bad(source, where, v, "text")
+    elif key in NAME_COUNTS and not (
+            isinstance(v, list) and all(isinstance(p, list) and len(p) == 2 and isinstance(p[0], str)
+                                        and isinstance(p[1], int) and not isinstance(p[1], bool) and p[1] >= 0
+                                        for p in v)):
+        raise _bad(source, where, v, "a list of [kernel name, count] pairs")
     elif key in NESTED and not (
             isinstance(v, dict) and all(k in CATEGORIES and _is_number(x) and 0 <= x < math.inf
                                         for k, x in v.items())):

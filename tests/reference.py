@@ -901,3 +901,17 @@ def predicted(row: dict, one_off_cats: dict[str, int], launch_call_ns: float, tr
     ceiling_span = max(busy + cats["memop"], cats["stall"])
     return {"steady_span_ns": span, "eager_untraced_ns": e, "graph_predicted_ns": replay,
             "graph_predicted_speedup": e / replay, "graph_ceiling_speedup": span / ceiling_span}
+
+
+def first_activity(path) -> int:
+    """The start of a SQLite export's first GPU activity (kernel, copy, memset, graph execution),
+    read with sqlite3."""
+    import sqlite3
+
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    starts = [conn.execute(f"SELECT min(start) FROM {t}").fetchone()[0] for t in (
+        "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
+        "CUPTI_ACTIVITY_KIND_GRAPH_TRACE") if t in tables]
+    conn.close()
+    return min(s for s in starts if s is not None)

@@ -5,6 +5,7 @@ output format."""
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any, Callable
@@ -71,7 +72,7 @@ def test_identical_inputs_exit_0(run: Run, files: dict[str, str]) -> None:
     code, out, err = run("compare", files["base"], files["base"])
     assert (code, err) == (0, "")
     assert out.splitlines()[0] == "PASS: no regression in 8 checks (8 ok)"
-    assert "compared: range  ·  thresholds: gap_fraction:+0.1, kernels:+0, sync:+10%+20us, verdict:same" in out
+    assert "compared: range  ·  thresholds: gap_fraction:+0.1, kernels:+0, sync:+10%+20us, eager_fallback:+0, verdict:same" in out
 
 
 def test_regression_exit_1_table_names_range_and_metric(run: Run, files: dict[str, str]) -> None:
@@ -81,7 +82,8 @@ def test_regression_exit_1_table_names_range_and_metric(run: Run, files: dict[st
     assert lines[0] == "FAIL: 1 regression: range decode_step gap_fraction"
     # what changed, in words, right under the headline (the mean per step, with its largest category)
     assert lines[2] == ("  ✗ range decode_step: gap fraction per step 25.0% -> 50.0%: the GPU sits idle for "
-                        "more of its span (largest rise: host time 250 us -> 500 us)")
+                        "more of its span (largest rise: host time 250 us -> 500 us; the results hold no host work to tell a "
+                        "slower host from a GPU that ran dry earlier)")
     first_row = next(line for line in lines if line.startswith("REGRESSION"))
     assert first_row.split() == [
         "REGRESSION", "range", "decode_step", "gap_fraction", "25.0%", "50.0%", "+25.0", "pp",
@@ -111,7 +113,8 @@ def test_regression_named_in_markdown_junit_and_json(run: Run, files: dict[str, 
     md = (tmp_path / "report.md").read_text(encoding="utf-8")
     assert md.startswith("### ❌ gapscope compare — FAIL: 1 regression: range decode_step gap_fraction\n")
     words = ("range decode_step: gap fraction per step 25.0% -> 50.0%: the GPU sits idle for more of its span "
-             "(largest rise: host time 250 us -> 500 us)")
+             "(largest rise: host time 250 us -> 500 us; the results hold no host work to tell a slower host from a "
+             "GPU that ran dry earlier)")
     assert data["failures"] == [words]
     assert (
         "| ❌ regression | range | `decode_step` | `gap_fraction` | 25.0% | 50.0% | **+25.0 pp** | +100.0% | +10.0 pp |"
@@ -136,7 +139,7 @@ def test_json_to_stdout(run: Run, files: dict[str, str]) -> None:
     assert code == 1
     data = json.loads(out)
     assert data["headline"] == "FAIL: 1 regression: range decode_step gap_fraction"
-    assert data["counts"] == {"regression": 1, "missing": 0, "within-noise": 0, "improved": 0, "new": 0, "ok": 7}
+    assert data["counts"] == {"regression": 1, "missing": 0, "within-noise": 0, "improved": 0, "new": 0, "info": 0, "ok": 7}
 
 
 def test_improvement_exit_0(run: Run, files: dict[str, str]) -> None:
@@ -178,7 +181,7 @@ def test_pyproject_in_cwd_is_read_and_config_option(run: Run, files: dict[str, s
     (tmp_path / "pyproject.toml").write_text('[tool.gapscope.compare]\nfail = ["gap_fraction:+0.5"]\n', encoding="utf-8")
     code, out, _ = run("compare", files["base"], files["cur"])
     assert code == 0
-    assert "thresholds: kernels:+0, sync:+10%+20us, verdict:same, gap_fraction:+0.5" in out
+    assert "thresholds: kernels:+0, sync:+10%+20us, eager_fallback:+0, verdict:same, gap_fraction:+0.5" in out
     other = tmp_path / "ci.toml"
     other.write_text('[tool.gapscope.compare]\nfail = ["gap_fraction:+0.01"]\n', encoding="utf-8")
     code, _, _ = run("compare", files["base"], files["cur"], "--config", str(other))
@@ -195,7 +198,7 @@ def test_scope_and_missing_from_the_command_line_and_pyproject(run: Run, tmp_pat
     assert out.splitlines()[:3] == [
         "FAIL: 1 missing: range prefill missing",
         f"baseline: {a}  ·  current: {b}  ·  compared: range  ·  thresholds: gap_fraction:+0.1, kernels:+0, "
-        "sync:+10%+20us, verdict:same",
+        "sync:+10%+20us, eager_fallback:+0, verdict:same",
         "  ✗ range prefill: missing from current (baseline: 10 kernels)",
     ]
     code, out, _ = run("compare", a, b, "--missing", "warn")
@@ -277,7 +280,7 @@ def test_unmatched_ranges_listed(run: Run, tmp_path: Path) -> None:
         (("compare", "{base}", "{tmp}/nope.json"), "{tmp}/nope.json: no such file"),
         (("compare", "{base}", "{tmp}/bad.json"), "{tmp}/bad.json: not valid JSON (line 1, column 1: Expecting value); expected a gapscope result JSON"),
         (("compare", "{base}", "{cur}", "--fail", "gap_fraction:+x"), "bad threshold 'gap_fraction:+x': limit '+x' is not a number like +0.02, +5%, +50us or +10%+20us"),
-        (("compare", "{base}", "{cur}", "--fail", "gapfraction:+0.02"), "bad threshold 'gapfraction:+0.02': unknown metric 'gapfraction' (known: gap_fraction, gpu_span, busy, gap, gap_count, gap_p50, gap_p90, gap_p99, gap_max, kernels, kernel_median, memops, memop_ns, graph_kernels, graph_replays, gap_between_replays, gap_inside_replays, graph_ceiling_span, graph_ceiling_speedup, launch, host, stall, setup, sync, dependency, memop, pipeline, unknown, verdict, launch.API.{{calls|host_median|host_p90|latency_median|latency_p90|per_second}})"),
+        (("compare", "{base}", "{cur}", "--fail", "gapfraction:+0.02"), "bad threshold 'gapfraction:+0.02': unknown metric 'gapfraction' (known: gap_fraction, gpu_span, busy, gap, gap_count, gap_p50, gap_p90, gap_p99, gap_max, kernels, kernel_median, memops, memop_ns, graph_kernels, graph_replays, gap_between_replays, gap_inside_replays, graph_ceiling_span, graph_ceiling_speedup, wall, api_calls, api_ns, launch, host, stall, setup, sync, dependency, memop, pipeline, unknown, eager_fallback, verdict, launch.API.{{calls|host_median|host_p90|latency_median|latency_p90|per_second}})"),
         (("compare", "{base}", "{cur}", "--scope", "ranges"), "--scope: 'ranges' is not a scope (give some of range, device, stream, comma-separated, or auto)"),
         (("compare", "{base}", "{cur}", "--fail", "launch.cudaGraphLaunch.host_median:+20%"), "{base} has no launch statistics (analyzed with --no-attribution); cannot check launch.cudaGraphLaunch.host_median_ns:+20%"),
         (("compare", "{base}", "{cur}", "--config", "{tmp}/none.toml"), "config file not found: {tmp}/none.toml"),
@@ -346,10 +349,15 @@ def _sync(result: dict[str, Any], name: str) -> int:
 def test_real_identical_traces_exit_0(run: Run) -> None:
     code, out, err = run("compare", str(PLAIN), str(PLAIN))
     assert (code, err) == (0, "")
-    assert out.splitlines()[0] == "PASS: no regression in 12 checks (12 ok)"
-    checks = [line.split()[2:4] for line in out.splitlines() if line.startswith("ok ")]
-    assert checks == [[name, metric] for name in ("eager", "decode_step", "graph")
-                      for metric in ("gap_fraction", "kernels", "sync", "verdict")]
+    assert out.splitlines()[0] == "PASS: no regression in 22 checks (22 ok)"
+    checks = [" ".join(re.split(r"\s{2,}", line)[2:4]) for line in out.splitlines() if line.startswith("ok ")]
+    # decode_step's 32 steps: 16 replayed, 15 eager and the first eager one with one-off gaps
+    # (module loading), each mode compared with its own; the name itself for its eager fallback
+    per_range = ("gap_fraction", "kernels", "sync", "verdict")
+    assert checks == [
+        *(f"eager {m}" for m in per_range), "decode_step eager_fallback",
+        *(f"decode_step ({mode}) {m}" for mode in ("eager", "replayed", "eager one-off") for m in per_range),
+        *(f"graph {m}" for m in ("gap_fraction", "kernels", "sync", "eager_fallback", "verdict"))]
 
 
 #: What the sync after every step breaks (torch_decode -> torch_decode_sync), in report order.
@@ -381,7 +389,7 @@ def test_real_sync_every_step_is_a_regression_in_every_format(
     table = (tmp_path / "report.txt").read_text(encoding="utf-8").splitlines()
     assert table[0] == headline
     assert table[2:6] == [f"  ✗ {w}" for w in words]
-    row = next(line for line in table if line.startswith("REGRESSION  range  graph        gap_fraction"))
+    row = next(line for line in table if re.split(r"\s{2,}", line)[:4] == ["REGRESSION", "range", "graph", "gap_fraction"])
     assert row.split() == [
         "REGRESSION", "range", "graph", "gap_fraction", "17.6%", "45.7%", "+28.1", "pp", "+159.3%", "+10.0", "pp"
     ]
@@ -397,7 +405,7 @@ def test_real_sync_every_step_is_a_regression_in_every_format(
 
     suite = ET.parse(tmp_path / "report.xml").getroot().find("testsuite")
     assert suite is not None
-    assert (suite.get("tests"), suite.get("failures")) == ("12", "4")
+    assert (suite.get("tests"), suite.get("failures")) == ("22", "4")
     failed = [(c.get("name"), c.find("failure").get("message")) for c in suite.iter("testcase")  # type: ignore[union-attr]
               if c.find("failure") is not None]
     assert [name for name, _ in failed] == ["eager: sync", "graph: gap_fraction", "graph: sync", "graph: verdict"]
@@ -436,7 +444,7 @@ def test_real_improvement_never_fails(run: Run) -> None:
     code, out, err = run("compare", str(SYNC), str(PLAIN), "--format", "json")
     assert (code, err) == (0, "")
     data = json.loads(out)
-    assert data["headline"] == "PASS: no regression in 12 checks (4 improved, 8 ok)"
+    assert data["headline"] == "PASS: no regression in 22 checks (4 improved, 18 ok)"
     improved = [(v["scope"], v["key"], v["metric"]) for v in data["verdicts"] if v["status"] == "improved"]
     assert improved == SYNC_FAILURES
     _, forward, _ = run("compare", str(PLAIN), str(SYNC), "--format", "json")

@@ -110,7 +110,7 @@ def test_identical_runs_all_ok() -> None:
     )
     c = compare([r], [r], FRACTION_AND_SPAN, scope=ALL_SCOPES)
     assert c.passed and c.exit_code == 0
-    assert c.counts() == {"regression": 0, "missing": 0, "within-noise": 0, "improved": 0, "new": 0, "ok": 8}
+    assert c.counts() == {"regression": 0, "missing": 0, "within-noise": 0, "improved": 0, "new": 0, "info": 0, "ok": 8}
     assert [(v.scope, v.key, v.metric) for v in c.verdicts] == [
         ("range", "decode_step", "gap_fraction"),
         ("range", "decode_step", "gpu_span_ns"),
@@ -165,7 +165,7 @@ def test_default_thresholds_check_the_ranges_only() -> None:
         {"decode_step": (2, _v2(4000, 1000))}, {0: _v2(8000, 8000 - 1)},
     )
     c = compare([base], [cur])
-    assert c.thresholds == ["gap_fraction:+0.1", "kernels:+0", "sync:+10%+20us", "verdict:same"]
+    assert c.thresholds == ["gap_fraction:+0.1", "kernels:+0", "sync:+10%+20us", "eager_fallback:+0", "verdict:same"]
     assert c.scope == ("range",)
     assert [(v.scope, v.key, v.metric, v.baseline, v.current, v.status) for v in c.verdicts] == [
         ("range", "decode_step", "gap_fraction", 0.25, 0.25, "ok"),
@@ -373,7 +373,7 @@ def test_a_missing_range_fails_in_words_and_a_new_one_is_listed() -> None:
     assert c.headline() == "FAIL: 2 missing: range warmup missing, range log missing"
     assert c.failures() == ["range warmup: missing from current (baseline: 10 kernels)",
                             "range log: no GPU work in current (baseline: 2 kernels)"]
-    assert c.counts() == {"regression": 0, "missing": 2, "within-noise": 0, "improved": 0, "new": 2, "ok": 4}
+    assert c.counts() == {"regression": 0, "missing": 2, "within-noise": 0, "improved": 0, "new": 2, "info": 0, "ok": 4}
     assert [(v.key, v.metric) for v in c.verdicts if v.metric] == [
         ("decode_step", "gap_fraction"), ("decode_step", "gpu_span_ns"), ("GPU 0", "gap_fraction"),
         ("GPU 0", "gpu_span_ns")]
@@ -647,7 +647,7 @@ def test_report_order_failures_first_and_json_round_trip() -> None:
         "status": "regression", "baseline": 0.25, "current": 0.5, "delta": 0.25, "relative_delta": 1.0,
         "threshold": "gap_fraction:+0.02", "limit": 0.02, "noise": 0.0, "baseline_spread": 0.0,
         "current_spread": 0.0, "baseline_runs": 1, "current_runs": 1, "baseline_count": 1.0,
-        "current_count": 1.0, "failed": True,
+        "current_count": 1.0, "failed": True, "note": False,
         "words": "gap fraction 25.0% -> 50.0%: the GPU sits idle for more of its span",
         "per_instance": "mean", "limit_text": "+2.0 pp",
     }

@@ -389,7 +389,8 @@ def test_the_default_options_are_the_pipelines():
     params = inspect.signature(run_analysis).parameters
     assert {k: params[k].default for k in cache.ANALYSIS_DEFAULTS} == dict(cache.ANALYSIS_DEFAULTS)
     assert dict(cache.ANALYSIS_DEFAULTS) == {"ranges": (), "domains": (), "count_memops": False,
-                                             "attribution": True, "top": 10, "threads": "same", "normalize": True}
+                                             "attribution": True, "top": 10, "threads": "same", "normalize": True,
+                                             "window": None}
 
 
 def test_analysis_result_reads_the_entry_the_command_kept(results, monkeypatch):

@@ -113,8 +113,8 @@ def test_unknown_metric_lists_known_names() -> None:
     assert info.value.message == (
         "unknown metric 'idle' (known: gap_fraction, gpu_span, busy, gap, gap_count, gap_p50, "
         "gap_p90, gap_p99, gap_max, kernels, kernel_median, memops, memop_ns, graph_kernels, graph_replays, "
-        "gap_between_replays, gap_inside_replays, graph_ceiling_span, graph_ceiling_speedup, launch, host, "
-        "stall, setup, sync, dependency, memop, pipeline, unknown, verdict, "
+        "gap_between_replays, gap_inside_replays, graph_ceiling_span, graph_ceiling_speedup, wall, api_calls, "
+        "api_ns, launch, host, stall, setup, sync, dependency, memop, pipeline, unknown, eager_fallback, verdict, "
         "launch.API.{calls|host_median|host_p90|latency_median|latency_p90|per_second})"
     )
 
@@ -125,7 +125,7 @@ def test_every_metric_is_a_documented_schema_field_with_words() -> None:
         "gap_fraction", "gpu_span_ns", "busy_ns", "gap_ns", "gap_count", "gap_p50_ns",
         "gap_p90_ns", "gap_p99_ns", "gap_max_ns", "kernels", "kernel_median_ns", "memops", "memop_ns",
         "graph_kernels", "graph_replays", "gap_between_replays_ns", "gap_inside_replays_ns",
-        "graph_ceiling_span_ns", "graph_ceiling_speedup",
+        "graph_ceiling_span_ns", "graph_ceiling_speedup", "wall_ns", "api_calls", "api_ns",
     ]
     schema = (Path(__file__).parents[1] / "docs" / "schema.md").read_text(encoding="utf-8")
     ci = (Path(__file__).parents[1] / "docs" / "ci.md").read_text(encoding="utf-8")
@@ -138,7 +138,8 @@ def test_every_metric_is_a_documented_schema_field_with_words() -> None:
     assert [m.name for m in METRICS.values() if m.worse < 0] == ["graph_kernels", "graph_replays", "launch.per_second"]
     assert [m.name for m in METRICS.values() if m.summed and m.kind == "row"] == [
         "gpu_span_ns", "busy_ns", "gap_ns", "gap_count", "kernels", "memops", "memop_ns", "graph_kernels",
-        "graph_replays", "gap_between_replays_ns", "gap_inside_replays_ns", "graph_ceiling_span_ns",
+        "graph_replays", "gap_between_replays_ns", "gap_inside_replays_ns", "graph_ceiling_span_ns", "wall_ns",
+        "api_calls", "api_ns",
     ]
 
 
@@ -194,14 +195,16 @@ def test_describe_limit() -> None:
 
 
 def test_defaults() -> None:
-    assert DEFAULT_THRESHOLDS == ("gap_fraction:+0.10", "kernels:+0", "sync:+10%+20us", "verdict:same")
+    assert DEFAULT_THRESHOLDS == ("gap_fraction:+0.10", "kernels:+0", "sync:+10%+20us", "eager_fallback:+0",
+                                  "verdict:same")
     defaults = ThresholdSet.defaults()
-    assert defaults.specs() == ["gap_fraction:+0.1", "kernels:+0", "sync:+10%+20us", "verdict:same"]
+    assert defaults.specs() == ["gap_fraction:+0.1", "kernels:+0", "sync:+10%+20us", "eager_fallback:+0",
+                                "verdict:same"]
     assert {t.origin for t in defaults} == {"default"}
     for scope, name in (("range", "decode_step"), ("device", None), ("stream", None)):
         assert {m: str(t) for m, t in defaults.for_entry(scope, name).items()} == {
             "gap_fraction": "gap_fraction:+0.1", "kernels": "kernels:+0", "sync_ns": "sync:+10%+20us",
-            "verdict": "verdict:same",
+            **({"eager_fallback": "eager_fallback:+0"} if scope == "range" else {}), "verdict": "verdict:same",
         }
     assert defaults.for_entry("launch", "cudaGraphLaunch") == {} and not defaults.has_launch()
 
@@ -283,14 +286,15 @@ def test_config_fail_list(tmp_path: Path) -> None:
 def test_config_layers_defaults_config_cli(tmp_path: Path) -> None:
     path = _pyproject(tmp_path, '[tool.gapscope.compare]\nfail = ["gap_fraction:+0.01", "kernels:+0"]\n')
     s = resolve_thresholds(["kernels:off", "gpu_span:+10%"], path)
-    assert s.specs() == ["sync:+10%+20us", "verdict:same", "gap_fraction:+0.01", "kernels:off", "gpu_span:+10%"]
+    assert s.specs() == ["sync:+10%+20us", "eager_fallback:+0", "verdict:same", "gap_fraction:+0.01", "kernels:off",
+                         "gpu_span:+10%"]
     assert list(s.for_entry("device")) == ["gap_fraction", "gpu_span_ns", "sync_ns", "verdict"]
 
 
 def test_default_config_found_in_search_dir(tmp_path: Path) -> None:
     _pyproject(tmp_path, '[tool.gapscope.compare]\nfail = ["gpu_span:+5%", "gap_fraction:off"]\n')
     assert resolve_thresholds(search_dir=tmp_path).specs() == [
-        "kernels:+0", "sync:+10%+20us", "verdict:same", "gpu_span:+5%", "gap_fraction:off"]
+        "kernels:+0", "sync:+10%+20us", "eager_fallback:+0", "verdict:same", "gpu_span:+5%", "gap_fraction:off"]
     assert resolve_thresholds(search_dir=None).specs() == ThresholdSet.defaults().specs()
 
 

@@ -240,3 +240,34 @@ def rollup_stats(
             "kernel_median_ns": kq[:, 0],
         }
     )[list(STATS_FIELDS)]
+
+
+def kernel_counts(labels: np.ndarray, names: list[str], member_act: np.ndarray | None, member_row: np.ndarray,
+                  n_rows: int) -> np.ndarray:
+    """Per output row, its kernels counted by name: a list of ``[name, count]`` pairs, most
+    frequent first (then by name), as an object array of ``n_rows`` lists (docs/schema.md,
+    ``kernel_counts``). ``labels``: each activity's name code into ``names``, which are sorted
+    (-1: not a kernel);
+    ``member_act`` None: every activity is a member of ``member_row`` (one per activity)."""
+    if member_act is None:
+        codes, rows = labels, np.asarray(member_row, dtype=np.int64)
+    else:
+        codes, rows = labels[member_act], np.asarray(member_row, dtype=np.int64)
+    keep = codes >= 0
+    codes, rows = codes[keep].astype(np.int64), rows[keep]
+    n_names = max(len(names), 1)
+    pair, counts = np.unique(rows * n_names + codes, return_counts=True)
+    row, code = pair // n_names, pair % n_names
+    text = np.asarray(names, dtype=object)
+    order = np.lexsort((code, -counts, row))  # codes follow the names' order
+    row, code, counts = row[order], code[order], counts[order]
+    out = np.empty(n_rows, dtype=object)
+    for i in range(n_rows):
+        out[i] = []
+    bounds = np.searchsorted(row, np.arange(n_rows + 1))
+    names_of = text[code].tolist()
+    count_list = counts.tolist()
+    for i in np.flatnonzero(np.diff(bounds)).tolist():
+        a, b = bounds[i], bounds[i + 1]
+        out[i] = [[n, c] for n, c in zip(names_of[a:b], count_list[a:b])]
+    return out

@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from gapscope import heap
-from gapscope.analysis import answer, communication, memory, prediction, windows
+from gapscope.analysis import answer, communication, memory, prediction, time_window, windows
 from gapscope.analysis.attribution import (
     CATEGORY_LABELS, Attributor, LongStalls, api_names, category_sums, distinct_gaps, longest_gaps,
     setup_sums,
@@ -46,11 +46,12 @@ from gapscope.analysis.host_timeline import DEFAULT_STALL_THRESHOLD_NS
 from gapscope.analysis.keys import narrowed, pair_code, small_codes, stream_key, unpack_stream_key
 from gapscope.analysis.launches import launch_stats
 from gapscope.analysis.metrics import (
-    STATS_FIELDS, ActivityArrays, GapList, level_stats, level_table, member_kernels, rollup_stats,
+    STATS_FIELDS, ActivityArrays, GapList, kernel_counts, level_stats, level_table, member_kernels, rollup_stats,
 )
 from gapscope.analysis.payoff import measured_pairs
 from gapscope.analysis.ranges import (
-    CallIndex, RangeTable, is_library_domain, link_launches, process_work_counts, range_members, range_table,
+    CallIndex, RangeTable, is_library_domain, link_launches, process_work_counts, range_calls, range_members,
+    range_table,
 )
 from gapscope.analysis.replays import Replays, figures as replay_figures
 from gapscope.analysis.result import AnalysisResult
@@ -59,7 +60,7 @@ from gapscope.analysis.verdicts import column_verdicts
 from gapscope import catalog
 from gapscope.catalog import GRAPH_SHARE, process_of
 from gapscope.errors import GapscopeError
-from gapscope.trace.cuda_api import GRAPH_LAUNCH_CALLS, base_name
+from gapscope.trace.cuda_api import GRAPH_LAUNCH_CALLS, QUIET_CALLS, base_name
 from gapscope.trace.frames import ActivityKind, TraceFrames
 from gapscope.trace.nsys_schema import KNOWN_SCHEMA_MAJORS
 
@@ -183,8 +184,14 @@ def _graph_trace_mode(frames: TraceFrames, launch: np.ndarray) -> str:
     return "graph" if graph_level else "node" if node_level else "none"
 
 
+#: What to do about a trace without NVTX ranges, in its warning.
+NO_RANGES_ADVICE = ("mark it with NVTX ranges (torch.cuda.nvtx.range_push/pop, nvtx.annotate) or "
+                    "torch.profiler.record_function, record only it (gapscope profile --capture-range nvtx:NAME), "
+                    "or analyze a time window after the start-up (--window 2s: skips the first 2 s)")
+
+
 def _warnings(frames: TraceFrames, launch: np.ndarray, ranges: RangeTable, mode: str,
-              elsewhere: list[str]) -> list[str]:
+              elsewhere: list[str], windowed: bool = False) -> list[str]:
     out = list(frames.warnings)  # what the reader says (damaged rows left out, fields its format lacks) comes first
     major = (frames.meta.export_schema or "").split(".")[0]
     nsys = frames.meta.format.startswith("nsys")  # other formats check their own schema
@@ -197,8 +204,12 @@ def _warnings(frames: TraceFrames, launch: np.ndarray, ranges: RangeTable, mode:
             "interval, so gaps inside graphs are invisible; record with "
             "`nsys profile --cuda-graph-trace=node` to see them"
         )
-    if len(frames.nvtx) == 0:
-        out.append("no NVTX ranges in this trace: per-range figures are empty; devices and streams cover the whole trace")
+    if windowed and len(ranges.frame) == 0:
+        out.append("no NVTX range in this window: per-range figures are empty; the devices and streams cover "
+                   "the window")
+    elif len(frames.nvtx) == 0:
+        out.append("no NVTX ranges in this trace: per-range figures are empty and the devices cover the whole "
+                   f"trace, start-up included; to see the loop alone, {NO_RANGES_ADVICE}")
     elif len(ranges.frame) == 0:
         out.append("the trace has NVTX events but no closed NVTX ranges")
     if len(frames.api) == 0:
@@ -365,6 +376,8 @@ class Linked:
     pair_range: np.ndarray
     graph_trace: str
     elsewhere: list[str]
+    #: per range, the CUDA calls its thread made inside it and their summed duration
+    host_calls: tuple[np.ndarray, np.ndarray] = (np.zeros(0, np.int64), np.zeros(0, np.int64))
 
     @property
     def n_ranges(self) -> int:
@@ -474,6 +487,8 @@ def _linked(frames: TraceFrames, ranges: Sequence[str], domains: Sequence[str], 
     table = range_table(frames, ranges, domains=domains, normalize=normalize)
     member_range, member_act = range_members(frames, launch, table, threads)
     names = api_names(frames)
+    quiet = np.isin(names[1], sorted(QUIET_CALLS))
+    host_calls = range_calls(frames, table, ~quiet[names[0]] if quiet.any() else None)
     elsewhere = _other_thread_warnings(frames, launch, table, member_range, threads, domains)
     mode = _graph_trace_mode(frames, launch)
     memory.drop(_read_once(frames))
@@ -486,7 +501,8 @@ def _linked(frames: TraceFrames, ranges: Sequence[str], domains: Sequence[str], 
     graph_call = np.isin(names[1], list(GRAPH_LAUNCH_CALLS))[names[0]]
     replays = Replays(frames.activities["kind"].to_numpy(), launch, graph_call)
     pair_range = np.arange(n_pairs, dtype=np.int64) // max(n_dev, 1)
-    return Linked(frames, acts, launch, table, names, replays, stream_keys, pair_range, mode, elsewhere), members
+    return Linked(frames, acts, launch, table, names, replays, stream_keys, pair_range, mode, elsewhere,
+                  host_calls), members
 
 
 def _launch_rows(w: Linked, m: Memberships, selected: bool, after: Future | None = None) -> list[dict]:
@@ -678,6 +694,8 @@ def _sections(w: Linked, m: Memberships, lv: Levels, range_stats: pd.DataFrame, 
     range_cols["wall_ns"] = (range_keys["end_ns"] - range_keys["start_ns"]).to_numpy(np.int64)
     name_cols["wall_ns"] = np.bincount(range_name, weights=range_cols["wall_ns"], minlength=len(name_keys)
                                        ).astype(np.int64) if w.n_ranges else np.zeros(len(name_keys), dtype=np.int64)
+    _with_host_calls(w, range_name, range_cols, name_cols)
+    _with_kernel_counts(w, m, range_name, member_range, name_cols, device_cols)
     _with_replays(w, m, lv, range_name, member_range, range_cols, name_cols, device_cols)
     _with_coverage(range_cols, name_cols, range_name)
     payoff = None
@@ -689,6 +707,33 @@ def _sections(w: Linked, m: Memberships, lv: Levels, range_stats: pd.DataFrame, 
     communication.with_fields(comm, w.acts, m.act, m.pair, range_name, (range_cols, name_cols, device_cols))
     return {"ranges": RowTable(range_cols, w.n_ranges), "by_name": RowTable(name_cols, len(name_keys)),
             "devices": RowTable(device_cols, w.n_dev), "streams": RowTable(stream_cols, w.n_str), "payoff": payoff}
+
+
+def _with_kernel_counts(w: Linked, m: Memberships, range_name: np.ndarray, member_range: np.ndarray,
+                        name_cols: dict[str, Any], device_cols: dict[str, Any]) -> None:
+    """The name and device sections' kernels counted by kernel name (``kernel_counts``), which
+    `gapscope compare` reads to tell more of the same work from a kernel split."""
+    acts = w.acts
+    kernels = np.flatnonzero(acts.is_kernel)
+    codes, labels, _ = w.frames.activity_labels(kernels)
+    names, text_code = np.unique(np.asarray(labels, dtype=str), return_inverse=True)
+    label = np.full(acts.start.size, -1, dtype=np.int64)
+    label[kernels] = text_code.reshape(-1)[codes]
+    names = names.tolist()
+    name_cols["kernel_counts"] = kernel_counts(label, names, m.act, range_name[member_range],
+                                               len(name_cols["name"]))
+    device_cols["kernel_counts"] = kernel_counts(label, names, None, acts.device_code, acts.device_ids.size)
+
+
+def _with_host_calls(w: Linked, range_name: np.ndarray, range_cols: dict[str, Any], name_cols: dict[str, Any]) -> None:
+    """The range and name sections' host work (docs/metrics.md, "Host work"): the CUDA calls
+    the range's thread made inside it and their summed duration (a name sums its instances')."""
+    calls, call_ns = w.host_calls
+    range_cols["api_calls"], range_cols["api_ns"] = calls, call_ns
+    n_names = len(name_cols["name"])
+    for field, values in (("api_calls", calls), ("api_ns", call_ns)):
+        name_cols[field] = np.bincount(range_name, weights=values, minlength=n_names).astype(np.int64) \
+            if w.n_ranges else np.zeros(n_names, dtype=np.int64)
 
 
 def _with_replays(w: Linked, m: Memberships, lv: Levels, range_name: np.ndarray, member_range: np.ndarray,
@@ -751,6 +796,7 @@ def run_analysis(
     count_memops: bool = False, attribution: bool = True, top: int = 10,
     stall_threshold_ns: int = DEFAULT_STALL_THRESHOLD_NS, threads: str = "same", normalize: bool = True,
     gaps: bool = True, merge: bool = False, release_ids: bool = False,
+    window: tuple[int | None, int | None] | None = None,
 ) -> AnalysisArrays:
     """Compute every metric of docs/metrics.md on loaded frames (``attribution``: also the
     gap categories, graph payoff and the ``top`` longest gaps). ``ranges``/``domains`` select
@@ -769,9 +815,16 @@ def run_analysis(
     in place, so the returned ``frames`` lack them): :data:`READ_ONCE` once the range
     memberships are found, :data:`READ_BY_LEVELS` once the levels are measured; some 20 bytes
     an activity and 36 a call less under the analysis's peaks. For a caller that reads only the
-    result (:func:`opened_analysis` without ``gaps`` nor ``all_calls``)."""
+    result (:func:`opened_analysis` without ``gaps`` nor ``all_calls``).
+
+    ``window``: (start, end) offsets in ns from the trace's first GPU activity (None: the edge),
+    the frames cut to that time window before anything is measured (gapscope.analysis.time_window;
+    the result's ``options.window`` says where it lay)."""
     if stall_threshold_ns < 0:
         raise GapscopeError(f"the stall threshold must be 0 or more, not {stall_threshold_ns} ns")
+    placed = None
+    if window is not None:
+        frames, placed = time_window.cut(frames, window)
     memory = _Memory(frames, release_ids)
     options = LevelOptions(attribution, stall_threshold_ns, top, bool(ranges or domains))
     # 1. Each activity, the call that launched it, the ranges and the work each owns.
@@ -804,8 +857,9 @@ def run_analysis(
         trace=_trace_fields(frames, w.graph_trace),
         options={"count_memops": count_memops, "range_filter": list(ranges), "domain_filter": list(domains),
                  "threads": threads, "normalize_names": normalize,
-                 "stall_threshold_ns": int(stall_threshold_ns) if attribution else None},
-        warnings=_warnings(frames, w.launch, w.table, w.graph_trace, w.elsewhere),
+                 "stall_threshold_ns": int(stall_threshold_ns) if attribution else None,
+                 **({"window": placed.to_dict()} if placed is not None else {})},
+        warnings=_warnings(frames, w.launch, w.table, w.graph_trace, w.elsewhere, windowed=placed is not None),
         **sections, launch=lv.launch_rows, top_gaps=lv.top_gaps,
         answer=answer.build(sections["by_name"], sections["devices"], sections["payoff"], lv.launch_rows,
                             _trace_fields(frames, w.graph_trace)),

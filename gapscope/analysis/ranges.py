@@ -252,3 +252,35 @@ def process_work_counts(frames: TraceFrames, launch: np.ndarray, ranges: RangeTa
         return np.zeros(len(ranges.frame), dtype=np.int64)
     _, lo, hi = _launch_slices(frames, launch, ranges, "process")
     return np.maximum(hi - lo, 0).astype(np.int64)
+
+
+def range_calls(frames: TraceFrames, ranges: RangeTable, counted: np.ndarray | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """(calls, their summed duration in ns) per range: the CUDA calls its own thread started
+    inside it (``range.start <= call.start <= range.end``), the host's own CUDA work in the range
+    (docs/metrics.md, "Host work"). ``counted``: the calls that count (QUIET_CALLS left out when
+    every call was read, so the figures do not depend on how many were read)."""
+    n = len(ranges.frame)
+    api = frames.api
+    if n == 0 or len(api) == 0:
+        return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    tid = api["tid"].to_numpy()
+    start = api["start"].to_numpy()
+    duration = np.maximum(api["end"].to_numpy() - start, 0)
+    if counted is not None and not counted.all():
+        tid, start, duration = tid[counted], start[counted], duration[counted]
+    rf = ranges.frame
+    codes, threads = pd.factorize(tid)
+    r_code = pd.Index(threads).get_indexer(rf["tid"].to_numpy())
+    r_start, r_end = rf["start_ns"].to_numpy(), rf["end_ns"].to_numpy()
+    tk = TimeKeys([start, r_start, r_end], len(threads) + 1)
+    key = tk.key(codes, start)
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    cum = np.concatenate([[0], np.cumsum(duration[order])])
+    called = r_code >= 0  # a range whose thread made no call holds none
+    lo = np.zeros(n, dtype=np.int64)
+    hi = np.zeros(n, dtype=np.int64)
+    lo[called] = np.searchsorted(key, tk.key(r_code[called], r_start[called]), side="left")
+    hi[called] = np.searchsorted(key, tk.key(r_code[called], r_end[called]), side="right")
+    return (hi - lo).astype(np.int64), (cum[hi] - cum[lo]).astype(np.int64)

@@ -60,6 +60,10 @@ class _Report:
 @click.option("--stall-threshold", "stall_threshold", default=None, metavar="TIME",
               help="Host stretches with no CUDA call, and single calls, longer than this are stalls "
                    "(ns, us, ms or s; docs/metrics.md).  [default: 1ms]")
+@click.option("--window", "-w", "window", metavar="START:END",
+              help="Analyze only this time window, counted from the trace's first GPU activity, in ns or "
+                   "with units (the syntax of `gapscope plot`): 2s:2.3s, :300ms, 2s: (skips the first "
+                   "2 s). Activities, calls and NVTX ranges are cut to it (docs/metrics.md).")
 @click.option("--normalize/--no-normalize", default=True, show_default=True,
               help="Group range names without PyTorch emit_nvtx suffixes (', seq = N', ', op_id = N', ...).")
 @click.option("--limit", type=click.IntRange(min=0), default=20, show_default=True, metavar="N",
@@ -84,7 +88,8 @@ class _Report:
 @indent_option
 @cache_option
 def analyze_command(traces: tuple[str, ...], ranges: tuple[str, ...], domains: tuple[str, ...],
-                    threads: str, stall_threshold: str | None, normalize: bool, fmt: str | None,
+                    threads: str, stall_threshold: str | None, window: str | None, normalize: bool,
+                    fmt: str | None,
                     output: str | None, wide: bool, count_memops: bool, limit: int, top: int,
                     attribution: bool, jobs: int | None, scheduler: str | None, ranks_view: bool,
                     plot_dir: str | None, gaps_csv: str | None, indent: int | None, no_cache: bool) -> None:
@@ -111,7 +116,7 @@ def analyze_command(traces: tuple[str, ...], ranges: tuple[str, ...], domains: t
     report = _Report(fmt, output, gaps_csv, plot_dir, {"limit": limit, "wide": wide, **json_options(fmt, indent)})
     with cache_setting(no_cache):
         options = _analysis_options(ranges, domains, threads, stall_threshold, normalize, count_memops, top,
-                                    attribution)
+                                    attribution, window)
         paths = expand(traces)
         several = len(paths) > 1 or ranks_view
         _refuse_outputs(paths, report, several)
@@ -122,10 +127,15 @@ def analyze_command(traces: tuple[str, ...], ranges: tuple[str, ...], domains: t
 
 
 def _analysis_options(ranges: tuple[str, ...], domains: tuple[str, ...], threads: str, stall_threshold: str | None,
-                      normalize: bool, count_memops: bool, top: int, attribution: bool) -> dict[str, Any]:
+                      normalize: bool, count_memops: bool, top: int, attribution: bool,
+                      window: str | None = None) -> dict[str, Any]:
     """The options of gapscope.analysis.pipeline.run_analysis the command line sets."""
     options = {"ranges": ranges, "count_memops": count_memops, "attribution": attribution, "top": top,
                "domains": domains, "threads": threads, "normalize": normalize}
+    if window is not None:
+        from gapscope.analysis.time_window import parse
+
+        options["window"] = parse(window)
     if stall_threshold is not None:
         from gapscope.plots.window import parse_time
 
@@ -160,8 +170,8 @@ def _analyze_several(paths: list[str], options: dict[str, Any], report: _Report,
     if report.plot_dir:
         raise GapscopeError(f"--plot draws one trace's figures, not {what}; run `gapscope plot` on each trace")
     if options["domains"] or options["threads"] != "same" or not options["normalize"] or \
-            "stall_threshold_ns" in options:
-        raise GapscopeError("--domain, --threads, --stall-threshold and --no-normalize analyze one "
+            "stall_threshold_ns" in options or "window" in options:
+        raise GapscopeError("--domain, --threads, --stall-threshold, --window and --no-normalize analyze one "
                             f"trace; {what} take{'' if len(paths) > 1 else 's'} the defaults")
     executor = executor_for(paths, jobs, scheduler)
     with FileProgress(len(paths), sys.stderr) as progress:

@@ -89,6 +89,11 @@ def _write(path: str | None, render: Callable[[TextIO], None], *, append: bool =
     help="Read thresholds (fail), scope and missing from [tool.gapscope.compare] of this file "
     "[default: ./pyproject.toml when it has that table].",
 )
+@click.option(
+    "--window", "-w", "window", metavar="START:END",
+    help="Analyze every trace given over this time window, counted from its first GPU activity "
+    "(gapscope analyze's --window: 2s:2.3s, 2s: skips the first 2 s). Saved results are refused.",
+)
 @click.option("--markdown", "markdown", metavar="FILE", help="Also write a Markdown report ('-' = stdout).")
 @click.option("--junit", "junit", metavar="FILE", help="Also write JUnit XML ('-' = stdout).")
 @click.option(
@@ -108,6 +113,7 @@ def compare_command(
     scope: str | None,
     missing: str | None,
     config: str | None,
+    window: str | None,
     markdown: str | None,
     junit: str | None,
     fmt: str | None,
@@ -165,9 +171,14 @@ def compare_command(
     fmt = output_format(output, fmt, ("table", "json"), "table")
     settings = resolve_settings(fail, config, scope=scope, missing=missing)
     json = json_options(fmt, indent)
+    cut = None
+    if window is not None:
+        from gapscope.analysis.time_window import parse
+
+        cut = parse(window)
     with cache_setting(no_cache):
         comparison = compare_paths(list(baselines), list(currents), settings.thresholds, scope=settings.scope,
-                                   missing=settings.missing)
+                                   missing=settings.missing, window=cut)
 
     _write(output, lambda fh: render(comparison, fmt, fh, show_all=show_all, wide=wide, **json))
     if not to_stdout:  # every report went to a file: still say the outcome

@@ -28,7 +28,10 @@ runs of each side and decides a status:
     verdict per entry, failed under ``missing="fail"`` (the default), listed under ``warn``,
     left out under ``ignore``;
 ``new``
-    an entry only current has: listed, never failed.
+    an entry only current has: listed, never failed;
+``info``
+    a total of a device or stream whose two sides did not do one unit of work (their kernel
+    mixes differ: two windows of a program, runs of different lengths): reported, never judged.
 
 A regression fails, and so does a missing entry under ``missing="fail"``. Each verdict says what
 changed in words (``sync time per step 0 -> 41 us: a new host synchronize``).
@@ -54,6 +57,7 @@ if TYPE_CHECKING:  # pandas is imported on first use: refusing a bad path must s
     import pandas as pd
 
     from gapscope.regression.entries import Entries
+    from gapscope.regression.plan import Plan
 
 __all__ = [
     "COMPARISON_SCHEMA",
@@ -74,7 +78,7 @@ FLEET_SCHEMA_PREFIX = "gapscope.fleet/"
 #: Every scope, in report order (launch: checked when a launch threshold is in force).
 SCOPES = ("range", "device", "stream", "launch")
 #: Statuses in report order: what needs attention first.
-STATUSES = ("regression", "missing", "within-noise", "improved", "new", "ok")
+STATUSES = ("regression", "missing", "within-noise", "improved", "new", "info", "ok")
 _SECTIONS = {"range": "by_name", "device": "devices", "stream": "streams"}
 _EPS = 1e-9  # relative tolerance: a change equal to its limit is not over it
 #: How each scope names its entries in sentences ("the range is no longer replayed ...").
@@ -117,6 +121,9 @@ class Verdict:
     words: str = ""
     per_instance: str | None = None
     limit_text: str = ""
+    #: the words say something worth reading even when nothing failed (more of the same work, a
+    #: changed kernel mix, graph coverage, a total not judged)
+    note: bool = False
 
     def summary(self) -> str:
         """One line for people: ``range graph: sync time 0 -> 2.64 ms: a new host synchronize
@@ -188,6 +195,11 @@ class Comparison:
         """``(scope, key, "new"|"missing")`` for each entry found on one side only."""
         return [(v.scope, v.key, v.status) for v in self.verdicts if v.metric is None]
 
+    def notes(self) -> list[str]:
+        """What the verdicts that did not fail have to say, in words, in report order: ``range
+        eager: kernels 2,496 -> 4,992: 2x the work (every kernel's count x2) ...``."""
+        return [f"{v.scope} {v.key}: {v.words}" for v in self.ordered() if v.note and not v.failed]
+
     def failures(self) -> list[str]:
         """Each failure in words, in report order: ``range graph: sync time 0 -> 2.64 ms: a new
         host synchronize``."""
@@ -219,6 +231,7 @@ class Comparison:
             "exit_code": self.exit_code,
             "headline": self.headline(),
             "failures": self.failures(),
+            "notes": self.notes(),
             "baseline": {"runs": len(self.baseline_sources), "sources": list(self.baseline_sources)},
             "current": {"runs": len(self.current_sources), "sources": list(self.current_sources)},
             "thresholds": list(self.thresholds),
@@ -237,17 +250,23 @@ class Comparison:
 # loading inputs
 
 
-def load_input(path: str | Path) -> dict[str, Any]:
+def load_input(path: str | Path, window: tuple[int | None, int | None] | None = None) -> dict[str, Any]:
     """A result dict from a result JSON (single or many-trace), a `gapscope run` folder (its
     analysis.json) or a trace (analyzed on the fly with `gapscope analyze`'s defaults, or taken
-    from the result cache: gapscope.cache.analysis_result); GapscopeError for anything else."""
+    from the result cache: gapscope.cache.analysis_result); GapscopeError for anything else.
+    ``window``: a trace is analyzed over that time window (`--window`, gapscope.analysis.time_window);
+    a saved result cannot be cut and is refused."""
     from gapscope.inputs import resolve
 
     found = resolve(path).require("analysis", "fleet", "run", "trace", command="compare")
+    if window is not None and found.kind != "trace":
+        raise GapscopeError(f"{found.given}: --window cuts traces, and this is a saved result; give its trace, "
+                            "or analyze it with `gapscope analyze TRACE --window ... -o result.json`", 2)
     if found.kind == "trace":
         from gapscope.cache import analysis_result
 
-        data = analysis_result(found.path, found.format)[0].to_dict()
+        options = {} if window is None else {"window": window}
+        data = analysis_result(found.path, found.format, options)[0].to_dict()
     elif found.kind == "run":
         data = _run_analysis(found)
     else:
@@ -276,14 +295,16 @@ def _check_result(data: Any, source: str | Path) -> None:
 def compare_paths(
     baseline: Sequence[str | Path], current: Sequence[str | Path], thresholds: ThresholdSet, *,
     scope: Sequence[str] | None = None, missing: str = DEFAULT_MISSING,
+    window: tuple[int | None, int | None] | None = None,
 ) -> Comparison:
-    """Load every input (result JSON or trace) and :func:`compare` them."""
+    """Load every input (result JSON or trace; ``window``: traces analyzed over that time
+    window) and :func:`compare` them."""
     if not baseline:
         raise GapscopeError("no baseline given", 2)
     if not current:
         raise GapscopeError("no current result given", 2)
-    base = [load_input(p) for p in baseline]
-    cur = [load_input(p) for p in current]
+    base = [load_input(p, window) for p in baseline]
+    cur = [load_input(p, window) for p in current]
     return compare(
         base, cur, thresholds, baseline_sources=[str(p) for p in baseline],
         current_sources=[str(p) for p in current], scope=scope, missing=missing,
@@ -369,8 +390,11 @@ def _most(flags: list[bool]) -> bool:
 class _Checker:
     """Builds the verdicts of one scope from the two sides."""
 
-    def __init__(self, scope: str, base: _Side, cur: _Side, missing: str) -> None:
+    def __init__(self, scope: str, base: _Side, cur: _Side, missing: str, plan: Plan | None = None) -> None:
+        from gapscope.regression.plan import Plan
+
         self.scope, self.base, self.cur, self.missing = scope, base, cur, missing
+        self.plan = plan if plan is not None else Plan([], [], {}, {}, {}, {})
 
     def per_step(self, ident: str) -> bool:
         """Whether the entry repeats (a range with more than one instance on either side)."""
@@ -414,10 +438,73 @@ class _Checker:
         noise = max(b_spread, c_spread)
         delta = c - b
         limit = th.allowed_increase(b)
+        unjudged = self._unjudged(ident, m)
+        if unjudged:
+            words = f"{m.label} {m.format(b)} -> {m.format(c)}: not judged: {unjudged}"
+            return self._make(ident, meta, metric, "info", b, c, delta, delta / b if b != 0 else None, th, limit,
+                              noise, b_spread, c_spread, words, note=True)
         status = _decide(delta * m.worse, limit, noise, max(abs(b), abs(c)))
-        words = self.words(ident, m, b, c, status)
+        words, note = self.words(ident, m, b, c, status)
         return self._make(ident, meta, metric, status, b, c, delta, delta / b if b != 0 else None, th, limit,
-                          noise, b_spread, c_spread, words)
+                          noise, b_spread, c_spread, words, note=note)
+
+    def _unjudged(self, ident: str, m: Metric) -> str:
+        """Why a device's or stream's total is reported and not judged (its two sides did not do
+        one unit of work), or "" when it is judged."""
+        if self.scope not in ("device", "stream") or not m.summed:
+            return ""
+        work = self.plan.work(ident)
+        if work.comparable:
+            return ""
+        if work.kind == "changed":
+            return (f"the two runs' {_NOUNS[self.scope]}s did different work (kernel mix: "
+                    f"{work.mix_words() or 'counts changed by different factors'})")
+        b, c = (float(s.median.at[ident, "kernels"]) for s in (self.base, self.cur))
+        if b == c:
+            return ""
+        return (f"its kernels differ ({_num(b)} -> {_num(c)}) and the results hold no kernel names to tell "
+                "whether that is more of the same work")
+
+    def coverage(self, ident: str, th: Threshold) -> Verdict:
+        """The eager fallback of one range name (docs/ci.md, "Modes"): current's eager instances
+        against what the baseline's share of eager instances gives at current's instance count."""
+        import statistics
+
+        meta = self.meta(ident)
+        b_runs, c_runs = self.plan.coverage.get(ident, ([], []))
+
+        def side(runs: list[tuple[int, int]]) -> tuple[float, float, float, float]:
+            shares = [e / (e + r) for e, r in runs if e + r]
+            totals = [e + r for e, r in runs]
+            eager = [e for e, _ in runs]
+            spread = max(shares) - min(shares) if shares else 0.0
+            return (statistics.median(shares) if shares else 0.0, float(statistics.median(totals or [0])),
+                    float(statistics.median(eager or [0])), spread)
+
+        b_share, b_total, b_eager, b_spread = side(b_runs)
+        _, c_total, c_eager, c_spread = side(c_runs)
+        expected = math.ceil(b_share * c_total - 1e-9)  # the baseline's share at current's count, rounded up
+        delta = c_eager - expected
+        noise = max(b_spread, c_spread) * c_total
+        limit = th.allowed_increase(expected)
+        status = _decide(delta, limit, noise, max(abs(expected), abs(c_eager)))
+        name = display_name(str(meta["name"]))
+        c_rep, b_rep = c_total - c_eager, b_total - b_eager
+        if b_total == c_total:
+            counts = f"eager {_num(b_eager)} -> {_num(c_eager)}, replayed {_num(b_rep)} -> {_num(c_rep)}"
+        else:
+            counts = f"{_num(b_eager)} of {_num(b_total)} eager -> {_num(c_eager)} of {_num(c_total)}"
+        if delta > 0:
+            more = "" if b_total == c_total else " than the baseline's share"
+            words = f"eager fallback: {_num(delta)} more of {_num(c_total)} {name} ran eager{more} ({counts})"
+        elif delta < 0:
+            more = "" if b_total == c_total else " than the baseline's share"
+            words = f"graph coverage: {_num(-delta)} more of {_num(c_total)} {name} replayed{more} ({counts})"
+        else:
+            words = f"{_num(c_eager)} of {_num(c_total)} {name} ran eager ({counts})"
+        return self._make(ident, meta, "eager_fallback", status, float(expected), float(c_eager), float(delta),
+                          delta / expected if expected else None, th, limit, noise, b_spread * c_total,
+                          c_spread * c_total, words, note=delta != 0)
 
     def _verdict_check(self, ident: str, th: Threshold, meta: pd.Series) -> Verdict:
         b_codes, c_codes = list(self.base.verdicts[ident]), list(self.cur.verdicts[ident])
@@ -441,7 +528,7 @@ class _Checker:
 
     def _make(self, ident: str, meta: pd.Series, metric: str | None, status: str, b: Any, c: Any, delta: Any,
               rel: Any, th: Threshold | None, limit: float | None, noise: float, b_spread: Any, c_spread: Any,
-              words: str, *, failed: bool | None = None) -> Verdict:
+              words: str, *, failed: bool | None = None, note: bool = False) -> Verdict:
         b_count, c_count = self.counts(ident)
         return Verdict(
             scope=self.scope, key=str(meta["key"]), match=dict(meta["match"]), metric=metric, status=status,
@@ -451,23 +538,52 @@ class _Checker:
             baseline_count=b_count, current_count=c_count,
             failed=status == "regression" if failed is None else failed, words=words,
             per_instance=meta["per_instance"] if isinstance(meta["per_instance"], str) else None,
-            limit_text="" if th is None else th.describe_limit(),
+            limit_text="" if th is None else th.describe_limit(), note=note,
         )
 
-    def words(self, ident: str, m: Metric, b: float, c: float, status: str) -> str:
-        """What changed, for people: ``sync time per step 0 -> 41 us: a new host synchronize``."""
+    def words(self, ident: str, m: Metric, b: float, c: float, status: str) -> tuple[str, bool]:
+        """What changed, for people (``sync time per step 0 -> 41 us: a new host synchronize``),
+        and whether the words are worth reading when nothing failed (a note)."""
         per = " per step" if self.per_step(ident) and m.kind != "launch" else ""
+        work = self.plan.work(ident)
+        if m.name == "kernels":
+            return self._kernel_words(ident, b, c, status, per, work)
         text = f"{m.label}{per} {m.format(b)} -> {m.format(c)}"
+        if work.scales and m.summed:
+            text += f" per unit of work ({work.factor_words()})"
         if status not in ("regression", "within-noise") or (c - b) * m.worse <= 0:
-            return text
+            return text, False
         reason = NEW_SYNC if m.name == "sync_ns" and b == 0 else m.worse_means
         text += f": {reason}"
         if m.name in ("gap_fraction", "gap_ns", "gap_between_replays_ns"):
             text += self._largest_rise(ident)
-        return text
+        return text, False
+
+    def _kernel_words(self, ident: str, b: float, c: float, status: str, per: str, work: Any) -> tuple[str, bool]:
+        """The kernels check in words: more of the same work (every kernel's count scaled by one
+        factor), a changed kernel mix (naming the kernels that appeared, split or went), or, for
+        results without kernel names, just more or fewer kernels."""
+        m = METRICS["kernels"]
+        if work.scales:
+            raw = c * work.factor
+            return (f"kernels{per} {m.format(b)} -> {m.format(raw)}: {work.factor_words()}; compared per unit "
+                    f"of work: {m.format(b)} -> {m.format(c)}", True)
+        text = f"kernels{per} {m.format(b)} -> {m.format(c)}"
+        parent = self.plan.parent.get(ident, ident)  # a mode's mix is its name's, per instance
+        mix = work.mix_words(" per step" if self.per_step(parent) else "") if work.kind == "changed" else ""
+        worse = status in ("regression", "within-noise") and c > b
+        if worse:
+            if work.kind == "changed":
+                return text + f": {m.worse_means}" + (f": {mix}" if mix else ""), False
+            return text + ": more kernels (the results hold no kernel names to tell a split from more work)", False
+        if mix:
+            return text + f": the kernel mix changed: {mix}", True
+        return text, False
 
     def _largest_rise(self, ident: str) -> str:
-        """``; most of it host time 15.4 ms -> 25.1 ms``: the gap category that rose the most."""
+        """``(largest rise: sync time 0 -> 2.64 ms)``: the gap category that rose the most; for
+        host-side time (launch, host, stall) also whether the host's own work rose, which the
+        range's wall time and CUDA calls tell, or the GPU ran dry earlier (docs/ci.md)."""
         rises = []
         for m in METRICS.values():
             if m.kind == "category" and m.name in self.base.median.columns:
@@ -476,8 +592,34 @@ class _Checker:
                     rises.append((c - b, m, b, c))
         if not rises:
             return ""
-        _, m, b, c = max(rises, key=lambda r: r[0])
-        return f" (largest rise: {m.label} {m.format(b)} -> {m.format(c)})"
+        rise, m, b, c = max(rises, key=lambda r: r[0])
+        text = f"largest rise: {m.label} {m.format(b)} -> {m.format(c)}"
+        if m.field not in ("launch", "host", "stall"):
+            return f" ({text})"
+        return f" ({text}{self._host_work(ident, rise)})"
+
+    def _host_work(self, ident: str, rise: float) -> str:
+        """Whether the host's own work in the entry rose with its host-side gap time: it did when
+        its wall time or its time in CUDA calls per instance rose by at least half as much, or it
+        made more CUDA calls; else the GPU ran dry earlier (it finished its queue sooner, and the
+        same host work left it idle for longer)."""
+        def value(side: _Side, name: str) -> float:
+            v = side.median.at[ident, name] if name in side.median.columns else math.nan
+            return float(v)
+
+        wall_b, wall_c = value(self.base, "wall_ns"), value(self.cur, "wall_ns")
+        calls_b, calls_c = value(self.base, "api_calls"), value(self.cur, "api_calls")
+        api_b, api_c = value(self.base, "api_ns"), value(self.cur, "api_ns")
+        if self.scope != "range" or any(math.isnan(x) for x in (wall_b, wall_c, calls_b, calls_c, api_b, api_c)):
+            return "; the results hold no host work to tell a slower host from a GPU that ran dry earlier"
+        wall, api = METRICS["wall_ns"], METRICS["api_ns"]
+        per = " per step" if self.per_step(ident) else ""
+        unit = " per unit of work" if self.plan.work(ident).scales else ""
+        facts = (f"wall{per} {wall.format(wall_b)} -> {wall.format(wall_c)}, CUDA calls {_num(calls_b)} -> "
+                 f"{_num(calls_c)} taking {api.format(api_b)} -> {api.format(api_c)}{unit}")
+        if calls_c > calls_b or max(wall_c - wall_b, api_c - api_b) >= rise / 2:
+            return f": the host's own work rose ({facts})"
+        return f": the GPU ran dry earlier; the host's own work did not rise ({facts})"
 
 
 def _float(x: Any) -> float | None:
@@ -520,37 +662,51 @@ def compare(
         _check_result(data, src)
 
     from gapscope.regression.entries import entries
+    from gapscope.regression.plan import Plan
 
     def read(scope_name: str) -> tuple[list[Entries], list[Entries]]:
         return ([entries(r, scope_name, s) for r, s in zip(baseline, bsrc)],
                 [entries(r, scope_name, s) for r, s in zip(current, csrc)])
 
+    _refuse_unlike(baseline, current, bsrc, csrc)
     tables = {"range": read("range")}
     scopes = tuple(scope) if scope else default_scope(*tables["range"])
     scopes = tuple(s for s in SCOPES if s in scopes or (s == "launch" and thresholds.has_launch()))
     warnings = _option_warnings(baseline, current)
+    windowed = [src for runs in tables["range"] for e in runs for src in [e.source] if e.windowed]
     verdicts: list[Verdict] = []
     count_changes: list[str] = []
+    one_sided: dict[str, tuple[list[str], list[str]]] = {}
     matched = 0
     for sc in scopes:
         if sc not in tables:
             tables[sc] = read(sc)
-        b_runs, c_runs = tables[sc]
+        plan = Plan.of(sc, *tables[sc])
+        b_runs, c_runs = plan.base, plan.cur
         checked = _answerable(sc, thresholds, b_runs + c_runs, warnings)
         base, cur = _side(b_runs), _side(c_runs)
-        checker = _Checker(sc, base, cur, missing)
+        checker = _Checker(sc, base, cur, missing, plan)
         had_rows = set(cur.meta.index)
         for ident in dict.fromkeys([*base.order, *cur.order]):
             in_base, in_cur = ident in base.runs.index, ident in cur.runs.index
+            role = plan.role(ident)
             if in_base and in_cur:
                 if sc != "launch":
                     matched += 1
                 counts = checker.counts(ident)
-                if sc == "range" and counts[0] != counts[1]:
+                if sc == "range" and role != "mode" and counts[0] != counts[1]:
                     count_changes.append(f"{checker.meta(ident)['key']} ({_num(counts[0])} -> {_num(counts[1])})")
                 name = checker.meta(ident)["name"]
-                verdicts += [checker.check(ident, metric, th)
-                             for metric, th in thresholds.for_entry(sc, name).items() if metric in checked]
+                for metric, th in thresholds.for_entry(sc, name).items():
+                    if metric not in checked:
+                        continue
+                    if METRICS[metric].kind == "coverage":
+                        if role != "mode" and plan.replayed_somewhere(ident):
+                            verdicts.append(checker.coverage(ident, th))
+                    elif role != "name":
+                        verdicts.append(checker.check(ident, metric, th))
+            elif windowed and (in_base or in_cur) and sc != "launch" and role != "mode":
+                one_sided.setdefault(sc, ([], []))[0 if in_base else 1].append(str(checker.meta(ident)["key"]))
             elif in_base and missing != "ignore":
                 verdict = checker.presence(ident, "missing", ident in had_rows)
                 if sc == "launch":  # only a launch API a threshold names exactly fails when it is gone
@@ -561,6 +717,8 @@ def compare(
                 verdicts.append(checker.presence(ident, "new", False))
     if not matched:
         raise GapscopeError(_nothing_shared(scopes, tables), 2)
+    for sc, (only_b, only_c) in one_sided.items():
+        warnings.append(_window_words(sc, only_b, only_c))
     if count_changes:
         shown = ", ".join(count_changes[:5])
         more = f" and {len(count_changes) - 5} more" if len(count_changes) > 5 else ""
@@ -568,6 +726,67 @@ def compare(
             f"instance counts differ for {shown}{more}; range values are compared per instance"
         )
     return Comparison(verdicts, thresholds.specs(), bsrc, csrc, warnings, scopes, missing)
+
+
+def _window_words(scope: str, only_base: list[str], only_cur: list[str]) -> str:
+    """The one line that says a time window's entries on one side only were not compared."""
+    noun = {"range": "range", "device": "device", "stream": "stream"}[scope]
+
+    def listed(keys: list[str]) -> str:
+        shown = ", ".join(display_name(k) for k in keys[:3])
+        return shown + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+
+    parts = []
+    if only_base:
+        parts.append(f"{len(only_base)} {noun}{'s' if len(only_base) != 1 else ''} only in baseline ({listed(only_base)})")
+    if only_cur:
+        parts.append(f"{len(only_cur)} only in current ({listed(only_cur)})")
+    return (f"the time windows cover different parts of the program: {' and '.join(parts)}; "
+            "not compared, and not failed")
+
+
+def _tracer(result: dict[str, Any]) -> str | None:
+    """The tracer that recorded a result's trace (gapscope.catalog), None when it does not say."""
+    from gapscope import catalog
+
+    fmt = (result.get("trace") or {}).get("format")
+    return catalog.trace_format(fmt).tracer if fmt in catalog.FORMAT_NAMES else None
+
+
+def _refuse_unlike(baseline: Sequence[dict], current: Sequence[dict], bsrc: list[str], csrc: list[str]) -> None:
+    """GapscopeError (exit 2) when the two sides were recorded by different tracers, or traced
+    CUDA graphs at different levels (node against graph): their gap figures differ by the
+    tracer, not by the program (docs/ci.md, "Like with like")."""
+    from gapscope import catalog
+
+    def found(results: Sequence[dict], sources: list[str], get: Any) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for r, src in zip(results, sources):
+            value = get(r)
+            if value is not None:
+                out.setdefault(value, src)
+        return out
+
+    b, c = found(baseline, bsrc, _tracer), found(current, csrc, _tracer)
+    if b and c and set(b) != set(c):
+        bt, ct = sorted(set(b) - set(c)) or sorted(b), sorted(set(c) - set(b)) or sorted(c)
+        words = catalog.TRACERS
+        raise GapscopeError(
+            f"baseline {b[bt[0]]} was recorded by {words[bt[0]].words}, current {c[ct[0]]} by "
+            f"{words[ct[0]].words}: a tracer's own cost per launch is part of every gap it records, so "
+            "their gap figures differ by the tracer, not the program; compare runs recorded with one tracer", 2)
+
+    def level(r: dict) -> str | None:
+        mode = (r.get("trace") or {}).get("graph_trace")
+        return mode if mode in ("node", "graph") else None
+
+    b, c = found(baseline, bsrc, level), found(current, csrc, level)
+    if b and c and len(b) == 1 and len(c) == 1 and set(b) != set(c):
+        (bl, bs), (cl, cs) = next(iter(b.items())), next(iter(c.items()))
+        raise GapscopeError(
+            f"baseline {bs} traced CUDA graphs at {bl} level, current {cs} at {cl} level: at graph level a "
+            "replay is one opaque interval whose gaps are not traced, so their graph figures differ by the "
+            "tracing; record both with one --cuda-graph-trace (node shows the gaps)", 2)
 
 
 def _with(v: Verdict, **changes: Any) -> Verdict:
@@ -584,6 +803,10 @@ def _answerable(scope: str, thresholds: ThresholdSet, runs: list[Entries], warni
         m = METRICS[t.metric]
         if t.off or (m.kind == "launch") != (scope == "launch") or (scope == "stream" and m.kind == "verdict"):
             continue
+        if m.kind == "coverage":  # checked wherever a run holds instances that replayed
+            if scope == "range":
+                wanted.setdefault(t.metric, t)
+            continue
         if scope in ("device", "stream") and t.range_glob is not None:
             continue
         wanted.setdefault(t.metric, t)
@@ -591,6 +814,9 @@ def _answerable(scope: str, thresholds: ThresholdSet, runs: list[Entries], warni
     out = set()
     for metric, t in wanted.items():
         m = METRICS[metric]
+        if m.kind == "coverage":
+            out.add(metric)
+            continue
         if m.kind == "category" and m.field in CATEGORIES_NEW_IN_2:
             old = next((r for r in runs if r.schema.endswith("/1")), None)
             if old is not None:

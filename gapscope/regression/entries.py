@@ -18,16 +18,17 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from gapscope import catalog
 from gapscope.regression.metrics import METRICS
 from gapscope.errors import GapscopeError
 
-__all__ = ["SECTIONS", "Entries", "entries", "label"]
+__all__ = ["MODES", "SECTIONS", "Entries", "entries", "label"]
 
 #: The result section each scope reads.
 SECTIONS = {"range": "by_name", "device": "devices", "stream": "streams", "launch": "launch"}
@@ -56,6 +57,15 @@ class Entries:
     schema: str
     source: str
     present: bool = True
+    #: per entry (by identity): its kernels counted by kernel name and the units of work they
+    #: were counted over (a range's instances with GPU work; 1 for a device); None when the
+    #: result holds no kernel counts
+    mix: dict[str, tuple[dict[str, int], float]] | None = None
+    #: per range name and mode (gapscope.regression.entries.MODES): the medians over its
+    #: instances in that mode, ``n``, ``verdict``, ``replay``; indexed by the name's identity
+    modes: pd.DataFrame | None = None
+    #: whether the result is of a time window of its trace (`--window`)
+    windowed: bool = False
 
 
 def label(domain: str | None, name: str) -> str:
@@ -169,9 +179,16 @@ def _domains(frame: pd.DataFrame) -> pd.Series:
     return domains.where(domains.notna(), None)
 
 
-def _instance_medians(result: dict[str, Any], source: str) -> pd.DataFrame:
-    """Per (domain key, group name): the median of every metric over the instances with GPU
-    work, and how many there were (``instances``)."""
+#: The modes a range instance runs in (gapscope.catalog.INSTANCE_MODES; docs/ci.md, "Modes"):
+#: replayed when more than half of its kernels came from graph launches (catalog.GRAPH_SHARE),
+#: else eager; one-off when it holds one-off gaps (``one_off_ns`` > 0), else steady.
+MODES = catalog.INSTANCE_MODES
+
+
+def _instances(result: dict[str, Any], source: str) -> pd.DataFrame:
+    """One row per range instance with GPU work: ``_domain`` (the default domain as ""),
+    ``_group`` (its group name), ``_mode`` (:data:`MODES`), ``_verdict`` (its own, or None) and
+    every metric's value; empty when the result holds no instance rows (a many-trace result)."""
     if result.get("ranges") is None:  # a many-trace result: pooled rows only
         return pd.DataFrame()
     rows = _rows(result, "ranges", source)
@@ -181,7 +198,8 @@ def _instance_medians(result: dict[str, Any], source: str) -> pd.DataFrame:
     _need(frame, ("name",), "ranges", source)  # a row without one cannot be matched
     keys = frame["name"].astype(str)
     kernels = _numbers(frame, "kernels", "range", keys, source).fillna(0.0)
-    frame = frame[kernels.to_numpy() > 0]
+    keep = kernels.to_numpy() > 0
+    frame, kernels = frame[keep], kernels[keep]
     if frame.empty:
         return pd.DataFrame()
     names = frame["name"].astype(str).to_numpy(object)
@@ -191,12 +209,66 @@ def _instance_medians(result: dict[str, Any], source: str) -> pd.DataFrame:
         names = group_names(names)
     domains = _domains(frame)
     values = _values(frame, _held(rows), "range", frame["name"].astype(str), source)
+
+    def field(name: str) -> np.ndarray:
+        if name not in frame.columns:
+            return np.zeros(len(frame))
+        return _numbers(frame, name, "range", frame["name"].astype(str), source).fillna(0.0).to_numpy()
+
+    from gapscope.catalog import GRAPH_SHARE
+
+    replayed = (field("graph_replays") > 0) & (field("graph_kernels") > GRAPH_SHARE * kernels.to_numpy())
+    one_off = field("one_off_ns") > 0
     values["_domain"] = domains.where(domains.notna(), _DEFAULT_DOMAIN).astype(str).to_numpy()
     values["_group"] = names
-    grouped = values.groupby(["_domain", "_group"], sort=False)
+    values["_mode"] = np.asarray(MODES, dtype=object)[replayed.astype(int) + 2 * one_off.astype(int)]
+    verdicts = frame["verdict"] if "verdict" in frame.columns else pd.Series(None, index=frame.index)
+    values["_verdict"] = verdicts.where(verdicts.map(lambda v: isinstance(v, str)), None).to_numpy(object)
+    return values
+
+
+def _instance_medians(instances: pd.DataFrame) -> pd.DataFrame:
+    """Per (domain key, group name): the median of every metric over the instances with GPU
+    work, and how many there were (``instances``)."""
+    if instances.empty:
+        return pd.DataFrame()
+    grouped = instances[[m.name for m in VALUE_METRICS] + ["_domain", "_group"]].groupby(
+        ["_domain", "_group"], sort=False)
     medians = grouped.median()
     medians["instances"] = grouped.size()
     return medians
+
+
+def _most_common(values: pd.Series) -> str | None:
+    """The most common verdict of some instances (the first seen on a tie), None without any."""
+    known = [v for v in values if isinstance(v, str)]
+    return max(dict.fromkeys(known), key=known.count) if known else None
+
+
+def _mode_medians(instances: pd.DataFrame, ident_of: dict[tuple[str, str], str]) -> pd.DataFrame:
+    """Per (entry, mode): the median of every metric over the entry's instances in that mode,
+    their number (``n``), their most common verdict and whether the mode is replayed; indexed by
+    the entry's identity."""
+    if instances.empty:
+        return pd.DataFrame()
+    metrics = [m.name for m in VALUE_METRICS]
+    grouped = instances.groupby(["_domain", "_group", "_mode"], sort=False)
+    out = grouped[metrics].median()
+    out["n"] = grouped.size()
+    out["verdict"] = grouped["_verdict"].agg(_most_common)
+    out = out.reset_index()
+    out["replay"] = out["_mode"].str.startswith("replayed")
+    out.index = pd.Index([ident_of.get((d, g)) for d, g in zip(out["_domain"], out["_group"])], name="ident")
+    out = out[out.index.notna()].rename(columns={"_mode": "mode"})
+    return out.drop(columns=["_domain", "_group"])
+
+
+def _kernel_counts(rows: list[dict[str, Any]], frame: pd.DataFrame) -> list[dict[str, int] | None] | None:
+    """Each row's ``kernel_counts`` as {kernel name: count} (docs/schema.md), or None when some
+    row lacks them (a result of an older gapscope): then no run's mix is read."""
+    if not rows or not all(isinstance(r.get("kernel_counts"), list) for r in rows):
+        return None
+    return [{str(n): int(c) for n, c in r["kernel_counts"]} for r in rows]
 
 
 def _ranges(result: dict[str, Any], source: str) -> Entries:
@@ -222,7 +294,8 @@ def _ranges(result: dict[str, Any], source: str) -> Entries:
     has_count = counts.fillna(0) > 0
     values.loc[has_count, summed] = values.loc[has_count, summed].div(counts[has_count], axis=0)
     per_instance[has_count & work] = "mean"
-    medians = _instance_medians(result, source)
+    instances = _instances(result, source)
+    medians = _instance_medians(instances)
     if not medians.empty:
         at = pd.MultiIndex.from_arrays([domains.where(domains.notna(), _DEFAULT_DOMAIN).astype(str), names])
         found = at.isin(medians.index) & work.to_numpy()
@@ -235,7 +308,23 @@ def _ranges(result: dict[str, Any], source: str) -> Entries:
     codes, replay = _verdicts(rows, result.get("schema"))
     meta = pd.DataFrame({"key": keys, "name": names, "count": counts, "work": work,
                          "per_instance": per_instance, "verdict": codes, "replay": replay}, index=frame.index)
-    return _finish(meta, match, values, held, result, source)
+    out = _finish(meta, match, values, held, result, source)
+    at = list(zip(domains.where(domains.notna(), _DEFAULT_DOMAIN).astype(str), names))
+    ident_of = dict(zip(at, out.frame.index))
+    units = counts.fillna(1.0).to_numpy()  # pooled rows: the instance count
+    if not medians.empty:
+        found = medians["instances"].reindex(pd.MultiIndex.from_tuples(at)).to_numpy()
+        units = np.where(np.isnan(found), units, found)
+    return _with_mix(out, rows, frame, units, modes=_mode_medians(instances, ident_of))
+
+
+def _with_mix(out: Entries, rows: list[dict[str, Any]], frame: pd.DataFrame, units: np.ndarray,
+              modes: pd.DataFrame | None = None) -> Entries:
+    """The entries with their kernel mixes (per entry: kernels counted by name, and the units of
+    work they were counted over: a range's instances with GPU work, 1 for a device) and modes."""
+    counts = _kernel_counts(rows, frame)
+    mix = None if counts is None else {i: (c, float(u)) for i, c, u in zip(out.frame.index, counts, units)}
+    return replace(out, mix=mix, modes=modes, windowed=out.windowed)
 
 
 def _timelines(result: dict[str, Any], scope: str, source: str) -> Entries:
@@ -254,7 +343,8 @@ def _timelines(result: dict[str, Any], scope: str, source: str) -> Entries:
     codes, replay = _verdicts(rows, result.get("schema")) if scope == "device" else ([None] * len(rows), [False] * len(rows))
     meta = pd.DataFrame({"key": keys, "name": None, "count": math.nan, "work": True, "per_instance": None,
                          "verdict": codes, "replay": replay}, index=frame.index)
-    return _finish(meta, match, values, held, result, source)
+    out = _finish(meta, match, values, held, result, source)
+    return _with_mix(out, rows, frame, np.ones(len(rows))) if scope == "device" else out
 
 
 def _launches(result: dict[str, Any], source: str) -> Entries:
@@ -300,7 +390,8 @@ def _finish(meta: pd.DataFrame, match: pd.DataFrame, values: pd.DataFrame, held:
     metric_held = {m.name for m in (*VALUE_METRICS, *LAUNCH_METRICS) if m.key in held or m.name in held}
     if meta["verdict"].notna().all():
         metric_held.add("verdict")
-    return Entries(frame, frozenset(metric_held), str(result.get("schema")), source)
+    return Entries(frame, frozenset(metric_held), str(result.get("schema")), source,
+                   windowed=isinstance((result.get("options") or {}).get("window"), dict))
 
 
 def entries(result: dict[str, Any], scope: str, source: str) -> Entries:

@@ -1,7 +1,7 @@
 """What `gapscope compare` can check: every figure of a result row it compares, its unit, which
 way is worse, and the words a change is told in (docs/ci.md, "Metrics").
 
-Four kinds of metric:
+Five kinds of metric:
 
 ``row``
     a numeric field of a range, device or stream row (docs/schema.md, STATS and the replay and
@@ -10,6 +10,9 @@ Four kinds of metric:
     one gap category of the row's ``gap_by_category_ns`` (``sync_ns``, ``launch_ns``, ...);
 ``verdict``
     the row's verdict code (docs/metrics.md, "Verdicts"), compared by :data:`VERDICT_RANK`;
+``coverage``
+    how a range name's instances ran: ``eager_fallback``, the instances that ran eager beyond the
+    baseline's share (docs/ci.md, "Modes: replayed and eager steps");
 ``launch``
     a launch statistic of one launch API (the result's ``launch`` rows): ``launch.host_median_ns``
     and friends, written ``launch.API.FIELD`` in a threshold.
@@ -165,7 +168,17 @@ METRICS: dict[str, Metric] = {
              "graph ceiling span", "a longer span even without launch and host gaps", summed=True),
         _row("graph_ceiling_speedup", "ratio", "gpu_span_ns / graph_ceiling_span_ns: what CUDA Graphs could win.",
              "graph ceiling", "more launch and host overhead for a CUDA graph to remove"),
+        _row("wall_ns", "ns", "A range's own wall time on the host: its NVTX start to its end (ranges only).",
+             "host wall time", "the host takes longer over the range", summed=True, short="wall"),
+        _row("api_calls", "count", "CUDA calls the range's thread made inside it (ranges only).",
+             "CUDA calls", "the host makes more CUDA calls", summed=True),
+        _row("api_ns", "ns", "Summed duration of those CUDA calls (ranges only).", "time in CUDA calls",
+             "the host spends longer in CUDA calls", summed=True, short="api_ns"),
         *(_category(c.name, c.label, c.worse_means) for c in catalog.CATEGORIES),
+        Metric("eager_fallback", "count", "Instances of a range name that ran eager beyond the baseline's share "
+               "(the rest replayed CUDA graphs); per range name, where some instance was replayed.",
+               "eager fallback", "more steps ran eager instead of replaying their CUDA graph", "coverage",
+               "eager_instances", short_name="eager_fallback"),
         Metric("verdict", "verdict", "The row's verdict (docs/metrics.md, 'Verdicts'); worse by VERDICT_RANK.",
                "verdict", "the verdict got worse", "verdict", "verdict"),
         _launch("calls", "count", "Calls of the API that launched work.", "calls", "more launch calls"),
@@ -193,14 +206,15 @@ for _m in METRICS.values():
     if _m.kind == "category":
         _ALIASES.update({f"{_m.field}_gap": _m.name, f"{_m.field}_gap_ns": _m.name,
                          f"gap_by_category_ns.{_m.field}": _m.name})
-_ALIASES.update({"span": "gpu_span_ns", "gaps": "gap_count", "kernel_count": "kernels"})
+_ALIASES.update({"span": "gpu_span_ns", "gaps": "gap_count", "kernel_count": "kernels",
+                 "fallback": "eager_fallback", "eager_instances": "eager_fallback"})
 _LAUNCH_ALIASES = {m.field: m.name for m in METRICS.values() if m.kind == "launch"}
 _LAUNCH_ALIASES.update({m.short: m.name for m in METRICS.values() if m.kind == "launch"})
 
 
 def known_names() -> str:
     """The metric names a threshold can use, for error messages."""
-    rows = [m.short for m in METRICS.values() if m.kind in ("row", "category", "verdict")]
+    rows = [m.short for m in METRICS.values() if m.kind in ("row", "category", "coverage", "verdict")]
     launch = "|".join(m.short for m in METRICS.values() if m.kind == "launch")
     return ", ".join(rows) + f", launch.API.{{{launch}}}"
 

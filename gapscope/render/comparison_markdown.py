@@ -15,6 +15,7 @@ ICON = {
     "within-noise": "〰️",
     "improved": "✅",
     "new": "🆕",
+    "info": "ℹ️",
     "ok": "✔️",
 }
 
@@ -64,7 +65,10 @@ def render(comparison: Comparison, file: TextIO, **_: Any) -> None:
     failures = comparison.failures()
     if failures:
         file.write("".join(f"- ❌ {prose(line)}\n" for line in failures) + "\n")
-    attention = [v for v in ordered if v.status in ("regression", "within-noise", "improved")]
+    notes = comparison.notes()
+    if notes:
+        file.write("".join(f"- ℹ️ {prose(line)}\n" for line in notes) + "\n")
+    attention = [v for v in ordered if v.status in ("regression", "within-noise", "improved", "info")]
     ok = [v for v in ordered if v.status == "ok"]
     if attention:
         file.write(_HEADER)

@@ -25,6 +25,7 @@ STATUS_STYLE = {
     "within-noise": "yellow",
     "improved": "green",
     "new": "cyan",
+    "info": "blue",
     "ok": "dim",
 }
 STATUS_LABEL = {
@@ -33,12 +34,13 @@ STATUS_LABEL = {
     "within-noise": "within noise",
     "improved": "improved",
     "new": "new",
+    "info": "info",
     "ok": "ok",
 }
 
 
 COLUMNS = (Column("status", False), Column("scope", False, priority=2), Column("name", False),
-           Column("metric", False, priority=1), Column("baseline", short="base"), Column("current", short="cur"),
+           Column("metric", False), Column("baseline", short="base"), Column("current", short="cur"),
            Column("Δ"), Column("Δ%", priority=2), Column("limit", priority=1))
 NOISE = Column("noise", priority=2)
 
@@ -65,7 +67,8 @@ def _row(v: Verdict, with_noise: bool) -> list[Text | str | Name]:
 
 def render(comparison: Comparison, file: TextIO, *, show_all: bool = False, width: int | None = None,
            wide: bool = False, **_: Any) -> None:
-    """Write the verdict report to ``file``: one headline, each failure in words, then one row per
+    """Write the verdict report to ``file``: one headline, each failure in words (then what the
+    verdicts that passed say: more of the same work, graph coverage, totals not judged), then one row per
     range/device/stream/launch API and metric, failures first; ``ok`` rows fold into a count on
     big reports unless ``show_all``. The table fits ``width`` (default: the terminal's; every
     column with ``wide`` or in a file)."""
@@ -83,6 +86,8 @@ def render(comparison: Comparison, file: TextIO, *, show_all: bool = False, widt
     )
     for line in comparison.failures():
         console.print(Text.assemble(("  ✗ ", "bold red"), line))
+    for line in comparison.notes():
+        console.print(Text.assemble(("  · ", "blue"), line))
 
     ordered = [v for v in comparison.ordered() if v.metric is not None]
     fold_ok = not show_all and len(ordered) > MAX_ROWS_BEFORE_FOLDING_OK

@@ -3,7 +3,7 @@ one per entry found on one side only.
 
 A regression is a ``<failure>`` whose message says what changed in words, and so is a missing
 entry under ``--missing fail``; other entries found on one side only are ``<skipped>``; ok,
-improved and within-noise verdicts pass (within-noise ones say so in ``<system-out>``).
+improved, within-noise and info verdicts pass (within-noise and info ones, and notes, say so in ``<system-out>``).
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def render(comparison: Comparison, file: TextIO, **_: Any) -> None:
         elif v.status in ("new", "missing"):
             side = "current" if v.status == "new" else "baseline"
             ET.SubElement(case, "skipped", message=_x(f"{v.scope} {v.key} only in {side} ({v.status}): {v.words}"))
-        elif v.status == "within-noise":
+        elif v.status in ("within-noise", "info") or v.note:
             out = ET.SubElement(case, "system-out")
             out.text = _x(v.summary() + "\n" + _details(v))
     if comparison.warnings:

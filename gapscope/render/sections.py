@@ -220,11 +220,31 @@ def ranges(result: AnalysisResult, limit: int) -> Section | None:
     )
 
 
+def scope_words(result: AnalysisResult) -> str:
+    """What the device and stream rows cover: ``whole trace``, or the time window analyzed."""
+    return "window" if isinstance(result.options.get("window"), dict) else "whole trace"
+
+
+def window_words(window: Any) -> str:
+    """A result's ``options.window`` for people: ``2 s to 2.3 s, counted from the first GPU
+    activity``."""
+    start, end = window.get("start_ns"), window.get("end_ns")
+    if start is None and end is None:
+        text = "all of it"
+    elif start is None:
+        text = f"the first {fmt_ns(end)}"
+    elif end is None:
+        text = f"from {fmt_ns(start)} to the end"
+    else:
+        text = f"{fmt_ns(start)} to {fmt_ns(end)}"
+    return f"{text}, counted from the first GPU activity"
+
+
 def devices(result: AnalysisResult) -> Section | None:
-    """The whole trace's timeline per device, with its reading."""
+    """The whole trace's timeline per device (or the window's), with its reading."""
     if not result.devices:
         return None
-    return Section("devices", "Devices (whole trace)", (Column("device", short="dev"), *STATS_COLUMNS, READING),
+    return Section("devices", f"Devices ({scope_words(result)})", (Column("device", short="dev"), *STATS_COLUMNS, READING),
                    [[str(r["device"]), *stats_cells(r), reading(r)] for r in result.devices])
 
 
@@ -237,10 +257,10 @@ def streams(result: AnalysisResult) -> Section | None:
     working, quiet = [], []
     for r in result.streams:
         (working if r["gpu_span_ns"] > 0 or r["kernels"] > 0 else quiet).append(r)
-    title = "Streams (whole trace)"
+    title = f"Streams ({scope_words(result)})"
     if working and quiet:
         copies = "copies only" if all(r.get("memops", 0) > 0 for r in quiet) else "no busy time"
-        title = (f"Streams (whole trace; {len(quiet):,} more with {copies}, not listed"
+        title = (f"Streams ({scope_words(result)}; {len(quiet):,} more with {copies}, not listed"
                  f"{': --count-memops counts copies as busy' if copies == 'copies only' else ''})")
     return Section("streams", title,
                    (Column("pid", priority=3), Column("device", priority=2, short="dev"), Column("stream"),
@@ -398,6 +418,9 @@ def facts(result: AnalysisResult, read_seconds: float | None = None, cached: boo
     if fmt:
         took = ", cached result" if cached else f", read in {fmt_ns(read_seconds * 1e9)}" if read_seconds is not None else ""
         out.append(("format", f"{FORMAT_WORDS.get(fmt, fmt)}{took}"))
+    window = result.options.get("window")
+    if isinstance(window, dict):
+        out.append(("window", window_words(window)))
     if fmt == "kineto":
         out.append(("Kineto schema", str(tr.get("export_schema") or "?")))
     else:
