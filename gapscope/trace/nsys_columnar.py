@@ -30,9 +30,9 @@ from gapscope.trace.frames import (
     ClosedTraceError, TraceFrames, TraceMeta,
 )
 from gapscope.trace.nsys_schema import (
-    ACTIVITY_REQUIRED, ACTIVITY_SOURCE, ACTIVITY_TABLES, API_SOURCE, EVENT_CLASS_BACKTRACE, GPU_TABLE,
-    GRAPH_TABLE, KERNEL_TABLE, META_TABLES, NVTX_TABLE, RUNTIME_TABLE, STRINGS_TABLE, SYNC_SOURCE, SYNC_TABLE,
-    SYNC_TYPE_STREAM_WAIT_EVENT, assemble_frames, name_column,
+    ACTIVITY_REQUIRED, ACTIVITY_SOURCE, ACTIVITY_TABLES, API_SOURCE, ENV_TABLE, EVENT_CLASS_BACKTRACE, GPU_INFO,
+    GPU_TABLE, GRAPH_TABLE, KERNEL_TABLE, META_TABLES, NVTX_TABLE, RUNTIME_TABLE, STRINGS_TABLE, SYNC_SOURCE,
+    SYNC_TABLE, SYNC_TYPE_STREAM_WAIT_EVENT, assemble_frames, gpu_info_names, name_column,
 )
 
 #: The formats this module reads (the resolver's names) and the suffix of their table files.
@@ -77,6 +77,11 @@ class NsysColumnar:
             gpus = self._read(GPU_TABLE, ("id", "name"))
             gpu_names = {int(i): str(n) for i, n in zip(gpus.column("id").to_pylist(),
                                                         gpus.column("name").to_pylist())}
+        if not gpu_names and ENV_TABLE in tables and {"name", "value"} <= set(self._columns(ENV_TABLE)):
+            env = self._read(ENV_TABLE, ("name", "value"))
+            info = [v for n, v in zip(env.column("name").to_pylist(), env.column("value").to_pylist())
+                    if n == GPU_INFO]
+            gpu_names = gpu_info_names(info[0]) if info else {}
         self.meta = TraceMeta(path=str(self.path), format=format,
                               nsys_version=values.get("EXPORT_PRODUCT_VERSION"),
                               export_schema=values.get("EXPORT_SCHEMA_VERSION"),
