@@ -108,7 +108,8 @@ def analyze_command(traces: tuple[str, ...], ranges: tuple[str, ...], domains: t
     others).
     """
     fmt = output_format(output, fmt, FORMATS, "table")
-    report = _Report(fmt, output, gaps_csv, plot_dir, {"limit": limit, "wide": wide, **json_options(fmt, indent)})
+    report = _Report(fmt, output, gaps_csv, plot_dir,
+                     {"limit": limit, "wide": wide, "warnings": False, **json_options(fmt, indent)})
     with cache_setting(no_cache):
         options = _analysis_options(ranges, domains, threads, stall_threshold, normalize, count_memops, top,
                                     attribution)
@@ -166,6 +167,8 @@ def _analyze_several(paths: list[str], options: dict[str, Any], report: _Report,
     executor = executor_for(paths, jobs, scheduler)
     with FileProgress(len(paths), sys.stderr) as progress:
         fleet = merged(paths, executor, options, on_done=progress.done, on_note=progress.note)
+    failed = f"{len(fleet.failed)} of {len(fleet.files)} traces failed"  # said by the error line below
+    _warn([w for w in fleet.warnings if not (fleet.failed and w.startswith(failed))])
     with output_file(report.output) as fh:
         render(fleet, report.fmt, fh, **report.render)
     if fleet.failed:
@@ -187,6 +190,7 @@ def _analyze_one(path: str, options: dict[str, Any], report: _Report) -> None:
     # Only the plots read the gap lists; without them each level's gaps go once summed.
     loaded = load(found, options, given=given, tables=report.tables, gaps=bool(report.plot_dir),
                   status=_status)
+    _warn(loaded.warnings())
     steps = [(report.output, lambda: _write_report(loaded, report))]
     if loaded.keeps:
         steps.append(("", loaded.keep))
@@ -196,6 +200,13 @@ def _analyze_one(path: str, options: dict[str, Any], report: _Report) -> None:
         write()
     if report.plot_dir:
         _plot(found, loaded.analysis, options["ranges"], report.plot_dir)
+
+
+def _warn(warnings: list[str]) -> None:
+    """The result's warnings on stderr, one line each, whatever the format (the report on stdout
+    or in a file holds none of them but in the Markdown and HTML reports and the JSON)."""
+    for w in warnings:
+        click.echo(f"gapscope: warning: {printable(w)}", err=True)
 
 
 def _status(trace: Path) -> Any:
