@@ -97,8 +97,8 @@ def test_bad_inputs_one_line_exit_2(tmp_path, cloverleaf):
     with pytest.MonkeyPatch.context() as mp:  # no nsys to export it with, on any machine
         mp.setenv("GAPSCOPE_NSYS", str(tmp_path / "no-nsys"))
         mp.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-        assert_one_line_error(gapscope("analyze", str(rep)), "an Nsight Systems report, which gapscope "
-                              "reads by exporting it with nsys, and there is no nsys to run")
+        assert_one_line_error(gapscope("analyze", str(rep)), f"{rep}: export it where nsys is (`nsys export "
+                              "--type parquetdir -o DIR")
 
 
 def test_trace_is_never_written(tmp_path, cloverleaf):
@@ -127,7 +127,10 @@ def test_usage_errors_one_line_exit_2(tmp_path, args, needle):
 
 def test_missing_argument_and_unknown_command():
     assert_one_line_error(gapscope("analyze"), "Missing argument 'TRACE'")
-    assert_one_line_error(gapscope("analyse"), "No such command 'analyse'")
+    assert_one_line_error(gapscope("analyse"), "no such command 'analyse'; did you mean analyze?")
+    assert_one_line_error(gapscope("comapre", "a", "b"), "no such command 'comapre'; did you mean compare?")
+    assert_one_line_error(gapscope("frobnicate"), "no such command 'frobnicate'; the commands are analyze, compare, "
+                          "export, mcp, plot, profile, report, run")
 
 
 def test_unknown_schema_and_ranges_without_work(tmp_path):

@@ -233,3 +233,29 @@ def test_several_traces_of_different_programs_say_so():
     # Same format, no range name in common.
     other = gapscope("analyze", str(DECODE), str(TRACES / "jax_train.sqlite"), "--jobs", "1")
     assert "(no range name is in all of them)" in other.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# a missing package
+
+
+def test_a_missing_package_is_one_line_naming_it_and_its_extra(tmp_path):
+    """A folder first on the module path whose msgspec (which the PyTorch profiler reader needs)
+    fails to import as a missing package does (a SYNTHETIC stand-in)."""
+    for name in ("msgspec",):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text(
+            f'raise ModuleNotFoundError("No module named {name}", name={name!r})\n')
+    from clirun import assert_one_line_error, gapscope_process
+
+    proc = gapscope_process("analyze", str(STEPS), "--no-cache", pythonpath=str(tmp_path))
+    assert_one_line_error(proc, "msgspec is missing: pip install -e . in the gapscope checkout brings it")
+    assert proc.stderr.count("\n") == 1 and "internal error" not in proc.stderr
+    # A package of an extra names the extra (commands that need one say so before they start:
+    # `gapscope plot`, `gapscope mcp`; this is the line for any other import of it).
+    from gapscope.errors import missing_dependency_line
+
+    assert missing_dependency_line(ModuleNotFoundError("No module named 'distributed'", name="distributed")) == (
+        "gapscope: error: dask is missing: pip install -e '.[dask]' in the gapscope checkout brings it "
+        "(the dask extra)")
+    assert missing_dependency_line(ModuleNotFoundError("No module named 'foo'", name="foo")) is None
