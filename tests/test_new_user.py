@@ -259,3 +259,46 @@ def test_a_missing_package_is_one_line_naming_it_and_its_extra(tmp_path):
         "gapscope: error: dask is missing: pip install -e '.[dask]' in the gapscope checkout brings it "
         "(the dask extra)")
     assert missing_dependency_line(ModuleNotFoundError("No module named 'foo'", name="foo")) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# the timeline figure
+
+
+def test_the_timeline_opens_on_the_range_with_the_most_to_win_not_the_compile():
+    """hf_generate_compile: a 14.5 s compile_warmup, then generate_eager (the answer's first
+    entry). The default view is generate_eager's GPU work, from its first kernel to its last
+    (by the plain merge of tests/reference.py), not the whole 19 s."""
+    import reference
+    from gapscope.plots.source import load_source
+    from gapscope.plots.timeline import timeline_data, timeline_figure
+
+    path = TRACES / "hf_generate_compile.sqlite"
+    src = load_source(path)
+    assert src.result.answers()[0]["name"] == "generate_eager"
+    (eager,) = [r for r in reference.ranges(str(path)) if r["name"] == "generate_eager"]
+    ks = reference.kernels(str(path))
+    mine = [k for k in ks if k["call"] and k["call"][0] == eager["tid"] and eager["start"] <= k["call"][1] <= eager["end"]]
+    window, _ = timeline_data(src, (None, None))
+    # The window spans the range's work, kernels and copies (the reference counts kernels only).
+    assert window.start <= min(k["start"] for k in mine) and window.end >= max(k["end"] for k in mine)
+    assert window.end - window.start < 300_000_000  # 239 ms, not the 19 s of the whole trace
+    fig = timeline_figure(src)
+    assert fig.texts[0].get_text() == "hf_generate_compile.sqlite: GPU timeline of generate_eager"
+    # An explicit window keeps the old origin: every range's work.
+    assert timeline_data(src, (0, 1_000_000))[0].end - timeline_data(src, (0, 1_000_000))[0].start == 1_000_000
+
+
+def test_timeline_rows_one_nvtx_row_per_process_and_labels_that_fit(fsdp):
+    from gapscope.plots.source import load_source
+    from gapscope.plots.timeline import timeline_figure
+
+    fig = timeline_figure(load_source(fsdp))
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels == ["NVTX · pid 144", "NVTX (nested) · pid 144", "NVTX · pid 145", "NVTX (nested) · pid 145",
+                      "pid 144 · GPU 0 · stream 7", "pid 145 · GPU 1 · stream 15"]
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for t in ax.get_yticklabels():  # inside the figure: nothing clipped at its left edge
+        assert t.get_window_extent(renderer).x0 >= 0, t.get_text()
