@@ -56,15 +56,18 @@ class _Report:
                    "domain such as TSL or CCCL is then listed like the others); repeatable.")
 @click.option("--threads", type=click.Choice(["same", "process"]), default="same", show_default=True,
               help="A range's GPU work: launched from its own thread, or from any thread of its process "
-                   "inside its time window (asynchronous dispatchers, worker threads).")
+                   "inside its time window (asynchronous dispatchers, worker threads) but one inside a range "
+                   "of the same name of its own.")
 @click.option("--stall-threshold", "stall_threshold", default=None, metavar="TIME",
               help="Host stretches with no CUDA call, and single calls, longer than this are stalls "
                    "(ns, us, ms or s; docs/metrics.md).  [default: 1ms]")
 @click.option("--normalize/--no-normalize", default=True, show_default=True,
-              help="Group range names without PyTorch emit_nvtx suffixes (', seq = N', ', op_id = N', ...).")
+              help="Group range names without PyTorch emit_nvtx suffixes (', seq = N', ', op_id = N', ...) "
+                   "and step markers' numbers (ProfilerStep#N as ProfilerStep#*).")
 @click.option("--limit", type=click.IntRange(min=0), default=20, show_default=True, metavar="N",
-              help="Range names and instances shown in the table, those with the most gap time "
-                   "(0: none); several traces: range names, stragglers, steps and ranks.")
+              help="Range names and instances shown in the table, those with the most gap time first "
+                   "(0: no instances, the 20 names of the summary); several traces: range names, stragglers, "
+                   "steps and ranks.")
 @click.option("--top", type=click.IntRange(min=0), default=10, show_default=True, metavar="N",
               help="Longest gaps listed; several traces: stragglers per range name.")
 @click.option("--attribution/--no-attribution", default=True, show_default=True,
