@@ -302,3 +302,15 @@ def test_timeline_rows_one_nvtx_row_per_process_and_labels_that_fit(fsdp):
     renderer = fig.canvas.get_renderer()
     for t in ax.get_yticklabels():  # inside the figure: nothing clipped at its left edge
         assert t.get_window_extent(renderer).x0 >= 0, t.get_text()
+
+
+def test_the_histograms_panels_are_the_names_with_the_most_gap_time_most_first(fsdp):
+    from gapscope.plots.histogram import MAX_PANELS, histogram_data
+    from gapscope.plots.source import load_source
+
+    src = load_source(fsdp)
+    data = histogram_data(src)
+    gaps = [r["gap_ns"] for r in data.rows]
+    every = sorted((r["gap_ns"] for r in src.result.by_name if r["gap_count"] > 0), reverse=True)
+    assert gaps == every[:MAX_PANELS]  # most first: blocks.15 (2.63 ms), not aten::cat (47 us)
+    assert data.names[0] == "FSDP::pre_forward (blocks.15._checkpoint_wrapped_module)"
