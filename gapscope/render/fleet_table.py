@@ -78,7 +78,7 @@ def _spread_cells(s: dict[str, Any] | None, labels: list[str], fmt: Callable[[An
 
 
 def _names(out: _Printer, fleet: FleetResult, labels: list[str], limit: int) -> None:
-    """The ``limit`` range names with the most gap time over all ranks, in their own order."""
+    """The ``limit`` range names with the most gap time over all ranks, the most first."""
     shown = top_rows(fleet.by_name, limit)
     if not shown:
         return
