@@ -278,7 +278,8 @@ def test_the_timeline_opens_on_the_range_with_the_most_to_win_not_the_compile():
     assert src.result.answers()[0]["name"] == "generate_eager"
     (eager,) = [r for r in reference.ranges(str(path)) if r["name"] == "generate_eager"]
     ks = reference.kernels(str(path))
-    mine = [k for k in ks if k["call"] and k["call"][0] == eager["tid"] and eager["start"] <= k["call"][1] <= eager["end"]]
+    mine = [k for k in ks if k["call"] and k["call"][0] == eager["tid"]
+            and eager["start"] <= k["call"][1] <= eager["end"]]
     window, _ = timeline_data(src, (None, None))
     # The window spans the range's work, kernels and copies (the reference counts kernels only).
     assert window.start <= min(k["start"] for k in mine) and window.end >= max(k["end"] for k in mine)

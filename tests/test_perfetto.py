@@ -202,7 +202,8 @@ def test_a_flow_arrow_from_each_launch_call_to_its_work():
     doc = export(path)
     check_trace_event_format(doc)
     events = [e for e in doc["traceEvents"] if e["ph"] == "X"]
-    process = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"}
+    process = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"]
+               if e["ph"] == "M" and e["name"] == "process_name"}
     out = {e["bind_id"]: e for e in events if e.get("flow_out")}
     into = [e for e in events if e.get("flow_in")]
     assert all(e["cat"] == "cuda_api" for e in out.values())
