@@ -206,6 +206,8 @@ class TraceFormat:
     tracer: str
     #: a repeat of `gapscope analyze` keeps its result in the result cache
     result_cache: bool
+    #: what its ranges are called in a report's titles
+    ranges: str = "NVTX ranges"
 
 
 FORMATS: tuple[TraceFormat, ...] = (
@@ -215,7 +217,7 @@ FORMATS: tuple[TraceFormat, ...] = (
     TraceFormat("nsys-arrow", "nsys arrowdir export", "nsys_columnar", "NsysColumnar", ("nsys-arrow",), "nsys",
                 False),
     TraceFormat("nsys-rep", "Nsight Systems report", "nsys_report", "NsysReport", (), "nsys", False),
-    TraceFormat("kineto", "PyTorch profiler trace", "kineto", "Kineto", (), "torch", True),
+    TraceFormat("kineto", "PyTorch profiler trace", "kineto", "Kineto", (), "torch", True, "ranges"),
 )
 FORMAT_NAMES: tuple[str, ...] = tuple(f.name for f in FORMATS)
 

@@ -36,6 +36,64 @@ class GapscopeError(Exception):
         return self.message
 
 
+#: Import names that differ from the name of the package (the distribution) that brings them.
+_MODULE_ALIASES = {"cupy-cuda12x": ("cupy",), "cupy-cuda13x": ("cupy",), "cuda-bindings": ("cuda",),
+                   "dask": ("dask", "distributed")}
+
+
+def _requirements() -> list[str]:
+    """gapscope's requirements as pip writes them (``matplotlib>=3.7; extra == "plot"``): from
+    the installed package's metadata, else from the pyproject.toml of the checkout it runs from."""
+    import importlib.metadata
+
+    try:
+        return list(importlib.metadata.requires("gapscope") or [])
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        return []
+    try:
+        with open(os.path.join(os.path.dirname(_PACKAGE), "pyproject.toml"), "rb") as fh:
+            project = tomllib.load(fh)["project"]
+    except (OSError, KeyError, ValueError):
+        return []
+    return [*project.get("dependencies", []),
+            *(f'{r}; extra == "{extra}"' for extra, reqs in project.get("optional-dependencies", {}).items()
+              for r in reqs)]
+
+
+def missing_dependency_line(exc: BaseException) -> str | None:
+    """The one line for a package gapscope needs that is not installed (a ModuleNotFoundError of
+    one of its requirements): the package, and the install that brings it (the extra that lists
+    it, or gapscope itself); None for any other error."""
+    import re
+
+    module = getattr(exc, "name", None)
+    if not isinstance(exc, ModuleNotFoundError) or not module:
+        return None
+    top = module.split(".")[0]
+    base, extras = None, {}  # the requirement, or each extra listing it with its package
+    for req in _requirements():
+        dist = re.split(r"[\s\[<>=!~;]", req, maxsplit=1)[0]
+        if top not in _MODULE_ALIASES.get(dist, (dist.replace("-", "_"),)):
+            continue
+        extra = re.search(r"""extra\s*==\s*["']([^"']+)["']""", req)
+        if extra is None:
+            base = dist
+        elif extra.group(1) not in ("all", "test"):
+            extras.setdefault(extra.group(1), dist)
+    if base is not None:
+        return f"gapscope: error: {base} is missing: pip install -e . in the gapscope checkout brings it"
+    if not extras:
+        return None
+    how = " or ".join(f"pip install -e '.[{e}]'" for e in extras)
+    named = " or ".join(dict.fromkeys(extras.values()))
+    return (f"gapscope: error: {named} is missing: {how} in the gapscope checkout brings it "
+            f"(the {' or '.join(extras)} extra)")
+
+
 #: The folder of the gapscope package: a bug's place is the last frame inside it.
 _PACKAGE = os.path.dirname(os.path.abspath(__file__))
 

@@ -74,6 +74,22 @@ class Loaded:
             self._text = result_text(self._result)
         return self._text
 
+    def warnings(self) -> list[str]:
+        """The result's warnings; for one read from the result cache, taken from its JSON text
+        without making the result (the top-level ``warnings`` comes before any row)."""
+        if self._result is None and self._text is not None:
+            import json
+
+            at = self._text.find('"warnings":')
+            if at >= 0:
+                try:
+                    found = json.JSONDecoder().raw_decode(self._text, at + len('"warnings":'))[0]
+                except ValueError:
+                    found = None
+                if isinstance(found, list):
+                    return [str(w) for w in found]
+        return list(self.result.warnings)
+
     @property
     def keeps(self) -> bool:
         """Whether :meth:`keep` keeps anything: an analysis made now, with the cache on."""

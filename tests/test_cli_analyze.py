@@ -97,8 +97,8 @@ def test_bad_inputs_one_line_exit_2(tmp_path, cloverleaf):
     with pytest.MonkeyPatch.context() as mp:  # no nsys to export it with, on any machine
         mp.setenv("GAPSCOPE_NSYS", str(tmp_path / "no-nsys"))
         mp.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-        assert_one_line_error(gapscope("analyze", str(rep)), "an Nsight Systems report, which gapscope "
-                              "reads by exporting it with nsys, and there is no nsys to run")
+        assert_one_line_error(gapscope("analyze", str(rep)), f"{rep}: export it where nsys is (`nsys export "
+                              "--type parquetdir -o DIR")
 
 
 def test_trace_is_never_written(tmp_path, cloverleaf):
@@ -127,7 +127,10 @@ def test_usage_errors_one_line_exit_2(tmp_path, args, needle):
 
 def test_missing_argument_and_unknown_command():
     assert_one_line_error(gapscope("analyze"), "Missing argument 'TRACE'")
-    assert_one_line_error(gapscope("analyse"), "No such command 'analyse'")
+    assert_one_line_error(gapscope("analyse"), "no such command 'analyse'; did you mean analyze?")
+    assert_one_line_error(gapscope("comapre", "a", "b"), "no such command 'comapre'; did you mean compare?")
+    assert_one_line_error(gapscope("frobnicate"), "no such command 'frobnicate'; the commands are analyze, compare, "
+                          "export, mcp, plot, profile, report, run")
 
 
 def test_unknown_schema_and_ranges_without_work(tmp_path):
@@ -166,11 +169,15 @@ def test_limit_shows_the_names_with_the_most_gap_time(tmp_path):
     out = gapscope("analyze", str(path), "--limit", "3").stdout
     assert "NVTX ranges by name (30 of 30 launched GPU work; the 3 with the most gap time, 27 left out" in out
     names = [line.split()[0] for line in out.splitlines() if line.strip().startswith("op")]
-    assert names[:3] == ["op27", "op28", "op29"]  # the by-name table, in first-appearance order
+    assert names[:3] == ["op29", "op28", "op27"]  # the by-name table, the most gap time first
     assert "op29 (x1)" in out and "op26 (x1)" not in out  # why idle: the same rows
     assert "Range instances (30 with GPU work; the 3 with the most gap time, 27 left out" in out
+    # --limit 0: the summary by name (its 20 names with the most gap time), no instances.
     none = gapscope("analyze", str(path), "--limit", "0").stdout
-    assert "NVTX ranges by name" not in none and "Range instances" not in none and "Devices" in none
+    assert "NVTX ranges by name (30 of 30 launched GPU work; the 20 with the most gap time, 10 left out" in none
+    assert "Range instances" not in none and "Devices" in none
+    summary = none.split("NVTX ranges by name")[1].split("\n\n")[0].splitlines()[3:]
+    assert [line.split()[0] for line in summary] == [f"op{i}" for i in range(29, 9, -1)]
     data = json.loads(gapscope("analyze", str(path), "--limit", "3", "-f", "json").stdout)
     assert len(data["by_name"]) == 30  # JSON keeps every row
     assert data["ranges"][29]["name"] == "op29, seq = 29, op_id = 29"

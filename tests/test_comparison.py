@@ -706,7 +706,7 @@ def test_load_input_json_and_errors(tmp_path: Path, monkeypatch) -> None:
         "list.json": ("[]", f"{tmp_path / 'list.json'}: a JSON array, neither a gapscope result nor a PyTorch profiler trace (an object with traceEvents; gapscope reads {READS})"),
         "other.json": ('{"schema": "x/1"}', f"{tmp_path / 'other.json'}: a JSON file but neither a gapscope result nor a PyTorch profiler trace (schema 'x/1'; gapscope reads {READS})"),
         "fake.sqlite": ("not sqlite", f"{tmp_path / 'fake.sqlite'}: not a SQLite file, a PyTorch profiler trace or a gapscope result JSON (gapscope reads {READS})"),
-        "t.nsys-rep": ("x", f"{tmp_path / 't.nsys-rep'}: an Nsight Systems report, which gapscope reads by exporting it with nsys, and there is no nsys to run (GAPSCOPE_NSYS {tmp_path / 'no-nsys'}: no executable nsys there): install Nsight Systems or set GAPSCOPE_NSYS, or export it where nsys is (`nsys export --type parquetdir -o DIR {tmp_path / 't.nsys-rep'}`) and give gapscope DIR (gapscope reads {READS})"),
+        "t.nsys-rep": ("x", f"{tmp_path / 't.nsys-rep'}: export it where nsys is (`nsys export --type parquetdir -o DIR {tmp_path / 't.nsys-rep'}`) and give gapscope DIR, or install Nsight Systems (or set GAPSCOPE_NSYS): a .nsys-rep is read through nsys, and GAPSCOPE_NSYS {tmp_path / 'no-nsys'}: no executable nsys there"),
     }
     for name, (content, message) in cases.items():
         if content is not None:

@@ -212,8 +212,12 @@ def test_sqlite_frames_the_same_read_in_many_chunks_and_batches(monkeypatch):
 def test_kineto_exact_values_and_what_it_says_about_itself(results):
     r = results[KINETO]
     assert by_name_figures(r) == BY_NAME[KINETO]
+    # The trace's start: its earliest GPU activity, CUDA call or range, read here from the JSON.
+    read = {"kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver", "user_annotation"}
+    first = min(reference.ns(e["ts"]) for e in reference.kineto_events(KINETO) if e.get("cat") in read)
     assert r.trace == {"path": str(KINETO), "name": KINETO.name, "format": "kineto", "nsys_version": None,
-                       "export_schema": "1", "graph_trace": "node", "gpus": {"0": "NVIDIA H200"}}
+                       "export_schema": "1", "graph_trace": "node", "gpus": {"0": "NVIDIA H200"},
+                       "start_ns": first}
     assert r.ranges[0]["domain"] is None and (r.ranges[0]["pid"], r.ranges[0]["thread"]) == (4627, 4627)
     assert r.ranges[0]["start_ns"] == reference.ns("5268304417219.793")
     assert r.warnings[0].startswith("read from a PyTorch profiler trace: ranges are its user_annotation events")
@@ -261,9 +265,13 @@ def test_profiler_steps_are_ranges(results):
     assert [(x["name"], x["depth"], x["kernels"]) for x in r.ranges] == [
         ("ProfilerStep#2", 0, 78), ("decode_step", 1, 78), ("ProfilerStep#3", 0, 78), ("decode_step", 1, 78),
         ("ProfilerStep#4", 0, 78), ("decode_step", 1, 78)]
-    steps = [(x["gpu_span_ns"], x["busy_ns"], x["gap_ns"]) for x in r.by_name if x["name"].startswith("Profiler")]
+    steps = [(x["gpu_span_ns"], x["busy_ns"], x["gap_ns"]) for x in r.ranges if x["name"].startswith("Profiler")]
     assert steps == [(2_566_505, 220_254, 2_346_251), (2_452_681, 220_446, 2_232_235),
                      (2_335_657, 221_434, 2_114_223)]
+    # By name, the three steps are one row: ProfilerStep#* (their sums).
+    (step,) = [x for x in r.by_name if x["name"].startswith("Profiler")]
+    assert (step["name"], step["count"], step["gpu_span_ns"], step["gap_ns"]) == (
+        "ProfilerStep#*", 3, 2_566_505 + 2_452_681 + 2_335_657, 2_346_251 + 2_232_235 + 2_114_223)
     assert r.trace["graph_trace"] == "none"  # the eager path's 3rd to 5th steps only
 
 

@@ -163,3 +163,28 @@ def test_report_errors(tmp_path):
     assert_one_line_error(gapscope("report", str(saved), "-o", str(saved), "-f", "markdown"),
                           "refusing to overwrite input")
     assert saved.read_text() == "{}"
+
+
+#: Every element of a table whose content is wider than its box (clipped, or scrolled inside it).
+CLIPPED = ("[...document.querySelectorAll('.scroll, table, th, td')]"
+           ".filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.tagName + ' ' + e.textContent.slice(0, 60))")
+
+
+def test_the_fsdp_report_at_1400_px_clips_nothing(fsdp, tmp_path):
+    """The third-party FSDP trace (long range names, long kernel names, readings) at 1400 px: no
+    table scrolls or clips a cell (names and readings wrap), the page is no wider than the window."""
+    out = tmp_path / "fsdp.html"
+    proc = gapscope("report", str(fsdp), "--html", str(out))
+    assert proc.returncode == 0, proc.stderr
+    with Browser() as browser:
+        page = browser.load(out, width=1400)
+        assert page.console_errors == []
+        assert page.evaluate("document.documentElement.scrollWidth") <= 1400
+        assert page.evaluate("document.querySelectorAll('table').length") >= 8
+        assert page.evaluate(CLIPPED) == []
+        # The readings are there in full, the longest gaps' kernel names too.
+        cells = page.evaluate("[...document.querySelectorAll('td')].map(c => c.textContent)")
+        assert "host-bound: graphs ~2.4x" in cells and "nvjet_tst_192x192_64x4_2x1_v_bz_coopB_bias_TNN" in cells
+        shot = page.screenshot()
+    (tmp_path / "fsdp-1400.png").write_bytes(shot)
+    assert png_size(shot)[0] == 1400 and len(shot) > 100_000

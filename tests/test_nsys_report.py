@@ -139,8 +139,12 @@ def test_no_nsys_is_one_line_naming_the_report_and_what_is_read(tmp_path, monkey
     monkeypatch.setenv("GAPSCOPE_NSYS", str(tmp_path / "none"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     report = user_report(tmp_path)
-    assert_one_line_error(gapscope("analyze", str(report)), f"{report}: an Nsight Systems report, which gapscope "
-                          "reads by exporting it with nsys, and there is no nsys to run (GAPSCOPE_NSYS")
-    assert_one_line_error(gapscope("compare", str(report), str(report)), "gapscope reads an nsys export (SQLite, "
-                          "or a parquetdir or arrowdir folder)")
+    # The fix first, and short: not every place the search looked.
+    proc = gapscope("analyze", str(report))
+    assert_one_line_error(proc, f"{report}: export it where nsys is (`nsys export --type parquetdir -o DIR "
+                          f"{report}`) and give gapscope DIR, or install Nsight Systems (or set GAPSCOPE_NSYS): a "
+                          f".nsys-rep is read through nsys, and GAPSCOPE_NSYS {tmp_path / 'none'}: no executable "
+                          "nsys there")
+    assert len(proc.stderr.replace(str(report), "R").replace(str(tmp_path), "T")) < 250
+    assert_one_line_error(gapscope("compare", str(report), str(report)), f"{report}: export it where nsys is")
     assert not (tmp_path / "cache").exists()

@@ -145,7 +145,7 @@ def test_torch_decode_tracks_and_counts(analyzed):
     nvtx = sorted((ns(e["ts"]), e["name"]) for e in tracks[next(k for k, v in names.items() if v == "thread 720")])
     assert len(nvtx) == 66 and nvtx[0][1] == "eager" and [n for _, n in nvtx].count("decode_step") == 64
     kernel = next(e for e in events if e.get("cat") == "kernel")
-    assert set(kernel) == {"ph", "cat", "pid", "tid", "name", "ts", "dur", "args"}
+    assert set(kernel) == {"ph", "cat", "pid", "tid", "name", "ts", "dur", "bind_id", "flow_in", "args"}
     assert doc["otherData"]["trace"] == "torch_decode.sqlite"
 
 
@@ -192,3 +192,44 @@ def test_cli_export(tmp_path):
     copy.write_bytes((TRACES / "cupy_paths_node.sqlite").read_bytes())
     assert_one_line_error(gapscope("export", str(copy), "--perfetto", str(copy)), "refusing to overwrite input")
     assert copy.read_bytes() == (TRACES / "cupy_paths_node.sqlite").read_bytes()
+
+
+def test_a_flow_arrow_from_each_launch_call_to_its_work():
+    """Every kernel, copy and memset whose launching call the trace holds gets the arrow's end,
+    its call the start: matched here by process and correlation id read from the SQLite file,
+    not by gapscope's link."""
+    path = TRACES / "torch_decode_small.sqlite"
+    doc = export(path)
+    check_trace_event_format(doc)
+    events = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    process = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"]
+               if e["ph"] == "M" and e["name"] == "process_name"}
+    out = {e["bind_id"]: e for e in events if e.get("flow_out")}
+    into = [e for e in events if e.get("flow_in")]
+    assert all(e["cat"] == "cuda_api" for e in out.values())
+    assert {e["cat"] for e in into} <= {"kernel", "memcpy", "memset", "graph"}
+    conn = sqlite3.connect(f"file:{path}?immutable=1", uri=True)
+    calls = {(g >> 24, c) for g, c in conn.execute(
+        "SELECT globalTid, correlationId FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE eventClass != 67")}
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    work = [(g >> 24, c) for t in ("KERNEL", "MEMCPY", "MEMSET") if f"CUPTI_ACTIVITY_KIND_{t}" in tables
+            for g, c in conn.execute(f"SELECT globalPid, correlationId FROM CUPTI_ACTIVITY_KIND_{t}")]
+    conn.close()
+    assert len(into) == sum(1 for w in work if w in calls) > 1_000
+    for e in into:
+        call = out[e["bind_id"]]  # every arrow has its start
+        assert call["args"]["correlation"] == e["args"]["correlation"]
+        assert process[call["pid"]].startswith("process ") and ns(call["ts"]) <= ns(e["ts"])
+
+
+def test_the_page_lists_every_slice_name_and_category():
+    from gapscope.catalog import CATEGORY_NAMES
+    from paths import ROOT
+
+    page = (ROOT / "docs" / "perfetto.md").read_text(encoding="utf-8")
+    doc = export(TRACES / "torch_decode.sqlite")
+    gap_names = {e["name"] for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] == "gap"}
+    cats = {e["cat"] for e in doc["traceEvents"] if e["ph"] == "X"}
+    assert gap_names <= {f"{c} gap" for c in CATEGORY_NAMES}
+    for name in [*(f"{c} gap" for c in CATEGORY_NAMES), "gap", *cats]:
+        assert f"`{name}`" in page, name

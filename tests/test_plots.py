@@ -264,8 +264,9 @@ def test_write_plots_png_and_svg(tmp_path):
     files = write_plots(TRACES / "cupy_paths_node.sqlite", tmp_path / "out", ("png", "svg"))
     assert [f.name for f in files] == ["timeline.png", "timeline.svg", "histogram.png", "histogram.svg",
                                        "crossover.png", "crossover.svg"]
-    # 8 stream rows in the ranges' window (stream 7 only ran the warm-up) and one NVTX level.
-    assert_real_png(files[0], 1400, round(100 * (TOP_IN + BOTTOM_IN + 8 * ROW_IN + NVTX_IN + 0.1)))
+    # The default view: the work of multistream/k=2us, the answer's first range (the most to win):
+    # its 4 stream rows and one NVTX level.
+    assert_real_png(files[0], 1400, round(100 * (TOP_IN + BOTTOM_IN + 4 * ROW_IN + NVTX_IN + 0.1)))
     assert_real_png(files[2], 1410, 760)  # 2 x 3 panels of 2.8 in, 1.45 + 0.55 in margins
     assert_real_png(files[4], 1000, 740)
     for f in files[1::2]:

@@ -484,7 +484,8 @@ def test_capture_range_that_never_opened_under_nsys(fake, tmp_path: Path, monkey
     monkeypatch.setenv("FAKE_NSYS_NO_REPORT", "1")
     out = tmp_path / "n"
     proc = gapscope("profile", "-q", "--capture-range", "nvtx:decode", "-o", str(out), "--", *fake.prog)
-    assert_one_line_error(proc, f"nsys wrote no report (.nsys-rep); kept what it wrote in {out} (no report files)")
+    assert_one_line_error(proc, "nsys wrote no report (.nsys-rep); it wrote no report files")
+    assert not out.exists()  # nothing recorded: nothing left behind, so a retry starts afresh
     assert proc.stderr.rstrip().endswith(
         "its last line: No reports were generated (with --capture-range nvtx:decode nsys records only once "
         "a range of that exact name opens; NAME@DOMAIN for a domain other than the default)")
@@ -582,8 +583,9 @@ def test_three_ctrl_c_kill_a_recording_that_does_not_stop(fake, tmp_path: Path) 
         time.sleep(0.3)
     stdout, stderr = proc.communicate(timeout=60)
     assert_one_line_error(subprocess.CompletedProcess([], proc.returncode, stdout, stderr),
-                          f"nsys was killed (interrupted three times) before it finished; kept what it "
-                          f"wrote in {out} (no report files)", code=130)
+                          "nsys was killed (interrupted three times) before it finished; it wrote no report "
+                          "files", code=130)
+    assert not out.exists()
 
 
 # ---------------------------------------------------------------- --tracer torch (SYNTHETIC stand-in torch)
@@ -684,7 +686,10 @@ def test_torch_tracer_whole_program_keeps_the_trace_of_a_failing_program(torch_p
     out = tmp_path / "w"
     proc = gapscope("profile", "-q", "--tracer", "torch", "-o", str(out), "--", *command)
     assert proc.returncode == 1
-    assert proc.stderr == f"gapscope: the program exited with 1; everything is in {out}\n"
+    # The analysis's warnings, then how the program ended, all on stderr.
+    lines = proc.stderr.splitlines()
+    assert [line.split(":")[:2] for line in lines[:-1]] == [["gapscope", " warning"]] * len(lines[:-1])
+    assert lines[-1] == f"gapscope: the program exited with 1; everything is in {out}"
     assert events()[:3] == ["experimental_config enable_cuda_sync_events=True",
                             "profile CPU record_shapes=False experimental_config=True", "profiler_start"]
     assert events()[3:] == [*BEFORE, "cuda_profiler_start", *INSIDE, "cuda_profiler_stop", *AFTER,
@@ -698,9 +703,11 @@ def test_torch_tracer_range_that_never_opened(torch_program, tmp_path: Path) -> 
     out = tmp_path / "n"
     proc = gapscope("profile", "-q", "--tracer", "torch", "--capture-range", "nvtx:prefill", "-o", str(out),
                     "--", *command)
-    assert_one_line_error(proc, f"nothing was recorded: the capture range nvtx:prefill never opened; the "
-                                f"program exited with 0; its output is in {out / 'output.log'}")
-    assert "gapscope: the capture range nvtx:prefill never opened" in (out / "output.log").read_text()
+    assert_one_line_error(proc, "nothing was recorded: the capture range nvtx:prefill never opened; the "
+                                "program exited with 0; its last line: ")
+    assert not out.exists()  # nothing recorded: nothing left behind
+    again = gapscope("profile", "-q", "--tracer", "torch", "-o", str(out), "--", *command)
+    assert again.returncode == 0, again.stderr  # the retry needs no --force
 
 
 def test_torch_tracer_export_failure(torch_program, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -768,3 +775,38 @@ def test_exit_status_wrapper_alone(tmp_path: Path) -> None:
     assert done.returncode == -signal.SIGTERM  # the wrapper ends as its program did
     assert (json.loads(status.read_text())["exit_code"], json.loads(status.read_text())["signal"]) == (143, 15)
     assert subprocess.run([PY, str(EXIT_STATUS_SCRIPT), "x"], capture_output=True).returncode == 2
+
+
+def test_torch_tracer_without_torch_is_one_line_and_leaves_nothing(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Python whose `import torch` fails (a SYNTHETIC torch that raises as a missing one
+    does): one line on stderr, no progress bar, no folder left that a retry would trip on."""
+    missing = tmp_path / "no_torch" / "torch"
+    missing.mkdir(parents=True)
+    (missing / "__init__.py").write_text('raise ModuleNotFoundError("No module named torch", name="torch")\n')
+    monkeypatch.setenv("PYTHONPATH", str(missing.parent))
+    prog = tmp_path / "train.py"
+    prog.write_text("print('training')\n")
+    out = tmp_path / "runs" / "p"
+    proc = gapscope("profile", "--tracer", "torch", "-o", str(out), "--", PY, str(prog))  # not -q
+    assert proc.returncode == 2
+    assert proc.stderr == (f"gapscope: error: --tracer torch: {PY} cannot import torch (ModuleNotFoundError: No "
+                           "module named torch); run the program with a Python that has PyTorch\n")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_progress_bars_only_on_a_terminal(capfd: pytest.CaptureFixture[str]) -> None:
+    from gapscope.capture.progress import Progress
+
+    with Progress(True, terminal=False) as prog:  # a file, a pipe, a CI log: the program's lines alone
+        with prog.task("record (torch.profiler)", None):
+            prog.line("step 1")
+    assert capfd.readouterr().err == "step 1\n"
+    with Progress(True, terminal=True) as prog:
+        with prog.task("record (torch.profiler)", None):
+            prog.line("step 1")
+    err = capfd.readouterr().err
+    assert "record (torch.profiler)" in err and "step 1" in err
+    with Progress(False, terminal=True) as prog:  # -q
+        prog.line("step 1")
+    assert capfd.readouterr().err == ""

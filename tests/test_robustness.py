@@ -199,8 +199,8 @@ def test_nvtx_text_that_is_not_utf8_is_shown_with_replacement_characters(small, 
     path = damage(small, f"UPDATE {NVTX} SET text = {value}, textId = NULL WHERE rowid = 2")
     proc = gapscope("analyze", str(path))
     assert proc.returncode == 0, proc.stderr
-    assert ("warning: 1 of 6 NVTX rows had a damaged name (not UTF-8 text: 1): kept, shown with U+FFFD in "
-            "place of the bytes that were not UTF-8") in proc.stdout
+    assert ("gapscope: warning: 1 of 6 NVTX rows had a damaged name (not UTF-8 text: 1): kept, shown with U+FFFD "
+            "in place of the bytes that were not UTF-8") in proc.stderr.splitlines()
     assert "deco\ufffd" in proc.stdout
 
 

@@ -128,4 +128,4 @@ def test_the_tables_pick_the_same_range_instances_from_columns_as_from_a_list(an
     result = analyzed("torch_decode")
     work = [r for r in result.ranges if r["kernels"] > 0]
     top = sorted(work, key=lambda r: -r["gap_ns"])[:3]
-    assert [row[0] for row in sections.ranges(result, 3).rows] == [str(r["id"]) for r in sorted(top, key=lambda r: r["id"])]
+    assert [row[0] for row in sections.ranges(result, 3).rows] == [str(r["id"]) for r in top]  # most first

@@ -176,8 +176,8 @@ def test_a_comparison_fits_80_columns(analyzed):
 
 def _readme_excerpt() -> str:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    intro = text.index("An excerpt of `gapscope analyze traces/torch_decode.sqlite`")
-    return text[intro:].split("```")[1]
+    intro = text.index("The start of `gapscope analyze traces/torch_decode.sqlite`")
+    return text[intro:].split("```")[1].split("\n", 1)[1]  # the block without its ```text line
 
 
 def test_every_number_of_the_readme_example_shows_at_80_columns(analyzed):

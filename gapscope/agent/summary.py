@@ -207,7 +207,7 @@ def explanation(result: AnalysisResult, cached: bool, pattern: str, rules: Mappi
             row["why_idle"] = parts
         row["verdict_rules"] = rules.get(str(r.get("verdict")), [])
         rows.append(row)
-    ranges = result.ranges  # the instances with the most gap time, in start order, as the report picks them
+    ranges = result.ranges  # the instances with the most gap time, most first, as the report picks them
     top = top_indices(_column(ranges, "gap_ns"), list(range(len(ranges))), instances)
     picked = {str(r["name"]) for r in names}
     payoff = [p for p in result.payoff or [] if p.get("eager") in picked or p.get("graph") in picked]

@@ -684,8 +684,7 @@ def _sections(w: Linked, m: Memberships, lv: Levels, range_stats: pd.DataFrame, 
     ``by_name``, ``devices`` and ``streams`` as RowTables, and the ``payoff`` rows: each
     section's keys and STATS, its graph replays, its gap categories and graph ceiling (with
     attribution), its verdicts and its communication figures."""
-    range_keys = w.table.frame[["name", "domain", "pid", "thread", "start_ns", "end_ns", "depth"]].copy()
-    range_keys.insert(0, "id", np.arange(w.n_ranges))
+    range_keys = w.table.frame[["id", "name", "domain", "pid", "thread", "start_ns", "end_ns", "depth"]].copy()
     # A dict per row is made only when read.
     range_cols = _columns(range_keys, range_stats)
     name_cols = _columns(name_keys, name_stats)
@@ -826,6 +825,7 @@ def run_analysis(
     if window is not None:
         frames, placed = time_window.cut(frames, window)
     memory = _Memory(frames, release_ids)
+    start_ns = trace_start(frames)  # before any column is let go
     options = LevelOptions(attribution, stall_threshold_ns, top, bool(ranges or domains))
     # 1. Each activity, the call that launched it, the ranges and the work each owns.
     w, members = _linked(frames, ranges, domains, count_memops, threads, normalize, memory)
@@ -854,7 +854,7 @@ def run_analysis(
     sections = _sections(w, members, lv, range_stats, name_stats, range_name, name_keys, comm, member_range)
     # 5. The result, built once.
     result = AnalysisResult(
-        trace=_trace_fields(frames, w.graph_trace),
+        trace=_trace_fields(frames, w.graph_trace, start_ns),
         options={"count_memops": count_memops, "range_filter": list(ranges), "domain_filter": list(domains),
                  "threads": threads, "normalize_names": normalize,
                  "stall_threshold_ns": int(stall_threshold_ns) if attribution else None,
@@ -873,9 +873,17 @@ def run_analysis(
     )
 
 
-def _trace_fields(frames: TraceFrames, graph_trace: str) -> dict[str, Any]:
+def trace_start(frames: TraceFrames) -> int | None:
+    """The trace's start: its earliest GPU activity, CUDA call or NVTX event (in the trace's own
+    clock; None for a trace with none). Reports show times from here."""
+    firsts = [int(t[t >= 0].min()) for t in (frames.activities["start"].to_numpy(), frames.api["start"].to_numpy(),
+                                              frames.nvtx["start"].to_numpy()) if (t >= 0).any()]
+    return min(firsts) if firsts else None
+
+
+def _trace_fields(frames: TraceFrames, graph_trace: str, start_ns: int | None) -> dict[str, Any]:
     """The result's ``trace`` object: the file, its format and versions, how graphs were
-    traced, its GPUs."""
+    traced, its GPUs, where it starts."""
     meta = frames.meta
     return {
         "path": meta.path,
@@ -885,6 +893,7 @@ def _trace_fields(frames: TraceFrames, graph_trace: str) -> dict[str, Any]:
         "export_schema": meta.export_schema,
         "graph_trace": graph_trace,
         "gpus": {str(k): v for k, v in sorted(meta.gpu_names.items())},
+        "start_ns": start_ns,
     }
 
 

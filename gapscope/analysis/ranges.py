@@ -23,7 +23,7 @@ import pandas as pd
 
 from gapscope.analysis.domains import LIBRARY_DOMAINS, is_library_domain  # noqa: F401  (numpy-free, for renderers)
 from gapscope.analysis.intervals import gathered_slices
-from gapscope.analysis.range_names import OP_SUFFIX  # noqa: F401  (numpy-free, for renderers)
+from gapscope.analysis.range_names import OP_SUFFIX, STEP_GROUP, STEP_MARKER
 from gapscope.analysis.keys import TimeKeys, call_key, index_dtype, narrowed
 from gapscope.catalog import pid_of, process_of, thread_of
 from gapscope.errors import GapscopeError
@@ -37,7 +37,9 @@ DEFAULT_DOMAIN = "default"
 
 
 def group_names(names: np.ndarray) -> np.ndarray:
-    """Names with PyTorch's emit_nvtx suffixes taken off (OP_SUFFIX), as an object array."""
+    """Names as their instances are grouped (range_names.group_name): PyTorch's emit_nvtx
+    suffixes taken off (OP_SUFFIX), a step marker's number made ``*`` (STEP_MARKER), as an
+    object array."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -45,14 +47,15 @@ def group_names(names: np.ndarray) -> np.ndarray:
         return np.asarray(names, dtype=object)
     stripped = pc.replace_substring_regex(pa.array(names, type=pa.string()), pattern=OP_SUFFIX,
                                           replacement="", max_replacements=1)
-    return stripped.to_numpy(zero_copy_only=False).astype(object)
+    stepped = pc.replace_substring_regex(stripped, pattern=STEP_MARKER, replacement=STEP_GROUP, max_replacements=1)
+    return stepped.to_numpy(zero_copy_only=False).astype(object)
 
 
 @dataclass(frozen=True)
 class RangeTable:
     """NVTX range instances in start order, with their nesting depth."""
 
-    frame: pd.DataFrame  # name, group, domain, pid, thread, tid (globalTid), start_ns, end_ns, depth
+    frame: pd.DataFrame  # id, name, group, domain, pid, thread, tid (globalTid), start_ns, end_ns, depth
 
 
 #: Activities :meth:`CallIndex.find` looks up at a time: its keys and positions are 64-bit, so
@@ -142,42 +145,36 @@ def range_table(frames: TraceFrames, patterns: Sequence[str] = (), *, domains: S
                 normalize: bool = True) -> RangeTable:
     """The trace's NVTX ranges (push/pop and start/end), filtered by name globs (matched against
     the full name and the group name) and by domains if given. ``normalize``: group names
-    without emit_nvtx suffixes (else a range's group is its full name)."""
+    without emit_nvtx suffixes and step markers' numbers (else a range's group is its full
+    name). Each range's ``id`` is its place among all the trace's ranges in start order, the
+    same whatever the filters (a report of ``--range decode*`` names the instances as the whole
+    trace's report does); its ``depth`` is its nesting among the ranges kept."""
     nvtx = frames.nvtx
     domain_names = _domain_names(nvtx)
     rng = nvtx[(nvtx["event_type"] != NVTX_DOMAIN_CREATE) & (nvtx["end"] >= nvtx["start"])]
     names = rng["name"].fillna("[unnamed]").astype(str).to_numpy(dtype=object)
     dom = pd.Series(rng["domain_id"].to_numpy()).map(domain_names).to_numpy(dtype=object)
     dom = np.where(pd.isna(dom), None, dom)
-    if domains:
-        sel = _select_domains(dom, domains)
-        rng, names, dom = rng[sel], names[sel], dom[sel]
-    groups = group_names(names) if normalize else names
-    if patterns:
-        def matches(u: str) -> bool:
-            return any(u == p or fnmatch.fnmatchcase(u, p) for p in patterns)
-
-        uniq = pd.unique(np.concatenate([names, groups]))
-        keep = {u for u in uniq if matches(u)}
-        if not keep and names.size == 0:
-            raise GapscopeError(
-                f"no NVTX range matches {', '.join(repr(p) for p in patterns)}: this trace has no NVTX ranges"
-            )
-        if not keep:
-            shown_names = pd.unique(groups)
-            shown = ", ".join(sorted(map(str, shown_names))[:8]) or "none"
-            more = f" (and {len(shown_names) - 8} more)" if len(shown_names) > 8 else ""
-            raise GapscopeError(
-                f"no NVTX range matches {', '.join(repr(p) for p in patterns)}; "
-                f"range names in this trace: {shown}{more}"
-            )
-        sel = pd.Series(names).isin(keep).to_numpy() | pd.Series(groups).isin(keep).to_numpy()
-        rng, names, groups, dom = rng[sel], names[sel], groups[sel], dom[sel]
     tid = rng["tid"].to_numpy()
     start = rng["start"].to_numpy()
     end = rng["end"].to_numpy()
+    depth = _depth(tid, start, end)
+    # The whole trace's start order numbers the ranges, before any filter.
+    order = np.lexsort((depth, start))
+    names, dom, tid, start, end, depth = names[order], dom[order], tid[order], start[order], end[order], depth[order]
+    ids = np.arange(order.size, dtype=np.int64)
+    keep = np.ones(order.size, dtype=bool)
+    if domains:
+        keep &= _select_domains(dom, domains)
+    groups = group_names(names) if normalize else names
+    if patterns:
+        keep &= _matching(names, groups, keep, patterns)
+    if not keep.all():
+        names, groups, dom, tid, start, end, ids = (a[keep] for a in (names, groups, dom, tid, start, end, ids))
+        depth = _depth(tid, start, end)
     frame = pd.DataFrame(
         {
+            "id": ids,
             "name": names,
             "group": groups,
             "domain": dom,
@@ -186,11 +183,35 @@ def range_table(frames: TraceFrames, patterns: Sequence[str] = (), *, domains: S
             "tid": tid,
             "start_ns": start,
             "end_ns": end,
-            "depth": _depth(tid, start, end),
+            "depth": depth,
         }
     )
-    frame = frame.sort_values(["start_ns", "depth"], kind="stable").reset_index(drop=True)
     return RangeTable(frame)
+
+
+def _matching(names: np.ndarray, groups: np.ndarray, kept: np.ndarray, patterns: Sequence[str]) -> np.ndarray:
+    """Mask of the ranges whose full or group name matches one of ``patterns`` (exact or glob);
+    GapscopeError naming the range names there are (among those ``kept`` by the domains) when
+    none of those does."""
+    def matches(u: str) -> bool:
+        return any(u == p or fnmatch.fnmatchcase(u, p) for p in patterns)
+
+    uniq = pd.unique(np.concatenate([names, groups]))
+    hit = {u for u in uniq if matches(u)}
+    sel = pd.Series(names).isin(hit).to_numpy() | pd.Series(groups).isin(hit).to_numpy()
+    if (sel & kept).any():
+        return sel
+    if not kept.any():
+        raise GapscopeError(
+            f"no NVTX range matches {', '.join(repr(p) for p in patterns)}: this trace has no NVTX ranges"
+        )
+    shown_names = pd.unique(groups[kept])
+    shown = ", ".join(sorted(map(str, shown_names))[:8]) or "none"
+    more = f" (and {len(shown_names) - 8} more)" if len(shown_names) > 8 else ""
+    raise GapscopeError(
+        f"no NVTX range matches {', '.join(repr(p) for p in patterns)}; "
+        f"range names in this trace: {shown}{more}"
+    )
 
 
 def _launch_slices(frames: TraceFrames, launch: np.ndarray, ranges: RangeTable, threads: str
@@ -234,7 +255,9 @@ def range_members(
     frames: TraceFrames, launch: np.ndarray, ranges: RangeTable, threads: str = "same",
 ) -> tuple[np.ndarray, np.ndarray]:
     """(range index, activity index) for every activity launched inside every range, by calls
-    of the range's thread (``threads="same"``) or of any thread of its process (``"process"``)."""
+    of the range's thread (``threads="same"``) or of any thread of its process (``"process"``)
+    but those inside a range of the same name of their own (:func:`_own_instance`): each
+    thread's work is counted once per name."""
     if threads not in THREAD_MODES:
         raise GapscopeError(f"--threads must be one of {', '.join(THREAD_MODES)}, not {threads!r}")
     if len(ranges.frame) == 0 or not (launch >= 0).any():
@@ -242,16 +265,55 @@ def range_members(
         return empty, empty
     acts, lo, hi = _launch_slices(frames, launch, ranges, threads)
     # 32-bit: 8 bytes a membership, not 16 (an activity is often inside several nested ranges).
-    return gathered_slices(acts, lo, hi)
+    member_range, member_act = gathered_slices(acts, lo, hi)
+    if threads == "process":
+        keep = ~_own_instance(frames, launch, ranges, member_range, member_act)
+        if not keep.all():
+            member_range, member_act = member_range[keep], member_act[keep]
+    return member_range, member_act
+
+
+def _own_instance(frames: TraceFrames, launch: np.ndarray, ranges: RangeTable, member_range: np.ndarray,
+                  member_act: np.ndarray) -> np.ndarray:
+    """Mask of the memberships whose activity another thread launched while inside a range of the
+    member range's (domain, group) name of its own: that work is its own instance's, not also
+    every concurrent instance's (two workers each in its own ``step`` keep their own kernels)."""
+    rf = ranges.frame
+    api = frames.api
+    call = launch[member_act]
+    call_tid = api["tid"].to_numpy()[call]
+    call_start = api["start"].to_numpy()[call]
+    del call
+    rng_tid = rf["tid"].to_numpy()
+    other = call_tid != rng_tid[member_range]
+    out = np.zeros(member_range.size, dtype=bool)
+    if not other.any():
+        return out
+    name = rf.groupby(["domain", "group"], sort=False, dropna=False).ngroup().to_numpy(np.int64)
+    # One interval list per (thread, name): the ranges' starts in order, with the latest end so
+    # far (nested ranges of one name on one thread are one stretch).
+    held = pd.MultiIndex.from_arrays([rng_tid, name])
+    kcode, keys = pd.factorize(held)
+    start, end = rf["start_ns"].to_numpy(), rf["end_ns"].to_numpy()
+    order = np.lexsort((start, kcode))
+    k_sorted, s_sorted = kcode[order], start[order]
+    reach = pd.Series(end[order]).groupby(k_sorted).cummax().to_numpy(np.int64)
+    q_code = pd.Index(keys).get_indexer(pd.MultiIndex.from_arrays([call_tid[other], name[member_range[other]]]))
+    q_time = call_start[other]
+    found = q_code >= 0
+    tk = TimeKeys([s_sorted, q_time], len(keys))
+    pos = np.searchsorted(tk.key(k_sorted, s_sorted), tk.key(np.maximum(q_code, 0), q_time), "right") - 1
+    ok = pos >= 0
+    posc = np.maximum(pos, 0)
+    inside = found & ok & (k_sorted[posc] == q_code) & (reach[posc] >= q_time)
+    out[np.flatnonzero(other)] = inside
+    return out
 
 
 def process_work_counts(frames: TraceFrames, launch: np.ndarray, ranges: RangeTable) -> np.ndarray:
-    """Per range, the activities launched inside it by any thread of its process (counted, not
-    listed): what ``threads="process"`` would give it."""
-    if len(ranges.frame) == 0 or not (launch >= 0).any():
-        return np.zeros(len(ranges.frame), dtype=np.int64)
-    _, lo, hi = _launch_slices(frames, launch, ranges, "process")
-    return np.maximum(hi - lo, 0).astype(np.int64)
+    """Per range, the activities ``threads="process"`` would give it (counted, not listed)."""
+    member_range, _ = range_members(frames, launch, ranges, "process")
+    return np.bincount(member_range, minlength=len(ranges.frame)).astype(np.int64)
 
 
 def range_calls(frames: TraceFrames, ranges: RangeTable, counted: np.ndarray | None = None

@@ -86,6 +86,13 @@ def activity_ranges(arrays: AnalysisArrays) -> np.ndarray:
     return innermost(keys, arrays.member_range, depth[arrays.member_range], ["act"], query)
 
 
+def range_ids(arrays: AnalysisArrays, rng: np.ndarray) -> np.ndarray:
+    """The result's ``id`` of each range instance at position ``rng`` of the analysis's range
+    table (the instance's place in the whole trace, whatever the filters), -1 where ``rng`` is."""
+    ids = arrays.ranges.frame["id"].to_numpy(np.int64)
+    return np.where(rng >= 0, ids[np.maximum(rng, 0)], -1) if ids.size else np.full(rng.size, -1, np.int64)
+
+
 def gap_ranges(arrays: AnalysisArrays, gaps: GapList) -> np.ndarray:
     """Each device-level gap's range instance: the deepest range one of whose own range-level
     gaps holds it (the range had work on the device before the gap, and its work resumes where
@@ -155,7 +162,7 @@ def kernel_table(arrays: AnalysisArrays, names: _Names) -> pd.DataFrame:
         "launched_by": names.calls(call),
         "call_start_ns": nullable(call_start),
         "call_end_ns": nullable(call_end),
-        "range_id": nullable(rng),
+        "range_id": nullable(range_ids(arrays, rng)),
         "range_name": names.ranges(rng),
     })
 
@@ -187,7 +194,7 @@ def gap_table(arrays: AnalysisArrays, names: _Names) -> pd.DataFrame:
         "launched_by": names.calls(arrays.launch[after]),
         "before_id": nullable(before),
         "after_id": after.astype(np.int64),
-        "range_id": nullable(rng),
+        "range_id": nullable(range_ids(arrays, rng)),
         "range_name": names.ranges(rng),
     })
     return pd.DataFrame(out, copy=False)

@@ -259,8 +259,9 @@ def _failure_message(rc: int, files: CaptureFiles, wanted: Path, killed: bool = 
         what = f"nsys exited with {rc}"
     else:
         what = "nsys wrote no SQLite export" if wanted == files.sqlite else "nsys wrote no report (.nsys-rep)"
-    kept = ", ".join(left) if left else "no report files"
-    return f"{what}; kept what it wrote in {folder} ({kept}); its output is in {files.log}{tail}"
+    if not left:  # nothing kept (gapscope profile removes what it wrote)
+        return f"{what}; it wrote no report files{tail}"
+    return f"{what}; kept what it wrote in {folder} ({', '.join(left)}); its output is in {files.log}{tail}"
 
 
 def environment(nsys: Path | None, device: int = 0, with_cupy: bool = True) -> dict[str, str | int | None]:

@@ -23,6 +23,7 @@ result to the renderers, and writes the folder. `gapscope analyze DIR` reads the
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import shlex
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from gapscope.errors import GapscopeError
+from gapscope.text import printable
 
 PROFILE_SCHEMA = "gapscope-profile/1"
 TRACERS = ("nsys", "torch")
@@ -409,17 +411,19 @@ def _export_type(opts: ProfileOptions, nsys: Path | None, warnings: list[str]) -
     return export_types(nsys)[0]
 
 
-def claim_folder(out: Path, writes: Sequence[Path], force: bool) -> None:
+def claim_folder(out: Path, writes: Sequence[Path], force: bool) -> list[Path]:
     """Make DIR ready: created when missing; an existing one must be empty, or, with --force,
     the files an earlier profile listed in its profile.json are removed (and nothing else: a
-    path this profile would write that is not from an earlier profile is refused)."""
+    path this profile would write that is not from an earlier profile is refused). The folders
+    it created, deepest first (what a failed profile removes again)."""
     if out.exists() and not out.is_dir():
         raise GapscopeError(f"{out}: exists and is not a folder")
     if not out.exists():
+        made = [p for p in (out, *out.parents) if not p.exists()]
         out.mkdir(parents=True)
-        return
+        return made
     if not any(out.iterdir()):
-        return
+        return []
     if not force:
         raise GapscopeError(f"{out}: exists and is not empty; choose another -o, or --force to "
                             "replace an earlier gapscope profile's files there (nothing else in it "
@@ -430,6 +434,27 @@ def claim_folder(out: Path, writes: Sequence[Path], force: bool) -> None:
         if path.exists() or path.is_symlink():
             raise GapscopeError(f"{path}: exists and is not from an earlier gapscope profile; "
                                 "gapscope never overwrites it: move it or choose another -o")
+    return []
+
+
+def _leave_nothing(plan: ProfilePlan, made: list[Path]) -> None:
+    """After a profile that recorded nothing: the files it wrote (and those nsys began under the
+    report's name) removed, and the folders it created, so that a retry starts afresh. Nothing
+    else is touched: a folder that holds anything else stays."""
+    stem = glob.escape(plan.name)
+    for path in {*plan.writes(), *plan.out_dir.glob(stem + ".*")}:
+        try:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            elif path.exists() or path.is_symlink():
+                path.unlink()
+        except OSError:
+            pass
+    for folder in made:
+        try:
+            folder.rmdir()  # only when empty
+        except OSError:
+            break
 
 
 def _earlier_files(out: Path) -> list[Path]:
@@ -461,8 +486,9 @@ def profile(opts: ProfileOptions, progress: bool = True) -> ProfileResult:
 
     The program's output goes to output.log and, with ``progress``, above the progress display
     on stderr. GapscopeError when nothing can be analyzed: its exit code is the program's when
-    the program failed, else 2 (130 when three Ctrl-C killed the recording); profile.json is
-    written first, whatever failed."""
+    the program failed, else 2 (130 when three Ctrl-C killed the recording). When something was
+    recorded, profile.json is written whatever failed; when nothing was, the folder is left as
+    it was found (:func:`_leave_nothing`)."""
     from gapscope.capture.progress import Progress
 
     warnings: list[str] = []
@@ -475,19 +501,42 @@ def profile(opts: ProfileOptions, progress: bool = True) -> ProfileResult:
     if shutil.which(opts.command[0]) is None:
         raise GapscopeError(f"{opts.command[0]}: command not found (the program to profile: "
                             "gapscope profile [OPTIONS] -- CMD [ARGS...])")
-    claim_folder(plan.out_dir, plan.writes(), opts.force)
+    made = claim_folder(plan.out_dir, plan.writes(), opts.force)
     try:
         with Progress(progress) as prog:
             _record(result, nsys, prog)
             if plan.export is not None:
                 _export(result, nsys, prog)
             _analyze(result, prog)
-    except GapscopeError as exc:
-        result.error = exc.message
-        raise
-    finally:
+    except BaseException as exc:
+        if not _recorded(plan):  # nothing to keep: the failure leaves nothing behind
+            _leave_nothing(plan, made)
+            raise
+        if isinstance(exc, GapscopeError):
+            result.error = exc.message
         _write_profile(result)
+        if isinstance(exc, GapscopeError) and str(plan.out_dir) not in exc.message:  # where it is
+            raise GapscopeError(f"{exc.message}; what was recorded is in {plan.out_dir}", exc.exit_code) from None
+        raise
+    _write_profile(result)
     return result
+
+
+def _recorded(plan: ProfilePlan) -> bool:
+    """Whether the recording left anything to read: the report or the trace, or what nsys began
+    under the report's name (a .qdstrm its importer failed on can still be imported)."""
+    begun = [p for p in plan.out_dir.glob(glob.escape(plan.name) + ".*") if p != plan.file("log")]
+    return any(p is not None and p.exists() and (p.is_dir() or p.stat().st_size > 0)
+               for p in (plan.report, plan.trace, *begun))
+
+
+def _last_line(log: Path) -> str:
+    """``; its last line: ...``: the recorded program's last line of output (empty for none)."""
+    try:
+        lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return f"; its last line: {printable(lines[-1].strip(), 160)}" if lines else ""
 
 
 def _record(result: ProfileResult, nsys: Path | None, prog: Any) -> None:
@@ -525,8 +574,7 @@ def _record(result: ProfileResult, nsys: Path | None, prog: Any) -> None:
             ended = run_session(plan.record, plan.log, env, prog.line)
         result.recorder_exit_code, result.forwarded = ended.returncode, ended.forwarded
         if ended.killed:
-            raise GapscopeError(f"stopped: the program was killed (interrupted three times); what it "
-                                f"left is in {plan.out_dir}", 130)
+            raise GapscopeError("stopped: the program was killed (interrupted three times)", 130)
     result.seconds["record"] = round(time.perf_counter() - started, 3)
     status = read_status(plan.status)
     if status is not None:
@@ -553,13 +601,12 @@ def _check_torch_status(result: ProfileResult, status: dict[str, Any] | None) ->
                             "with a Python that has PyTorch")
     if status is not None and status.get("trace_error"):
         raise GapscopeError(f"torch.profiler could not write its trace ({status['trace_error']}); "
-                            f"{ended}; its output is in {plan.log}", code or 2)
+                            f"{ended}{_last_line(plan.log)}", code or 2)
     if not plan.trace.is_file():
         state = (status or {}).get("capture", {}).get("state")
         why = (f"the capture range {plan.capture.spec} never opened" if state == "waiting" and plan.capture
                else "the program ended before the profiler wrote its trace")
-        raise GapscopeError(f"nothing was recorded: {why}; {ended}; its output is in {plan.log}",
-                            code or 2)
+        raise GapscopeError(f"nothing was recorded: {why}; {ended}{_last_line(plan.log)}", code or 2)
 
 
 def _export(result: ProfileResult, nsys: Path | None, prog: Any) -> None:

@@ -9,22 +9,29 @@ from typing import Any, Iterator
 
 
 class Progress:
-    """A rich progress display on stderr; with ``enabled`` False it shows nothing at all."""
+    """A rich progress display on stderr, drawn only when stderr is a terminal (``terminal``:
+    whether it is, for tests); elsewhere (a file, a pipe, a CI log) the recorded program's lines
+    alone are written there. With ``enabled`` False it shows nothing at all."""
 
-    def __init__(self, enabled: bool) -> None:
+    def __init__(self, enabled: bool, terminal: bool | None = None) -> None:
         self.enabled = enabled
+        self._terminal = terminal
         self._progress: Any = None
 
     def __enter__(self) -> "Progress":
         if self.enabled:
             from rich.console import Console
+
+            console = Console(stderr=True)
+            if not (console.is_terminal if self._terminal is None else self._terminal):
+                return self
             from rich.progress import (BarColumn, Progress as RichProgress, SpinnerColumn,
                                        TaskProgressColumn, TextColumn, TimeElapsedColumn)
 
             self._progress = RichProgress(SpinnerColumn(), TextColumn("{task.description:<28}"),
                                           BarColumn(), TaskProgressColumn(), TimeElapsedColumn(),
                                           TextColumn("{task.fields[note]}"),
-                                          console=Console(stderr=True))
+                                          console=console)
             self._progress.__enter__()
         return self
 
@@ -33,11 +40,15 @@ class Progress:
             self._progress.__exit__(*exc)
 
     def line(self, text: str) -> None:
-        """Print one line of the recorded program's output above the display (nothing when
-        the display is off)."""
+        """Print one line of the recorded program's output above the display, or alone on stderr
+        when it is not a terminal (nothing when the display is off)."""
         if self._progress is not None:
             self._progress.console.print(text, markup=False, highlight=False, emoji=False,
                                          soft_wrap=True)
+        elif self.enabled:
+            import sys
+
+            print(text, file=sys.stderr, flush=True)
 
     @contextmanager
     def task(self, description: str, total: float | None) -> Iterator[Any]:

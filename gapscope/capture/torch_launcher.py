@@ -271,8 +271,7 @@ def main(argv: Sequence[str]) -> int:
         import torch
     except Exception as exc:  # noqa: BLE001 - any failure to import is the same answer
         status["error"] = f"cannot import torch ({type(exc).__name__}: {exc})"
-        _write_status(launch.status, status)
-        print(f"gapscope: {sys.executable} {status['error']}", file=sys.stderr)
+        _write_status(launch.status, status)  # gapscope profile says it, in its one error line
         return 2
     status["torch"], status["cuda"] = torch.__version__, bool(torch.cuda.is_available())
     recorder = Recorder(torch, launch.trace, launch.capture)
@@ -286,9 +285,6 @@ def main(argv: Sequence[str]) -> int:
         code = run_program(launch)
     finally:
         recorder.stop()
-        if recorder.state == "waiting":
-            print(f"gapscope: the capture range {launch.capture} never opened; nothing was recorded",
-                  file=sys.stderr)
         status.update(exit_code=code, seconds=round(time.perf_counter() - started, 6),
                       capture={"range": launch.capture, "state": recorder.state},
                       trace=str(launch.trace) if recorder.written else None,

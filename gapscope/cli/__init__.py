@@ -24,7 +24,7 @@ from collections.abc import Iterator
 import click
 
 from gapscope import __version__, heap
-from gapscope.errors import EXIT_INTERNAL, GapscopeError, internal_error_line
+from gapscope.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, GapscopeError, internal_error_line, missing_dependency_line
 from gapscope.text import printable
 
 
@@ -47,6 +47,18 @@ class _Group(click.Group):
         if cmd_name not in self.commands and cmd_name in COMMANDS:
             importlib.import_module(f"gapscope.cli.{COMMANDS[cmd_name]}")
         return super().get_command(ctx, cmd_name)
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None,
+                                                                            list[str]]:
+        """click's, with the command nearest a mistyped one named (``analyz``: did you mean analyze?)."""
+        name = click.utils.make_str(args[0]) if args else ""
+        if args and self.get_command(ctx, name) is None and not name.startswith("-"):
+            import difflib
+
+            near = difflib.get_close_matches(name, self.list_commands(ctx), n=1, cutoff=0.5)
+            hint = f"; did you mean {near[0]}?" if near else f"; the commands are {', '.join(self.list_commands(ctx))}"
+            raise click.UsageError(f"no such command {name!r}{hint}", ctx)
+        return super().resolve_command(ctx, args)
 
     def invoke(self, ctx: click.Context) -> object:
         try:
@@ -177,7 +189,8 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(f"gapscope: error: {where}: {exc.strerror or exc} (an I/O error of the system, "
                    "not of gapscope)", err=True)
         sys.exit(2)
-    except Exception as exc:  # a bug: one line that says so, never a traceback
-        click.echo(internal_error_line(exc, __version__), err=True)
-        sys.exit(EXIT_INTERNAL)
+    except Exception as exc:  # a missing package, else a bug: one line that says so, never a traceback
+        missing = missing_dependency_line(exc)
+        click.echo(missing or internal_error_line(exc, __version__), err=True)
+        sys.exit(EXIT_BAD_INPUT if missing else EXIT_INTERNAL)
     sys.exit(rv if isinstance(rv, int) else 0)

@@ -56,7 +56,8 @@ class _Report:
                    "domain such as TSL or CCCL is then listed like the others); repeatable.")
 @click.option("--threads", type=click.Choice(["same", "process"]), default="same", show_default=True,
               help="A range's GPU work: launched from its own thread, or from any thread of its process "
-                   "inside its time window (asynchronous dispatchers, worker threads).")
+                   "inside its time window (asynchronous dispatchers, worker threads) but one inside a range "
+                   "of the same name of its own.")
 @click.option("--stall-threshold", "stall_threshold", default=None, metavar="TIME",
               help="Host stretches with no CUDA call, and single calls, longer than this are stalls "
                    "(ns, us, ms or s; docs/metrics.md).  [default: 1ms]")
@@ -65,10 +66,12 @@ class _Report:
                    "with units (the syntax of `gapscope plot`): 2s:2.3s, :300ms, 2s: (skips the first "
                    "2 s). Activities, calls and NVTX ranges are cut to it (docs/metrics.md).")
 @click.option("--normalize/--no-normalize", default=True, show_default=True,
-              help="Group range names without PyTorch emit_nvtx suffixes (', seq = N', ', op_id = N', ...).")
+              help="Group range names without PyTorch emit_nvtx suffixes (', seq = N', ', op_id = N', ...) "
+                   "and step markers' numbers (ProfilerStep#N as ProfilerStep#*).")
 @click.option("--limit", type=click.IntRange(min=0), default=20, show_default=True, metavar="N",
-              help="Range names and instances shown in the table, those with the most gap time "
-                   "(0: none); several traces: range names, stragglers, steps and ranks.")
+              help="Range names and instances shown in the table, those with the most gap time first "
+                   "(0: no instances, the 20 names of the summary); several traces: range names, stragglers, "
+                   "steps and ranks.")
 @click.option("--top", type=click.IntRange(min=0), default=10, show_default=True, metavar="N",
               help="Longest gaps listed; several traces: stragglers per range name.")
 @click.option("--attribution/--no-attribution", default=True, show_default=True,
@@ -113,7 +116,8 @@ def analyze_command(traces: tuple[str, ...], ranges: tuple[str, ...], domains: t
     others).
     """
     fmt = output_format(output, fmt, FORMATS, "table")
-    report = _Report(fmt, output, gaps_csv, plot_dir, {"limit": limit, "wide": wide, **json_options(fmt, indent)})
+    report = _Report(fmt, output, gaps_csv, plot_dir,
+                     {"limit": limit, "wide": wide, "warnings": False, **json_options(fmt, indent)})
     with cache_setting(no_cache):
         options = _analysis_options(ranges, domains, threads, stall_threshold, normalize, count_memops, top,
                                     attribution, window)
@@ -176,6 +180,8 @@ def _analyze_several(paths: list[str], options: dict[str, Any], report: _Report,
     executor = executor_for(paths, jobs, scheduler)
     with FileProgress(len(paths), sys.stderr) as progress:
         fleet = merged(paths, executor, options, on_done=progress.done, on_note=progress.note)
+    failed = f"{len(fleet.failed)} of {len(fleet.files)} traces failed"  # said by the error line below
+    _warn([w for w in fleet.warnings if not (fleet.failed and w.startswith(failed))])
     with output_file(report.output) as fh:
         render(fleet, report.fmt, fh, **report.render)
     if fleet.failed:
@@ -197,6 +203,7 @@ def _analyze_one(path: str, options: dict[str, Any], report: _Report) -> None:
     # Only the plots read the gap lists; without them each level's gaps go once summed.
     loaded = load(found, options, given=given, tables=report.tables, gaps=bool(report.plot_dir),
                   status=_status)
+    _warn(loaded.warnings())
     steps = [(report.output, lambda: _write_report(loaded, report))]
     if loaded.keeps:
         steps.append(("", loaded.keep))
@@ -206,6 +213,13 @@ def _analyze_one(path: str, options: dict[str, Any], report: _Report) -> None:
         write()
     if report.plot_dir:
         _plot(found, loaded.analysis, options["ranges"], report.plot_dir)
+
+
+def _warn(warnings: list[str]) -> None:
+    """The result's warnings on stderr, one line each, whatever the format (the report on stdout
+    or in a file holds none of them but in the Markdown and HTML reports and the JSON)."""
+    for w in warnings:
+        click.echo(f"gapscope: warning: {printable(w)}", err=True)
 
 
 def _status(trace: Path) -> Any:

@@ -77,7 +77,9 @@ def profile_command(command: tuple[str, ...], output_dir: str, force: bool, trac
         for line in result.plan.command_lines():
             click.echo(line)
         return 0
-    render(result.analysis, fmt, sys.stdout, wide=wide, read_seconds=result.read_seconds)
+    for warning in result.analysis.warnings:  # on stderr, as `gapscope analyze` writes them
+        click.echo(f"gapscope: warning: {warning}", err=True)
+    render(result.analysis, fmt, sys.stdout, wide=wide, read_seconds=result.read_seconds, warnings=False)
     if fmt == "table":  # the answer last too, where a long report leaves the terminal
         from gapscope.analysis import answer
 

@@ -23,7 +23,7 @@ from gapscope.analysis.result import clean_rows
 from gapscope.fleet import collectives
 from gapscope.fleet.executors import Executor, Outcome, within_memory
 from gapscope.fleet.ranks import STEP_COLUMNS, analyze_rank_file
-from gapscope.fleet.result import FleetResult
+from gapscope.fleet.result import STRAGGLER_FLOOR_NS, FleetResult
 from gapscope.inputs import trace_stem
 
 #: Fields summed over ranks in the pooled ``by_name`` rows.
@@ -204,8 +204,9 @@ def _merge_ranges(result: FleetResult, name_parts: list[pd.DataFrame], step_part
                for m in SPREAD_METRICS},
         })
 
-    # Stragglers: per name, ranks above the step medians, furthest first.
-    above = rn[rn["excess_gap_ns"] > 0].sort_values(
+    # Stragglers: per name, ranks above the step medians by more than identical work differs
+    # (STRAGGLER_FLOOR_NS a step), furthest first.
+    above = rn[(rn["excess_gap_ns"] > 0) & (rn["excess_gap_ns"] >= STRAGGLER_FLOOR_NS * rn["count"])].sort_values(
         ["name_code", "excess_gap_ns", "rank"], ascending=[True, False, True], kind="stable")
     for row in clean_rows(above.groupby("name_code", sort=False).head(top).to_dict("records")):
         result.stragglers.append({
@@ -227,6 +228,9 @@ def _fleet_warnings(result: FleetResult) -> list[str]:
     failed = result.failed
     if failed:
         out.append(f"{len(failed)} of {len(result.files)} traces failed and are left out")
+    unrelated = _unrelated(result)
+    if unrelated:
+        out.append(unrelated)
     out += [f"{f['name']}: {w}" for f in result.files for w in f.get("damaged", [])]
     modes = sorted({f["graph_trace"] for f in result.files if f.get("graph_trace")})
     if len(modes) > 1 and {"graph", "mixed"} & set(modes):
@@ -245,6 +249,33 @@ def _fleet_warnings(result: FleetResult) -> list[str]:
                    f"{len(uneven) - UNEVEN_NAMED} more); each name's steps past its smallest count are "
                    "compared among fewer ranks")
     return out
+
+
+def _unrelated(result: FleetResult) -> str | None:
+    """One line when the files look like different programs rather than ranks of one job: their
+    formats differ, or some have range names and others none, or no range name is in every file
+    that has some (files without any range name at all say nothing either way)."""
+    ok = [f for f in result.files if not f.get("error")]
+    if len(ok) < 2:
+        return None
+    file_of = {rank["rank"]: rank["file"] for rank in result.devices}
+    by_file: dict[str, set[str]] = {f["path"]: set() for f in ok}
+    for r in result.rank_names:
+        by_file.setdefault(file_of.get(r["rank"], ""), set()).add(str(r["name"]))
+    per_file = [by_file[f["path"]] for f in ok]
+    formats = {f.get("format") for f in ok}
+    named = [n for n in per_file if n]
+    why = None
+    if len(formats) > 1:
+        why = f"they come from {len(formats)} trace formats"
+    elif named and len(named) < len(per_file):
+        why = f"{len(per_file) - len(named)} of them have no range with GPU work"
+    elif named and not set.intersection(*named):
+        why = "no range name is in all of them"
+    if why is None:
+        return None
+    return (f"these {len(ok)} traces look like different programs, not ranks of one job ({why}): "
+            "the figures across ranks compare unrelated work")
 
 
 # --------------------------------------------------------------------------------------------

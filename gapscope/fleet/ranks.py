@@ -84,7 +84,7 @@ def per_device(a: AnalysisArrays) -> tuple[list[dict[str, Any]], dict[str, np.nd
         "device": acts.device_ids[pair_dev[wp]].astype(np.int64),
         "name": names[name_codes[pair_range[wp]]],
         "occurrence": occurrence,
-        "range_id": pair_range[wp].astype(np.int64),
+        "range_id": rf["id"].to_numpy(np.int64)[pair_range[wp]],  # the instance's id in the whole trace
         **{c: pairs.stats[c].to_numpy(np.int64)[wp] for c in ("kernels", "gpu_span_ns", "busy_ns", "gap_ns")},
     }
     return rows, steps

@@ -12,6 +12,12 @@ from gapscope.errors import GapscopeError
 from gapscope.schema import FLEET_SCHEMA as SCHEMA
 from gapscope.schema import check_result
 
+#: A rank's gap time above the step medians counts as a straggler only from this much per step
+#: (its excess at least this times its steps), and an aligned step's difference from its median
+#: is listed only from this much: below it, identical work differs as much (docs/metrics.md,
+#: "Many traces at once": the same program recorded three times).
+STRAGGLER_FLOOR_NS = 2_000
+
 
 @dataclass
 class FleetResult:

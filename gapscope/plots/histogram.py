@@ -39,7 +39,7 @@ class HistogramData:
     """Counts per (range name, category, bin) over shared log edges, for the names drawn."""
 
     names: list[str]
-    rows: list[dict]  # the result's by_name rows, in the same order
+    rows: list[dict]  # the result's by_name rows, in the same order (most gap time first)
     edges: np.ndarray
     counts: np.ndarray  # (len(names), n_cats, len(edges) - 1)
     labels: tuple[str, ...]  # category labels (("gap",) without attribution)
@@ -47,7 +47,8 @@ class HistogramData:
 
 
 def histogram_data(src: PlotSource, per_decade: int = 10, max_panels: int = MAX_PANELS) -> HistogramData:
-    """Bin every range-level gap by its range's name (by_name order) and category."""
+    """Bin every range-level gap by its range's name and category: the ``max_panels`` names
+    with the most gap time, most first."""
     from gapscope.analysis.attribution import CATEGORY_LABELS
 
     a = src.analysis
@@ -60,7 +61,7 @@ def histogram_data(src: PlotSource, per_decade: int = 10, max_panels: int = MAX_
     else:
         cats, labels = np.zeros(gaps.length.size, dtype=np.int64), ("gap",)
     with_gaps = [i for i, r in enumerate(by_name) if r["gap_count"] > 0]
-    keep = sorted(sorted(with_gaps, key=lambda i: -by_name[i]["gap_ns"])[:max_panels])
+    keep = sorted(with_gaps, key=lambda i: (-by_name[i]["gap_ns"], i))[:max_panels]  # most gap time first
     sel = np.isin(group, keep)
     edges = log_edges(gaps.length[sel], per_decade)
     counts = log_histogram(gaps.length, group, cats, edges, len(by_name), len(labels))[keep]
@@ -132,7 +133,7 @@ def histogram_figure(src: PlotSource) -> Any:
         first.xaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt_ns(v)))
         first.xaxis.set_minor_locator(NullLocator())  # minor log ticks on a dozen panels cost seconds
 
-        title = f"{src.label}: gap durations per NVTX range name"
+        title = f"{src.label}: gap durations per {src.ranges_word[:-1]} name"
         if data.left_out:
             title += f" (the {n} with most gap time; {data.left_out} more not shown)"
         fig.text(0.1 / width, 1 - 0.12 / height, title, ha="left", va="top", fontsize=12, fontweight="bold")

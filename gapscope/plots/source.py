@@ -52,6 +52,15 @@ class PlotSource:
     def has_trace(self) -> bool:
         return self.analysis is not None
 
+    @property
+    def ranges_word(self) -> str:
+        """What the trace's ranges are called (gapscope.catalog's formats): ``NVTX ranges``, or
+        ``ranges`` for a PyTorch profiler trace's annotations."""
+        from gapscope.catalog import FORMATS
+
+        fmt = self.result.trace.get("format") if self.result is not None else None
+        return next((f.ranges for f in FORMATS if f.name == fmt), "NVTX ranges")
+
 
 Patterns = str | Sequence[str] | None
 

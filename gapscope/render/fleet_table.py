@@ -12,7 +12,7 @@ from rich.text import Text
 
 from gapscope.analysis.verdicts import reading
 from gapscope.fleet.collectives import reading as wait_reading
-from gapscope.fleet.result import FleetResult
+from gapscope.fleet.result import STRAGGLER_FLOOR_NS, FleetResult
 from gapscope.render.console import Console, console_for
 from gapscope.render.layout import Column
 from gapscope.render.sections import READING, Name, left_out, top_rows
@@ -37,22 +37,22 @@ class _Printer:
 
 
 def render(fleet: FleetResult, file: TextIO, *, limit: int = 20, width: int | None = None, wide: bool = False,
-           **_: Any) -> None:
+           warnings: bool = True, **_: Any) -> None:
     """Write the human report of a fleet: header and warnings, range names across ranks, who
     waited for whom inside collectives (and the ``limit`` collectives with the longest waits), the
     stragglers, the ``limit`` steps with the largest excess, a gap-% matrix and the ranks (first
-    ``limit``), and the failed traces; tables fit ``width`` (default: the terminal's)."""
+    ``limit``), and the failed traces; tables fit ``width`` (default: the terminal's);
+    ``warnings=False``: the warnings are left out (the command line writes them on stderr)."""
     console, fit = console_for(file, width, wide)
     out = _Printer(console, fit)
     ok = [f for f in fleet.files if not f.get("error")]
-    versions = ", ".join(sorted({str(f.get("nsys_version")) for f in ok})) or "?"
-    modes = ", ".join(sorted({str(f.get("graph_trace")) for f in ok})) or "?"
+    modes = ", ".join(sorted({str(f.get("graph_trace")) for f in ok if f.get("graph_trace")})) or "?"
     console.print(Text.assemble(
         ("gapscope", "bold"),
         printable(f" {len(fleet.files)} traces ({len(fleet.failed)} failed), "
-                  f"{len(fleet.devices)} ranks  nsys {versions}  graphs traced: {modes}"),
+                  f"{len(fleet.devices)} ranks  {tracers(ok)}  graphs traced: {modes}"),
     ))
-    for w in fleet.warnings:
+    for w in fleet.warnings if warnings else ():
         console.print(Text.assemble(("warning:", "yellow"), f" {printable(w)}"))
     labels = [r["label"] for r in fleet.devices]
     if fleet.by_name:
@@ -78,7 +78,7 @@ def _spread_cells(s: dict[str, Any] | None, labels: list[str], fmt: Callable[[An
 
 
 def _names(out: _Printer, fleet: FleetResult, labels: list[str], limit: int) -> None:
-    """The ``limit`` range names with the most gap time over all ranks, in their own order."""
+    """The ``limit`` range names with the most gap time over all ranks, the most first."""
     shown = top_rows(fleet.by_name, limit)
     if not shown:
         return
@@ -134,6 +134,15 @@ def _waits(out: _Printer, fleet: FleetResult, limit: int) -> None:
     out.table(f"Collectives with the longest waits (kernel sequence#occurrence{more})", columns, rows)
 
 
+def tracers(files: list[dict[str, Any]]) -> str:
+    """What recorded the files, for the header: ``nsys 2025.3.2.0, 2026.2.1.210``, with ``PyTorch
+    profiler`` for its traces (which have no nsys version); ``nsys ?`` when nothing says."""
+    versions = sorted({str(f["nsys_version"]) for f in files if f.get("nsys_version")})
+    torch = any(f.get("format") == "kineto" for f in files)
+    parts = ([f"nsys {', '.join(versions)}"] if versions else []) + (["PyTorch profiler"] if torch else [])
+    return ", ".join(parts) or "nsys ?"
+
+
 def _stragglers(out: _Printer, fleet: FleetResult, limit: int) -> None:
     """The ``limit`` stragglers with the most excess gap time, largest first."""
     if not fleet.stragglers or limit <= 0:
@@ -166,8 +175,14 @@ def _steps(out: _Printer, fleet: FleetResult, limit: int) -> None:
     multi = [s for s in fleet.steps if s["ranks"] > 1]
     if not multi or limit <= 0:
         return
-    shown = sorted(multi, key=lambda s: -(s["excess_gap_ns"] or 0))[:limit]
-    more = f", {len(shown)} of {len(multi)}; --limit N or --format json for more" if len(multi) > len(shown) else ""
+    # A step whose excess is within the noise of identical work is no difference (STRAGGLER_FLOOR_NS).
+    above = [s for s in multi if (s["excess_gap_ns"] or 0) >= STRAGGLER_FLOOR_NS]
+    shown = sorted(above, key=lambda s: -(s["excess_gap_ns"] or 0))[:limit]
+    if not shown:
+        return
+    more = f", {len(shown)} of {len(above)}; --limit N or --format json for more" if len(above) > len(shown) else ""
+    floor = f"; {len(multi) - len(above):,} within {fmt_ns(STRAGGLER_FLOOR_NS)} of the median not listed" \
+        if len(above) < len(multi) else ""
     columns = (Column("step", False), Column("ranks", priority=3), Column("gap min", priority=2, short="min"),
                Column("gap median", priority=1, short="med"), Column("gap max", short="max"),
                Column("slowest rank", False, short="slowest"), Column("excess"),
@@ -175,7 +190,7 @@ def _steps(out: _Printer, fleet: FleetResult, limit: int) -> None:
     rows = [[Name(f"{s['name']} #{s['occurrence']}"), str(s["ranks"]), fmt_ns(s["gap_ns"]["min"]),
              fmt_ns(s["gap_ns"]["median"]), fmt_ns(s["gap_ns"]["max"]), Name(str(s["slowest_label"])),
              fmt_ns(s["excess_gap_ns"]), fmt_ns(s["gpu_span_ns"]["median"])] for s in shown]
-    out.table(f"Steps aligned across ranks, largest excess first (name #occurrence{more})", columns, rows)
+    out.table(f"Steps aligned across ranks, largest excess first (name #occurrence{more}{floor})", columns, rows)
 
 
 def _matrix(out: _Printer, fleet: FleetResult, limit: int) -> None:

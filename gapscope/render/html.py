@@ -3,7 +3,8 @@ sections of gapscope.render.sections as tables, the figures inline as SVG, the l
 and the whole-trace tables folded. No script, no stylesheet or font to fetch: it reads the same
 from a CI artifact, a mail attachment or a machine without a network.
 
-Text from the trace (range, kernel and API names, paths) is escaped, never markup.
+Text from the trace (range, kernel and API names, paths) is escaped, never markup. Tables fit the
+page's column: long names and readings wrap (numbers never do) rather than being clipped.
 """
 
 from __future__ import annotations
@@ -32,8 +33,10 @@ h3 { font-size: 17px; margin: 24px 0 8px; }
 .scroll { overflow-x: auto; }
 table { border-collapse: collapse; font-size: 13.5px; font-variant-numeric: tabular-nums; }
 th, td { padding: 3px 10px; border-bottom: 1px solid var(--rule); text-align: left; vertical-align: top; }
-th { background: var(--band); font-weight: 600; white-space: nowrap; } .num { text-align: right; white-space: nowrap; }
+th { background: var(--band); font-weight: 600; } .num { text-align: right; white-space: nowrap; }
+th.num { white-space: normal; }
 code { font: 12.5px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }
+td code { overflow-wrap: anywhere; }
 .bound { color: #b3261e; font-weight: 600; } .some { color: #8a5a00; } .fine { color: #1e7b34; }
 figure { margin: 16px 0; } figure svg { max-width: 100%; height: auto; display: block; }
 details { margin-top: 24px; } summary { cursor: pointer; font-weight: 600; }

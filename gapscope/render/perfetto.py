@@ -10,7 +10,9 @@ decimals):
   one track per stream with its kernels, copies and memsets (``correlation``: the id nsys ties
   each to its launching call by);
 * one process per CPU process, with each thread's NVTX ranges (nested as pushed) and a track of
-  the CUDA calls that launched GPU work or waited for it.
+  the CUDA calls that launched GPU work or waited for it;
+* a flow arrow from each launch call to the work it launched (``bind_id`` with ``flow_out`` on
+  the call's slice, ``flow_in`` on the kernel's: Perfetto's flow events on complete slices).
 
 Tracks are named with ``process_name`` / ``thread_name`` metadata and ordered with the sort-index
 metadata. Every pid and tid is gapscope's own small number (the trace's pids and OS thread ids
@@ -164,7 +166,8 @@ def _gpu_lines(analysis: AnalysisArrays, tracks: Tracks, call_names: list[str],
         tid = tracks.thread(("stream", sc, ln), dev_pid[dev], label, 1 + order[(sc, ln)])
         heads.append(_head(name_cats[nc], dev_pid[dev], tid, names[nc]))
     corr = analysis.frames.activities["corr"].to_numpy()
-    out.append(_slices(heads, code, acts.start, acts.end, [',"args":{"correlation":', int_text(corr), "}"]))
+    flow = _flow_text(analysis.launch, "flow_in")
+    out.append(_slices(heads, code, acts.start, acts.end, [flow, ',"args":{"correlation":', int_text(corr), "}"]))
 
     gaps = analysis.device_gaps
     if gaps.length.size:
@@ -180,6 +183,15 @@ def _gpu_lines(analysis: AnalysisArrays, tracks: Tracks, call_names: list[str],
                 *([_split_text(gaps)] if attributed else []), "}"]
         out.append(_slices(heads, code, gaps.start, gaps.start + gaps.length, tail))
     return out
+
+
+def _flow_text(call: np.ndarray, end: str) -> pa.Array:
+    """Per slice, its end of the flow arrow from a launch call to the work it launched
+    (``,"bind_id":N,"flow_in":true``; Perfetto's flow events on complete slices), N being the
+    call's place among the trace's calls plus one; empty where there is no call."""
+    call = np.asarray(call, dtype=np.int64)
+    text = pc.binary_join_element_wise(',"bind_id":', int_text(call + 1), f',"{end}":true', "")
+    return pc.if_else(pa.array(call >= 0), text, "")
 
 
 def _split_text(gaps: Any) -> pa.Array:
@@ -233,9 +245,10 @@ def _cpu_lines(analysis: AnalysisArrays, tracks: Tracks, call_names: list[str], 
         c_tid = api["tid"].to_numpy()[shown]
         c_s = api["start"].to_numpy()[shown]
         c_e = np.maximum(api["end"].to_numpy()[shown], c_s)
+        flow = _flow_text(np.where(launched[shown], shown, -1), "flow_out")  # to the work each launched
         out.append(lines("cuda_api", c_tid, disjoint_lanes(c_tid, c_s, c_e), code_of_call[shown], call_names,
                          c_s, c_e, " · CUDA API", 100,
-                         [',"args":{"correlation":', int_text(api["corr"].to_numpy()[shown]), "}"]))
+                         [flow, ',"args":{"correlation":', int_text(api["corr"].to_numpy()[shown]), "}"]))
     return out
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from gapscope.analysis.domains import is_library_domain
-from gapscope.analysis.range_names import group_name
+from gapscope.analysis.range_names import instance_name
 from gapscope.analysis.result import AnalysisResult
 from gapscope.analysis.verdicts import reading
 from gapscope.render.layout import Column
@@ -85,8 +85,10 @@ def stats_cells(r: dict[str, Any]) -> list[Cell]:
             fmt_ns(r["gap_max_ns"]) if r["gap_count"] else "-", fmt_ns(r["kernel_median_ns"])]
 
 
-#: Each trace format (the JSON's ``trace.format``) as a report header names it.
+#: Each trace format (the JSON's ``trace.format``) as a report header names it, and what its
+#: ranges are called.
 FORMAT_WORDS = {f.name: f.words for f in FORMATS}
+FORMAT_RANGES = {f.name: f.ranges for f in FORMATS}
 
 
 def _with_work(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -112,33 +114,27 @@ def _values(rows: Any, name: str) -> list[Any]:
 
 
 def top_indices(gap_ns: list[Any], candidates: list[int], limit: int) -> list[int]:
-    """The ``limit`` candidates with the most gap time (the first on a tie), in their own order:
-    :func:`top_rows` by position. The ``limit``-th largest gap time is found with heapq (no sort
-    of every candidate), then the candidates above it are kept and, of those equal to it, the
-    first ones."""
-    if len(candidates) <= limit:
-        return candidates
+    """The ``limit`` candidates with the most gap time, most first (the earlier on a tie): the
+    order every "top N" of a report is listed in."""
     if limit <= 0:
         return []
-    values = [gap_ns[c] for c in candidates]
-    cut = heapq.nlargest(limit, values)[-1]
-    above = sum(1 for v in values if v > cut)
-    ties = limit - above  # how many of the candidates at the cut are shown, the first ones
-    keep = []
-    for c, v in zip(candidates, values):
-        if v > cut:
-            keep.append(c)
-        elif v == cut and ties > 0:
-            keep.append(c)
-            ties -= 1
-    return keep
+    return heapq.nsmallest(limit, candidates, key=lambda c: (-(gap_ns[c] or 0), c))
 
 
 def top_rows(rows: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
-    """The ``limit`` rows with the most gap time (the first on a tie), in their own order."""
-    if len(rows) <= limit:
-        return rows
+    """The ``limit`` rows with the most gap time, most first (the earlier on a tie)."""
     return [rows[i] for i in top_indices([r["gap_ns"] for r in rows], list(range(len(rows))), limit)]
+
+
+#: The range names a report shows with ``--limit 0`` (which hides the range instances and keeps
+#: the summary by name).
+NAMES_AT_LIMIT_0 = 20
+
+
+def names_limit(limit: int) -> int:
+    """How many range names a report shows for ``--limit limit``: as many, but with 0 (no range
+    instances) the summary's NAMES_AT_LIMIT_0."""
+    return limit if limit > 0 else NAMES_AT_LIMIT_0
 
 
 def label(row: dict[str, Any]) -> str:
@@ -151,7 +147,7 @@ def shown_names(result: AnalysisResult, limit: int) -> tuple[list[dict[str, Any]
     when none has any) outside library domains, the ``limit`` with the most gap time."""
     rows = [r for r in result.by_name if not _folded(result, r)]
     rows = _with_work(rows) or rows
-    shown = top_rows(rows, limit)
+    shown = top_rows(rows, names_limit(limit))
     return shown, len(rows) - len(shown)
 
 
@@ -162,8 +158,19 @@ def left_out(left: int, what: str) -> str:
         if left else ""
 
 
+def ranges_word(result: AnalysisResult) -> str:
+    """What the trace's ranges are: ``NVTX ranges``, or for a PyTorch profiler trace ``ranges``
+    (its record_function and ProfilerStep annotations; gapscope.catalog's formats)."""
+    fmt = result.trace.get("format")
+    return FORMAT_RANGES.get(fmt, "NVTX ranges") if isinstance(fmt, str) else "NVTX ranges"
+
+
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
 def by_name(result: AnalysisResult, limit: int = 20) -> Section | None:
-    """The range names with the most gap time (``limit``), with their readings."""
+    """The range names with the most gap time (``limit``, most first), with their readings."""
     if not result.by_name:
         return None
     shown, left = shown_names(result, limit)
@@ -171,7 +178,7 @@ def by_name(result: AnalysisResult, limit: int = 20) -> Section | None:
         return None
     own = [r for r in result.by_name if not _folded(result, r)]  # libraries' names are counted in their section
     return Section(
-        "by_name", f"NVTX ranges by name ({len(_with_work(own)):,} of {len(own):,} "
+        "by_name", f"{_capital(ranges_word(result))} by name ({len(_with_work(own)):,} of {len(own):,} "
         f"launched GPU work{left_out(left, f'{len(shown):,}')})",
         (Column("name", False), Column("count", priority=2, short="n"), *STATS_COLUMNS, READING),
         [[Name(label(r)), fmt_count(r["count"]), *stats_cells(r), reading(r)] for r in shown],
@@ -199,7 +206,7 @@ def domains(result: AnalysisResult) -> Section | None:
 
 
 def ranges(result: AnalysisResult, limit: int) -> Section | None:
-    """The ``limit`` range instances with GPU work and the most gap time, in start order."""
+    """The ``limit`` range instances with GPU work and the most gap time, most first."""
     # Chosen from three fields, so that only the rows shown are made (a RowTable of 380,000
     # ranges makes a dict a row when read).
     rows = result.ranges
@@ -209,10 +216,10 @@ def ranges(result: AnalysisResult, limit: int) -> Section | None:
     shown = [rows[i] for i in top_indices(_values(rows, "gap_ns"), work, limit)]
     if not shown:
         return None
-    # Grouped as the by-name table groups them (unless --no-normalize): the id tells instances
-    # apart, not emit_nvtx's op_id, which would take the place of what the name says.
+    # Without emit_nvtx's tail (unless --no-normalize): the id tells instances apart, not its
+    # op_id, which would take the place of what the name says; a step marker keeps its number.
     normalize = result.options.get("normalize_names", True)
-    names = [label({**r, "name": group_name(r["name"])}) if normalize else label(r) for r in shown]
+    names = [label({**r, "name": instance_name(r["name"])}) if normalize else label(r) for r in shown]
     return Section(
         "ranges", f"Range instances ({len(work):,} with GPU work{left_out(len(work) - len(shown), f'{len(shown):,}')})",
         (Column("id"), Column("name", False), Column("thread", priority=4, short="tid"), *STATS_COLUMNS),
@@ -301,22 +308,37 @@ def idle(result: AnalysisResult, limit: int = 20) -> Section | None:
     )
 
 
+#: The figures of a range name's communication row that say what work it covers: names nested
+#: around the same work (``c10d::alltoall_base_`` > ``record_param_comms`` > ``nccl:all_to_all``)
+#: have the same ones and are shown once.
+SAME_WORK = ("count", "kernels", "comm_kernels", "comm_ns", "compute_ns", "exposed_comm_ns", "gpu_span_ns")
+
+
 def communication(result: AnalysisResult, limit: int = 20) -> Section | None:
     """Communication against compute, per device and for the ``limit`` range names with the most
-    communication time: time in collective libraries' kernels, in everything else, and the
-    communication nothing else overlapped (exposed), as a share of the span."""
+    communication time (most first; names nested around the same work shown once, SAME_WORK):
+    time in collective libraries' kernels, in everything else, and the communication nothing
+    else overlapped (exposed), as a share of the span."""
     devices = [r for r in result.devices if "comm_ns" in r]
     if not devices:
         return None
     names = [r for r in result.by_name if r.get("comm_kernels") and not _folded(result, r)]
-    keep = sorted(range(len(names)), key=lambda i: (-names[i]["comm_ns"], i))[:max(limit, 0)]
+    same: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in names:  # one entry per range name with communication: a few
+        same.setdefault(tuple(r.get(k) for k in SAME_WORK), []).append(r)
+    work = list(same.values())
+    keep = sorted(range(len(work)), key=lambda i: (-work[i][0]["comm_ns"], i))[:names_limit(limit)]
     labelled: list[tuple[Cell, dict[str, Any]]] = [(f"device {r['device']}", r) for r in devices]
-    labelled += [(Name(f"{label(names[i])} (x{names[i]['count']})"), names[i]) for i in sorted(keep)]
+    labelled += [(Name(f"{label(work[i][0])} (x{work[i][0]['count']})"
+                       + (f" +{len(work[i]) - 1} nested" if len(work[i]) > 1 else "")), work[i][0]) for i in keep]
     rows: list[list[Cell]] = [
         [timeline, fmt_count(r["comm_kernels"]), fmt_ns(r["comm_ns"]), fmt_ns(r["compute_ns"]),
          fmt_ns(r["comm_ns"] - r["exposed_comm_ns"]), fmt_ns(r["exposed_comm_ns"]),
          fmt_share(r["exposed_comm_ns"], r["gpu_span_ns"])] for timeline, r in labelled]
-    more = f" {len(names) - len(keep):,} more range names in --format json." if len(names) > len(keep) else ""
+    nested = [f"{label(work[i][0])} also stands for {', '.join(label(r) for r in work[i][1:])}"
+              for i in keep if len(work[i]) > 1]
+    once = f" The same work under nested names is shown once (+N nested): {'; '.join(nested)}." if nested else ""
+    more = f" {len(work) - len(keep):,} more range names in --format json." if len(work) > len(keep) else ""
     ranks = f"; {len(devices)} devices: --ranks pairs their collectives" if len(devices) > 1 else ""
     return Section(
         "communication", f"Communication and compute (collective libraries' kernels{ranks})",
@@ -324,7 +346,7 @@ def communication(result: AnalysisResult, limit: int = 20) -> Section | None:
          Column("compute", priority=1), Column("overlapped", priority=2, short="hidden"), Column("exposed"),
          Column("exposed % of span", short="exp %")),
         rows, note="Exposed: communication that nothing else on the device overlapped; docs/metrics.md, "
-                   f"\"Communication and compute\".{more}",
+                   f"\"Communication and compute\".{once}{more}",
     )
 
 
@@ -361,8 +383,16 @@ def payoff(result: AnalysisResult) -> Section | None:
     )
 
 
+def since_start(result: AnalysisResult, t: int) -> int:
+    """A time of the trace as reports show it: from the trace's start (``trace.start_ns``; a
+    result saved before it was recorded shows the trace's own clock)."""
+    start = result.trace.get("start_ns")
+    return t - start if isinstance(start, int) else t
+
+
 def top_gaps(result: AnalysisResult) -> Section | None:
-    """The longest device-level gaps with what surrounds them."""
+    """The longest device-level gaps with what surrounds them; ``at``: when, from the trace's
+    start."""
     if not result.top_gaps:
         return None
     return Section(
@@ -370,7 +400,8 @@ def top_gaps(result: AnalysisResult) -> Section | None:
         (Column("gap"), Column("category", False), Column("device", priority=3, short="dev"),
          Column("stream", priority=2, short="str"), Column("at", priority=2), Column("before", False, priority=3),
          Column("after", False, priority=1), Column("launched by", False, priority=1, short="by")),
-        [[fmt_ns(g["gap_ns"]), g["category"], str(g["device"]), str(g["stream"]), fmt_ns(g["start_ns"]),
+        [[fmt_ns(g["gap_ns"]), g["category"], str(g["device"]), str(g["stream"]),
+          fmt_ns(since_start(result, g["start_ns"])),
           Name(g["before"]) if g["before"] else "-", Name(g["after"]),
           Name(g["launched_by"]) if g["launched_by"] else "-"] for g in result.top_gaps],
     )
@@ -425,7 +456,10 @@ def facts(result: AnalysisResult, read_seconds: float | None = None, cached: boo
         out.append(("Kineto schema", str(tr.get("export_schema") or "?")))
     else:
         out += [("nsys", str(tr.get("nsys_version") or "?")), ("export schema", str(tr.get("export_schema") or "?"))]
-    gpus = ", ".join(sorted(set((tr.get("gpus") or {}).values()))) or "?"
+    gpus = ", ".join(sorted(set((tr.get("gpus") or {}).values())))
+    if not gpus:  # the export names none: say how many it used
+        n = len(result.devices)
+        gpus = f"not recorded ({n} device{'s' if n != 1 else ''})" if n else "?"
     return [*out, ("CUDA graphs traced", str(tr.get("graph_trace") or "?")), ("GPU", gpus),
             ("gapscope", str(result.gapscope_version))]
 

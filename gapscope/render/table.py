@@ -96,15 +96,16 @@ def _answer(console: Any, result: AnalysisResult) -> None:
 
 def render(result: AnalysisResult, file: TextIO, *, limit: int = 20, width: int | None = None,
            wide: bool = False, read_seconds: float | None = None, keys: Sequence[str] = ORDER,
-           cached: bool = False, **_: Any) -> None:
+           cached: bool = False, warnings: bool = True, **_: Any) -> None:
     """Write the human report: header, warnings, then every section in ORDER (``limit``: range
     instances shown), each table fitted to ``width`` (default: the terminal's; every column
     with ``wide`` or when ``file`` is not a terminal); ``read_seconds``: how long reading the
     trace took, for the header (``cached``: the result came from the result cache); ``keys``: only these sections (``repr`` of gapscope.Analysis
-    shows the by-name table)."""
+    shows the by-name table); ``warnings=False``: the result's warnings are left out (the command
+    line writes them on stderr)."""
     console, fit = console_for(file, width, wide)
     console.print(header_text(result, read_seconds, cached))
-    for w in result.warnings:
+    for w in result.warnings if warnings else ():
         console.print(Text.assemble(("warning:", "yellow"), f" {printable(w)}"))
     if "answer" in keys:
         _answer(console, result)

@@ -39,9 +39,9 @@ from gapscope.trace.frames import (
     ClosedTraceError, TraceFrames, TraceMeta,
 )
 from gapscope.trace.nsys_schema import (
-    ACTIVITY_REQUIRED, ACTIVITY_SOURCE, ACTIVITY_TABLES, API_SOURCE, EVENT_CLASS_BACKTRACE, GPU_TABLE,
-    GRAPH_TABLE, KERNEL_TABLE, META_TABLES, NVTX_TABLE, RUNTIME_TABLE, STRINGS_TABLE, SYNC_SOURCE, SYNC_TABLE,
-    SYNC_TYPE_STREAM_WAIT_EVENT, assemble_frames, name_column,
+    ACTIVITY_REQUIRED, ACTIVITY_SOURCE, ACTIVITY_TABLES, API_SOURCE, ENV_TABLE, EVENT_CLASS_BACKTRACE, GPU_INFO,
+    GPU_TABLE, GRAPH_TABLE, KERNEL_TABLE, META_TABLES, NVTX_TABLE, RUNTIME_TABLE, STRINGS_TABLE, SYNC_SOURCE,
+    SYNC_TABLE, SYNC_TYPE_STREAM_WAIT_EVENT, assemble_frames, gpu_info_names, name_column,
 )
 from gapscope.trace.validation import Cell
 
@@ -93,6 +93,11 @@ class NsysColumnar:
             ids, nulls = self._ints(GPU_TABLE, gpus, "id")
             names = self._texts(GPU_TABLE, gpus, "name")[0]
             gpu_names = {i: n or "" for i, n, null in zip(ids.tolist(), names, nulls.tolist()) if not null}
+        if not gpu_names and ENV_TABLE in tables and {"name", "value"} <= set(self._columns(ENV_TABLE)):
+            env = self._read(ENV_TABLE, ("name", "value"))
+            info = [v for n, v in zip(env.column("name").to_pylist(), env.column("value").to_pylist())
+                    if n == GPU_INFO]
+            gpu_names = gpu_info_names(info[0]) if info else {}
         self.meta = TraceMeta(path=str(self.path), format=format,
                               nsys_version=values.get("EXPORT_PRODUCT_VERSION"),
                               export_schema=values.get("EXPORT_SCHEMA_VERSION"),

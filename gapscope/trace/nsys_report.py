@@ -53,13 +53,12 @@ def cached_export(report: Path, *, root: Path | None = None) -> tuple[Path, str]
     try:
         nsys = capture.find_nsys(install_globs=capture.INSTALL_GLOBS)
     except GapscopeError as exc:
-        from gapscope.inputs import READS
-
+        # The fix first: the search's own line lists every place it looked (760 characters).
+        why = exc.message if exc.message.startswith(capture.NSYS_ENV) else "none was found"
         raise GapscopeError(
-            f"{report}: an Nsight Systems report, which gapscope reads by exporting it with nsys, and "
-            f"there is no nsys to run ({exc.message.split('; ')[0]}): install Nsight Systems or set "
-            f"GAPSCOPE_NSYS, or export it where nsys is (`nsys export --type parquetdir -o DIR "
-            f"{report}`) and give gapscope DIR (gapscope reads {READS})") from None
+            f"{report}: export it where nsys is (`nsys export --type parquetdir -o DIR {report}`) and give "
+            f"gapscope DIR, or install Nsight Systems (or set {capture.NSYS_ENV}): a .nsys-rep is read "
+            f"through nsys, and {why}") from None
     export_type = capture.export_types(nsys)[0]
     try:
         own_folder(base, "reports", key)

@@ -28,8 +28,31 @@ SYNC_TABLE = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
 NVTX_TABLE = "NVTX_EVENTS"
 STRINGS_TABLE = "StringIds"
 GPU_TABLE = "TARGET_INFO_GPU"
+#: The system's facts (name, value); its ``GpuInfo`` row names the GPUs as JSON where an export
+#: has no TARGET_INFO_GPU rows.
+ENV_TABLE = "TARGET_INFO_SYSTEM_ENV"
+GPU_INFO = "GpuInfo"
+#: The longest GpuInfo text read (a few hundred bytes a GPU).
+GPU_INFO_MAX = 1 << 20
 #: The export's own meta data (EXPORT_META_DATA is its name before nsys 2023).
 META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
+
+def gpu_info_names(text: object) -> dict[int, str]:
+    """The GPU names of a GpuInfo value (``{"Gpus": [{"Id": 0, "Name": "NVIDIA H200", ...}]}``),
+    by id; empty for anything else (no GPUs, damaged or oversized JSON)."""
+    import json
+
+    if not isinstance(text, str) or len(text) > GPU_INFO_MAX:
+        return {}
+    try:
+        gpus = json.loads(text).get("Gpus")
+    except (ValueError, AttributeError, RecursionError):
+        return {}
+    if not isinstance(gpus, list):
+        return {}
+    return {g["Id"]: g["Name"] for g in gpus if isinstance(g, dict) and type(g.get("Id")) is int
+            and isinstance(g.get("Name"), str) and g["Name"].strip()}
+
 
 #: The activity tables, in the order their rows are stacked into the activity frame.
 ACTIVITY_TABLES: dict[str, ActivityKind] = {

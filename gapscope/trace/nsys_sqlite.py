@@ -28,8 +28,8 @@ from gapscope.trace.frames import (
     NVTX_START_END, SYNC_COLUMNS, ActivityKind, ClosedTraceError, TraceFrames, TraceMeta,
 )
 from gapscope.trace.nsys_schema import (
-    ACTIVITY_REQUIRED, ACTIVITY_TABLES, EVENT_CLASS_BACKTRACE, GRAPH_TABLE, KERNEL_TABLE, NVTX_TABLE,
-    RUNTIME_TABLE, SYNC_TABLE, SYNC_TYPE_STREAM_WAIT_EVENT, assemble_frames,
+    ACTIVITY_REQUIRED, ACTIVITY_TABLES, ENV_TABLE, EVENT_CLASS_BACKTRACE, GPU_INFO, GRAPH_TABLE, KERNEL_TABLE,
+    NVTX_TABLE, RUNTIME_TABLE, SYNC_TABLE, SYNC_TYPE_STREAM_WAIT_EVENT, assemble_frames, gpu_info_names,
 )
 from gapscope.trace.sqlite_reads import BulkReader, Read, integer_sql
 from gapscope.trace.sqlite_source import Source, check_file, columns_of, sql_rows, tables_of
@@ -230,6 +230,9 @@ def _read_meta(conn: sqlite3.Connection, path: Path, tables: frozenset[str]) -> 
     if "TARGET_INFO_GPU" in tables and {"id", "name"} <= columns_of(conn, "TARGET_INFO_GPU"):
         gpu_names = {int(i): str(n) for i, n in sql_rows(
             conn, "SELECT id, CAST(name AS TEXT) FROM TARGET_INFO_GPU WHERE typeof(id) = 'integer'")}
+    if not gpu_names and ENV_TABLE in tables and {"name", "value"} <= columns_of(conn, ENV_TABLE):
+        rows = sql_rows(conn, f"SELECT CAST(value AS TEXT) FROM {ENV_TABLE} WHERE name = ? LIMIT 1", (GPU_INFO,))
+        gpu_names = gpu_info_names(rows[0][0]) if rows else {}
     return TraceMeta(
         path=str(path),
         format=FORMAT,
