@@ -853,16 +853,16 @@ def run_analysis(
         raise GapscopeError(f"the ranges matching {', '.join(chosen)} launched no GPU work")
     sections = _sections(w, members, lv, range_stats, name_stats, range_name, name_keys, comm, member_range)
     # 5. The result, built once.
+    trace = _trace_fields(frames, w.graph_trace, start_ns)
     result = AnalysisResult(
-        trace=_trace_fields(frames, w.graph_trace, start_ns),
+        trace=trace,
         options={"count_memops": count_memops, "range_filter": list(ranges), "domain_filter": list(domains),
                  "threads": threads, "normalize_names": normalize,
                  "stall_threshold_ns": int(stall_threshold_ns) if attribution else None,
                  **({"window": placed.to_dict()} if placed is not None else {})},
         warnings=_warnings(frames, w.launch, w.table, w.graph_trace, w.elsewhere, windowed=placed is not None),
         **sections, launch=lv.launch_rows, top_gaps=lv.top_gaps,
-        answer=answer.build(sections["by_name"], sections["devices"], sections["payoff"], lv.launch_rows,
-                            _trace_fields(frames, w.graph_trace)),
+        answer=answer.build(sections["by_name"], sections["devices"], sections["payoff"], lv.launch_rows, trace),
     )
     return AnalysisArrays(
         frames=frames, acts=w.acts, launch=w.launch, ranges=w.table, name_of_range=range_name,
