@@ -215,28 +215,13 @@ def regular_file(path: str | os.PathLike[str], given: str | None = None) -> os.s
     return st
 
 
-#: A file larger than this whose blocks on disk hold less than 1/SPARSE_RATIO of its size is
-#: sparse (mostly holes that read as zeros; no compressing file system shrinks a trace that far).
-SPARSE_MIN_BYTES = 64 << 20
-SPARSE_RATIO = 256
-
-
-def refuse_sparse(path: str | os.PathLike[str], st: os.stat_result, given: str | None = None) -> None:
-    """GapscopeError for a sparse file (``st`` its stat), before a byte of it is read: its size
-    says gigabytes, its blocks on disk say almost nothing."""
-    blocks = getattr(st, "st_blocks", None)
-    if blocks is not None and st.st_size > SPARSE_MIN_BYTES and blocks * 512 < st.st_size // SPARSE_RATIO:
-        raise GapscopeError(f"{given or os.fspath(path)}: a sparse file ({st.st_size:,} bytes, "
-                            f"{blocks * 512:,} of them on disk): not a trace as a profiler writes it")
-
-
 def resolve(path: str | os.PathLike[str]) -> Input:
     """What ``path`` holds; GapscopeError (exit 2) when gapscope cannot read it."""
     given = os.fspath(path)
     p = Path(given)
     if p.is_dir():
         return _folder(given, p)
-    refuse_sparse(p, regular_file(p, given), given)
+    regular_file(p, given)
     try:
         with open(p, "rb") as fh:
             head = fh.read(65536)

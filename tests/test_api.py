@@ -369,7 +369,8 @@ def test_notebook_display_holds_the_by_name_table_and_the_verdicts(decode):
                           "12x (graph, traced)one-off gaps left out: 326 us (setup)",
                           "decode_step (x64): host-bound: graphs ~5.5xpredicted 5.5x (5.4x-5.7x); ceiling 7.8x32 of "
                           "64 ran eager: +3.02 ms each; one-off gaps left out: 326 us (setup)",
-                          "graph (x1): graphs: device turnaroundceiling 1.2x"]
+                          "graph (x1): graphs: device turnaroundceiling 1.2x; graph launch 127 us (~5.55 us "
+                          "untraced)"]
 
 
 def test_repr_is_plain_text(decode, monkeypatch):

@@ -143,7 +143,7 @@ def test_a_sparse_50_gb_json_is_refused_before_it_is_read(tmp_path):
     st = os.stat(path)
     if st.st_blocks * 512 >= st.st_size // 256:
         pytest.skip("this file system does not keep holes")
-    refused(path, "a sparse file", "50,000,000,000 bytes", seconds=10)
+    refused(path, "a sparse file", "50.0 GB long", seconds=10)
 
 
 def test_numbers_past_int64_are_damage_counted_not_an_exception(tmp_path):

@@ -19,7 +19,7 @@ import pytest
 
 from clirun import gapscope
 from gapscope.trace.cuda_api import (
-    GRAPH_LAUNCH_CALLS, QUIET_CALLS, ROLE_LAUNCH, ROLE_OTHER, ROLE_SETUP, ROLE_SYNC, call_role,
+    GRAPH_LAUNCH_CALLS, QUIET_CALLS, ROLE_GRAPH_LAUNCH, ROLE_LAUNCH, ROLE_OTHER, ROLE_SETUP, ROLE_SYNC, call_role,
 )
 from paths import TRACES
 
@@ -109,8 +109,9 @@ def test_rocm_gpu_vendor_and_model_are_named():
 
 def test_hip_calls_have_their_cuda_twins_roles():
     for name in ("hipLaunchKernel", "hipExtModuleLaunchKernel", "hipModuleLaunchKernel", "hipExtLaunchKernel",
-                 "hipGraphLaunch", "hipMemcpyAsync", "hipMemsetAsync"):
+                 "hipMemcpyAsync", "hipMemsetAsync"):
         assert call_role(name) == ROLE_LAUNCH, name
+    assert call_role("hipGraphLaunch") == call_role("cudaGraphLaunch") == ROLE_GRAPH_LAUNCH
     for name in ("hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize", "hipMemcpy",
                  "hipMemcpyWithStream"):
         assert call_role(name) == ROLE_SYNC, name

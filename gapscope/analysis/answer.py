@@ -121,10 +121,10 @@ def lines(entry: Mapping[str, Any]) -> list[str]:
     g = entry.get("graph_launch_ns")
     if isinstance(g, (int, float)):
         untraced = entry.get("graph_launch_untraced_ns")
-        text = f"graph launch {_ns(g)}" + (f" traced, ~{_ns(untraced)} untraced (node-level tracing records every "
-                                           "node)" if isinstance(untraced, (int, float)) else "")
-        if g >= 1_000_000:
-            text += ": upload ahead (cudaGraphUpload) or split the graph"
+        text = f"graph launch {_ns(g)}" + (f" (~{_ns(untraced)} untraced)" if isinstance(untraced, (int, float))
+                                           else "")
+        if g >= 1_000_000 and not (isinstance(untraced, (int, float)) and untraced < 1_000_000):
+            text += ": upload it ahead (cudaGraphUpload) or split the graph"
         facts.append(text)
     if facts:
         out.append("  " + "; ".join(facts))

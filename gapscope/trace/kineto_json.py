@@ -143,14 +143,11 @@ def open_source(path: Path) -> tuple[IO[bytes], Callable[[int], bytes]]:
 
 
 def check_not_sparse(path: Path) -> None:
-    """Refuse a sparse file (gapscope.inputs.refuse_sparse) before reading a byte of it."""
-    from gapscope.inputs import refuse_sparse
+    """Refuse a sparse file (gapscope.inputs.regular_file) before reading a byte of it."""
+    from gapscope.inputs import regular_file
 
-    try:
-        st = os.stat(path)
-    except OSError:
-        return  # opening it says why
-    refuse_sparse(path, st)
+    if os.path.exists(path):  # else opening it says why
+        regular_file(path)
 
 
 # -- the structural scanner -----------------------------------------------------------------
