@@ -328,3 +328,21 @@ def test_mutated_traces_are_read_or_refused_never_a_traceback(tmp_path, seed):
             run_analysis(trace.frames())
     except GapscopeError:
         pass
+
+
+def test_a_name_past_64_k_characters_is_cut_and_counted(tmp_path):
+    """SYNTHETIC: a range and a kernel named by 10 MB strings (the campaign's seed 41672: such
+    names made a 480 MiB table of names and a MemoryError). Each is cut to 65,536 characters,
+    counted in a warning, and the figures are those of the same trace with short names."""
+    long = "x" * 10_000_000
+    events = steps(20)
+    events[1] = {**events[1], "name": long}
+    annotation = {"ph": "X", "cat": "user_annotation", "name": long, "pid": 7, "tid": 8, "ts": 999_000,
+                  "dur": 300}
+    got = analyzed(write(tmp_path / "long.json", [annotation, *events]))
+    short = analyzed(write(tmp_path / "short.json", [{**annotation, "name": "r"}, {**events[0]}, *events[1:]]))
+    assert "2 event names longer than 65,536 characters were cut to that length" in got["warnings"]
+    (rng,) = got["by_name"]
+    assert rng["name"] == "x" * 65_536 + "…" and len(rng["name"]) == 65_537
+    for field in ("kernels", "gpu_span_ns", "gap_ns", "gap_by_category_ns"):
+        assert rng[field] == short["by_name"][0][field]

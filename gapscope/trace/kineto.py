@@ -134,6 +134,7 @@ class _Events:
     strings: list[str]
     syncs_seen: int
     copy_kernels: int  # graph memcpy-node kernels read as memcpys
+    cut_names: int  # names longer than MAX_NAME, cut
     skipped: Counter
     head: dict[str, Any]
     rebased_ns: int = 0  # whole seconds taken off every time (a clock past the time limit)
@@ -176,7 +177,7 @@ class _Reader:
         self.ids: defaultdict[str, int] = defaultdict()
         self.ids.default_factory = self.ids.__len__  # a new name gets the next id
         self.parts: dict[int, list[dict[str, np.ndarray]]] = {0: [], 1: [], 2: [], 3: []}
-        self.syncs_seen = self.copy_kernels = 0
+        self.syncs_seen = self.copy_kernels = self.cut_names = 0
         self.skipped: Counter = Counter()
 
     def add(self, piece: list[Event]) -> None:
@@ -219,6 +220,9 @@ class _Reader:
         if not set(map(type, names)) <= {str}:
             names = [("[unnamed]" if k == 2 else "?") if v is None else v if type(v) is str else str(v)
                      for v, k in zip(names, cls.tolist())]
+        if max(map(len, names), default=0) > MAX_NAME:  # no real name is that long: cut, and say so
+            self.cut_names += sum(len(v) > MAX_NAME for v in names)
+            names = [v if len(v) <= MAX_NAME else v[:MAX_NAME] + "…" for v in names]
         if (cls == 3).any():
             sync = cls == 3
             self.syncs_seen += int(sync.sum())
@@ -266,13 +270,17 @@ class _Reader:
             "syncs": {"start": w.pop("start!"), "device": w.pop("device!"), "stream": w.pop("stream!")},
         }
         return _Events(gpu=g, calls=k, ranges=r, waits=w, bad=bad, strings=list(self.ids),
-                       syncs_seen=self.syncs_seen, copy_kernels=self.copy_kernels, skipped=self.skipped,
+                       syncs_seen=self.syncs_seen, copy_kernels=self.copy_kernels, cut_names=self.cut_names,
+                       skipped=self.skipped,
                        head=head, rebased_ns=rebased)
 
 
 _CAT, _PH, _NAME, _ARGS = (operator.attrgetter(f) for f in ("cat", "ph", "name", "args"))
 _FIELDS = operator.attrgetter("ts", "dur", "pid", "tid", "name", "args.device", "args.stream", "args.correlation")
 _FIELDS_NO_ARGS = operator.attrgetter("ts", "dur", "pid", "tid", "name", "args")
+#: The longest name kept whole (a C++ kernel signature runs to some 10,000 characters); a longer
+#: one is cut, with a warning, so that no table of names grows with a damaged trace's strings.
+MAX_NAME = 1 << 16
 #: Times past this many ns (either way) are damage whatever else they are: end = start + dur
 #: stays inside int64.
 _TIME_SPAN = 2**62
@@ -508,6 +516,8 @@ class Kineto:
                        "are not seen, so the gaps they cause count as pipeline, not dependency "
                        "(record them with experimental_config=_ExperimentalConfig("
                        "enable_cuda_sync_events=True))")
+        if ev.cut_names:
+            out.append(f"{ev.cut_names} event names longer than {MAX_NAME:,} characters were cut to that length")
         if ev.copy_kernels:
             out.append(f"{ev.copy_kernels} kernel events named memcpyNN_post (the CUDA driver's kernels "
                        "for the memcpy nodes of CUDA graphs, which nsys records as memcpys) are "
