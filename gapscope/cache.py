@@ -775,7 +775,9 @@ class ResultCache:
             content = content_digest(path, root, bound)
         except OSError:
             return None
-        key = json.dumps({"layout": RESULT_LAYOUT, "content": content, "size": identity[2], "path": str(path),
+        # The file, not the path's spelling: `big.sqlite` and `/abs/big.sqlite` share an entry.
+        key = json.dumps({"layout": RESULT_LAYOUT, "content": content, "size": identity[2],
+                          "path": os.path.realpath(path),
                           "format": trace_format, "options": {**ANALYSIS_DEFAULTS, **options},
                           "python": sys.version, "code": code_digest(), "packages": package_versions()},
                          sort_keys=True, default=list)
@@ -795,10 +797,13 @@ class ResultCache:
         if body is None:
             return None
         try:
-            return str(body, "utf-8")
+            text = str(body, "utf-8")
         except UnicodeDecodeError:
             discard(self.root, self.file)
             return None
+        return _spelled(text, str(self.trace))
+
+
 
     def keep(self, text: str) -> bool:
         """Keep ``text`` (the result JSON) unless it alone is larger than the cache's bound, the
@@ -817,6 +822,23 @@ class ResultCache:
         with contextlib.suppress(OSError):
             ledger.bound(self.limit)
         return True
+
+
+_PATH_AT = '"trace":{"path":'
+
+
+def _spelled(text: str, path: str) -> str:
+    """A kept result's JSON with its ``trace.path`` as this run spells the trace (an entry is
+    shared by every spelling of one file, and the JSON says the path it was given)."""
+    at = text.find(_PATH_AT)
+    if at < 0:
+        return text
+    start = at + len(_PATH_AT)
+    try:
+        kept, end = json.JSONDecoder().raw_decode(text, start)
+    except ValueError:
+        return text
+    return text if kept == path else text[:start] + json.dumps(path) + text[end:]
 
 
 def result_text(result: Any) -> str:

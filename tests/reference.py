@@ -360,6 +360,13 @@ class Attribution:
         if k["call"] is None:
             return {"unknown": length}
         call_start, call_end, tid, _ = self.t.calls[k["call"]]
+        prev = self.prev[k["i"]]
+        t_prev = self.t.lo
+        if prev is not None and prev["call"] is not None:
+            t_prev = self.t.calls[prev["call"]][0]
+        waited = any(t_prev < w <= call_start for w in self.waits.get((k["pid"], k["device"], k["stream"]), []))
+        if call_end > g0 and (waited or g1 - call_end > self.threshold) and g1 - call_end > call_end - g0:
+            return {"dependency": length}  # queued (a stream wait, or longer than a launch takes)
         if call_end > g0:
             upto = min(g1, call_end)
             out = self._walk(tid, g0, upto)

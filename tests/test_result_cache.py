@@ -435,3 +435,21 @@ def test_compare_reads_a_trace_from_the_result_cache(results, monkeypatch):
     assert load_input(other) == json.loads(run(other, "-f", "json", "--no-cache"))
     assert "cached result" in run(other).splitlines()[0]
     assert len(entries(results)) == 2
+
+
+def test_one_entry_serves_every_spelling_of_the_trace(results, tmp_path):
+    """The entry is keyed by the file (its resolved path and content), not by how the path is
+    spelled: an absolute path and a link to the trace hit the entry the relative path made, and
+    the JSON says the path as given, as an analysis of that spelling writes it."""
+    link = tmp_path / "link.sqlite"
+    link.symlink_to(SMALL.resolve())
+    relative = os.path.relpath(SMALL)
+    run(relative, "-f", "json")
+    assert len(entries(results)) == 1
+    for spelled in (str(SMALL.resolve()), relative):
+        assert run(spelled, "-f", "json") == run(spelled, "-f", "json", "--no-cache")
+        assert "cached result" in run(spelled)
+    assert len(entries(results)) == 1
+    # A link to it resolves to the same file: the same entry, the path as given.
+    assert json.loads(run(str(link), "-f", "json"))["trace"]["path"] == str(link)
+    assert "cached result" in run(str(link)) and len(entries(results)) == 1

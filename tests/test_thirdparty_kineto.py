@@ -134,6 +134,19 @@ def test_the_sglang_mi300x_decode_reads_as_a_graph_replay():
     dev = r["devices"][0]
     assert (dev["graph_replays"], dev["graph_kernels"]) == (len(graph), sum(gpu_corr[c] for c in graph)) == (1, 544)
     assert {x["api"]: x["calls"] for x in r["launch"]} == dict(launched)
+    # The replayed range reads as one (it read "launch-bound: graphs pay", ceiling 47x), and its
+    # 463 ms gap is not launch time: resolve_future_token_ids_kernel's hipLaunchKernel returned
+    # 10 us after a hipStreamWaitEvent and the kernel started 463 ms later (the trace has no
+    # cuda_sync events to show the wait): queued, a dependency (docs/metrics.md, rule 4).
+    (rng,) = [x for x in r["by_name"] if x["name"].startswith("execute_32")]
+    assert (rng["verdict"], rng["reading"]) == ("graph_replay", "graphs: device turnaround")
+    (kernel,) = [e for e in ev if e.get("cat") == "kernel" and "resolve_future_token_ids_kernel" in e["name"]]
+    (call,) = [c for c in calls if c["args"]["correlation"] == kernel["args"]["correlation"]]
+    queued_us = float(kernel["ts"]) - float(call["ts"]) - float(call["dur"])
+    assert queued_us > 463_000
+    top = r["top_gaps"][0]
+    assert (top["category"], top["gap_ns"] > 463_000_000, top["after"]) == ("dependency", True,
+                                                                           "resolve_future_token_ids_kernel")
 
 
 def test_hta_rank_folder_is_read_as_ranks(tmp_path):

@@ -299,8 +299,15 @@ class Attributor:
         # dependency: a stream wait issued between the previous launch on K's stream and L,
         # or the previous operation on K's stream is a copy that ended inside the gap.
         whole[waited | (prev_copy_end > g0)] = IdleCategory.DEPENDENCY
-        del waited, prev_copy_end
         host_side = call_end > g0  # L had not returned: the GPU waited on the host
+        # ... unless K waited longer after L returned than the host held it, queued behind a
+        # stream wait or for longer than the stall threshold (a launch reaches an idle GPU
+        # within microseconds; a wait the trace does not hold, such as a PyTorch profiler
+        # trace's without cuda_sync events): then that is what the GPU waited on (dependency).
+        after = g0 + length - call_end
+        host_side &= ~((waited | (after > self.stall_threshold_ns)) & (after > call_end - g0))
+        whole[~host_side & (call_end > g0) & linked] = IdleCategory.DEPENDENCY
+        del waited, prev_copy_end
         unlinked = ~linked
         whole[unlinked] = IdleCategory.UNKNOWN
         host_side &= ~unlinked

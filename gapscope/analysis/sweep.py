@@ -21,7 +21,9 @@ class SweepRow:
     """One path at one kernel time: the trace's gaps beside the untraced timing.
 
     gap_fraction = gap / GPU span of the path's range (median over its repeats);
-    speedup_vs_eager = eager's median span / this path's median span at the same kernel time.
+    speedup_vs_eager = eager's median span / this path's median span at the same kernel time,
+    under the tracer; untraced_speedup_vs_eager = eager's untraced time per kernel / this path's,
+    timed without the profiler (the speedup the program gets).
     """
 
     kernel_us: float
@@ -37,6 +39,7 @@ class SweepRow:
     untraced_per_kernel_us: float | None
     untraced_spread_us: float | None
     speedup_vs_eager: float | None
+    untraced_speedup_vs_eager: float | None = None
 
 
 def _median(values: Sequence[float]) -> float | None:
@@ -88,4 +91,15 @@ def sweep_rows(ranges: Sequence[dict[str, Any]], timings: Sequence[dict[str, Any
             span = spans.get(row.path)
             if eager and span:
                 row.speedup_vs_eager = eager / span
+    return with_untraced_speedups(rows)
+
+
+def with_untraced_speedups(rows: list[SweepRow]) -> list[SweepRow]:
+    """The rows, each with ``untraced_speedup_vs_eager`` filled from the eager row of its kernel
+    time (rows saved before the field existed gain it as they are read)."""
+    eager = {r.kernel_us: r.untraced_per_kernel_us for r in rows if r.path == "eager"}
+    for row in rows:
+        base = eager.get(row.kernel_us)
+        if base and row.untraced_per_kernel_us:
+            row.untraced_speedup_vs_eager = base / row.untraced_per_kernel_us
     return rows

@@ -113,10 +113,10 @@ def sweep_from_ranges(ranges: list[dict[str, Any]]) -> list[SweepRow]:
 
 
 def _run_source(data: dict[str, Any], where: Path, ranges: Patterns, count_memops: bool) -> PlotSource:
-    from gapscope.analysis.sweep import SweepRow
+    from gapscope.analysis.sweep import SweepRow, with_untraced_speedups
 
     try:
-        rows = [SweepRow(**r) for r in data.get("rows", [])]
+        rows = with_untraced_speedups([SweepRow(**r) for r in data.get("rows", [])])
     except TypeError as exc:
         raise GapscopeError(f"{where}: run.json rows do not match this gapscope ({exc})") from None
     folder = where.parent if where.is_file() else where
