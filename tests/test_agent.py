@@ -209,3 +209,17 @@ def test_arguments_of_the_wrong_type_are_one_line_errors():
     assert wrong.content[0].text == "analyze: limit: Input should be a valid integer, unable to parse string as an integer"
     assert missing.content[0].text == "explain: range: Field required"
     assert unknown.content[0].text == "Unknown tool: nosuch"
+
+
+def test_analyze_takes_a_time_window_as_the_command_does(tmp_path):
+    """``window`` is `gapscope analyze --window`: the same figures, and refused for a saved result."""
+    made, _ = tools.analyze(DECODE, window="400ms:600ms")
+    proc = gapscope("analyze", DECODE, "--window", "400ms:600ms", "-f", "json", "--no-cache")
+    assert proc.returncode == 0, proc.stderr
+    want = json.loads(proc.stdout)
+    assert made["options"]["window"] == want["options"]["window"]
+    got = {r["name"]: r["gap_ns"] for r in made["by_name"]["rows"]}
+    assert got == {r["name"]: r["gap_ns"] for r in want["by_name"] if r["name"] in got} and got
+    path, _ = saved(tmp_path)
+    with pytest.raises(Exception, match="window applies to traces, not to a saved result JSON"):
+        tools.analyze(str(path), window="0:1ms")

@@ -372,7 +372,7 @@ def test_real_sync_every_step_is_a_regression_in_every_format(
         "compare", str(PLAIN), str(SYNC), "-o", "report.txt", "--markdown", "report.md", "--junit", "report.xml"
     )
     assert (code, err) == (1, "")
-    headline = "FAIL: 4 regressions: range eager sync, range graph gap_fraction, range graph sync, and 1 more"
+    headline = "FAIL: 4 regressions: range eager sync, range graph gap_fraction, range graph sync, range graph verdict"
     assert out == headline + "\n"
     # the analyzer's own numbers (traces/README.md checks the gap fractions by an independent merge)
     plain, sync = analyzed[PLAIN], analyzed[SYNC]
@@ -468,7 +468,7 @@ def _gapscope(*args: str, cwd: Path) -> tuple[int, str, str]:
 def test_real_traces_through_python_m_gapscope(tmp_path: Path) -> None:
     code, out, err = _gapscope("compare", str(PLAIN), str(SYNC), cwd=tmp_path)
     assert (code, err) == (1, "")
-    assert out.splitlines()[0] == "FAIL: 4 regressions: range eager sync, range graph gap_fraction, range graph sync, and 1 more"
+    assert out.splitlines()[0] == "FAIL: 4 regressions: range eager sync, range graph gap_fraction, range graph sync, range graph verdict"
     code, out, err = _gapscope("compare", str(SYNC), str(PLAIN), cwd=tmp_path)
     assert (code, err) == (0, "")
     code, out, err = _gapscope("compare", str(PLAIN), "missing.json", cwd=tmp_path)

@@ -75,7 +75,7 @@ def test_lists_its_tools_and_serves_the_definitions(served: Served) -> None:
         assert tool.annotations.read_only_hint is True and tool.output_schema["type"] == "object", tool.name
         assert tool.description
     analyze = next(t for t in tools if t.name == "analyze")
-    assert set(analyze.input_schema["properties"]) == {"path", "ranges", "domains", "limit", "offset"}
+    assert set(analyze.input_schema["properties"]) == {"path", "ranges", "domains", "window", "limit", "offset"}
     assert analyze.input_schema["required"] == ["path"]
     uris = {str(r.uri) for r in served.list_resources().resources}
     assert "gapscope://docs/metrics.md" in uris

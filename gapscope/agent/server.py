@@ -84,6 +84,9 @@ async def analyze(path: _Path, ranges: _Ranges = None,
                   domains: Annotated[str | list[str] | None, Field(
                       description="Only NVTX ranges of this domain ('default' for the default one), or of "
                                   "any of several (--domain)")] = None,
+                  window: Annotated[str | None, Field(
+                      description="Only this time window START:END from the trace's first GPU activity, in ns "
+                                  "or with a unit (2s:5s, 100ms:; --window)")] = None,
                   limit: Annotated[int, Field(description=f"Range names listed, most gap time first "
                                                           f"(1 to {MAX_PAGE})")] = PAGE,
                   offset: Annotated[int, Field(description="Range names skipped first: the previous "
@@ -91,9 +94,10 @@ async def analyze(path: _Path, ranges: _Ranges = None,
     """Analyze a trace as `gapscope analyze` does. Returns the result's schema, the trace, a page of
     the NVTX range names with the most gap time (gap fraction, span, verdict and reading, CUDA Graph
     ceiling), every device, why the GPU sat idle (each row's gap time by category, as shares), the
-    measured graph payoff, the launch APIs, and the "answer" block when the result has one.
+    measured graph payoff, the launch APIs, and the "answer" block (cause, predicted CUDA Graph
+    speedup and its range, measured replay, one-off costs left out).
     Definitions: gapscope://docs/metrics.md."""
-    return await _off_loop(lambda: tools.analyze(path, ranges, domains, limit, offset))
+    return await _off_loop(lambda: tools.analyze(path, ranges, domains, window, limit, offset))
 
 
 async def compare(baseline: Annotated[str | list[str], Field(

@@ -40,7 +40,7 @@ def _bounded(value: int, name: str, least: int, most: int) -> int:
 
 
 def _result(path: str, ranges: tuple[str, ...] = (), domains: tuple[str, ...] = (),
-            top: int | None = None) -> tuple[Any, bool]:
+            top: int | None = None, window: str | None = None) -> tuple[Any, bool]:
     """(the AnalysisResult of ``path``, whether the result cache held it): a trace analyzed with
     `gapscope analyze`'s options (``ranges`` as --range, ``domains`` as --domain, ``top`` as
     --top; the others their defaults), or a saved result JSON read back (which holds its
@@ -58,8 +58,12 @@ def _result(path: str, ranges: tuple[str, ...] = (), domains: tuple[str, ...] = 
         options: dict[str, Any] = {"ranges": ranges, "domains": domains}
         if top is not None:
             options["top"] = top
+        if window:
+            from gapscope.analysis.time_window import parse
+
+            options["window"] = parse(window)
         return analysis_result(found.path, found.format, options)
-    for flag, given in (("ranges", ranges), ("domains", domains)):
+    for flag, given in (("ranges", ranges), ("domains", domains), ("window", window)):
         if given:
             raise GapscopeError(f"{flag} applies to traces, not to a saved result JSON")
     from gapscope.analysis.result import AnalysisResult
@@ -68,15 +72,15 @@ def _result(path: str, ranges: tuple[str, ...] = (), domains: tuple[str, ...] = 
 
 
 def analyze(path: str, ranges: str | Sequence[str] | None = None, domains: str | Sequence[str] | None = None,
-            limit: int = 20, offset: int = 0) -> Answer:
-    """`gapscope analyze PATH [--range R]... [--domain D]...` as a compact summary
-    (gapscope.agent.summary.analysis_summary): ``limit`` range names from ``offset``, most gap
-    time first."""
+            window: str | None = None, limit: int = 20, offset: int = 0) -> Answer:
+    """`gapscope analyze PATH [--range R]... [--domain D]... [--window START:END]` as a compact
+    summary (gapscope.agent.summary.analysis_summary): ``limit`` range names from ``offset``,
+    most gap time first."""
     from gapscope.agent import summary
 
     limit = _bounded(limit, "limit", 1, summary.MAX_PAGE)
     offset = _bounded(offset, "offset", 0, 2**62)
-    result, cached = _result(path, _names(ranges), _names(domains))
+    result, cached = _result(path, _names(ranges), _names(domains), window=window)
     made = summary.analysis_summary(result, cached, limit, offset)
     return made, summary.analysis_text(made)
 

@@ -213,9 +213,10 @@ class Comparison:
             checked = sum(c[s] for s in ("ok", "within-noise", "improved"))
             return f"PASS: no regression in {checked} checks" + (f" ({', '.join(parts)})" if parts else "")
         regs = self.regressions
+        shown = len(regs) if len(regs) <= 4 else 3  # "and 1 more" would say less than the name
         names = ", ".join(f"{v.scope} {display_name(v.key)} " + (METRICS[v.metric].short if v.metric else "missing")
-                          for v in regs[:3])
-        more = f", and {len(regs) - 3} more" if len(regs) > 3 else ""
+                          for v in regs[:shown])
+        more = f", and {len(regs) - shown} more" if len(regs) > shown else ""
         n_reg = sum(v.status == "regression" for v in regs)
         n_miss = len(regs) - n_reg
         counted = [f"{n_reg} regression{'s' if n_reg != 1 else ''}"] if n_reg else []
