@@ -14,6 +14,8 @@ import pytest
 
 import reference
 from gapscope.analysis import analyze
+from gapscope.analysis.answer import lines
+from gapscope.render.units import fmt_ns
 from paths import TRACES
 
 TRUTH = TRACES / "truth"
@@ -139,3 +141,29 @@ def test_predictions_against_untraced_measurements():
             outside.append(name)
         assert eager["graph_ceiling_speedup"] >= eager["steady_span_ns"] / graph["steady_span_ns"]
     assert outside == ["copies.sqlite", "decode_b1.sqlite"]
+
+
+def test_graph_coverage_of_the_compare_baseline():
+    """traces/cmp_base_1.sqlite's decode_step: 16 steps eager, then 16 replayed (the compare
+    issue's loop): counted from each instance's kernels and their launching calls, as the
+    reference reads them; the answer says so."""
+    path = TRACES / "cmp_base_1.sqlite"
+    trace, _, ranges = ref(path)
+    graph_calls = {i for i, c in enumerate(trace.calls) if c[3] in GRAPH_LAUNCHES}
+    eager, replayed, spans = [], [], {}
+    for i, rng in enumerate(r for r in ranges if r["name"] == "decode_step"):
+        ks = [a for a in reference.range_acts(trace, rng) if a["kind"] != "memop"]
+        if not ks:
+            continue
+        graph = sum(a["call"] in graph_calls for a in ks)
+        (replayed if graph > len(ks) / 2 else eager).append(rng)
+        spans[id(rng)] = max(a["end"] for a in ks) - min(a["start"] for a in ks)
+    row = name_row(result(path), "decode_step")
+    assert (row["eager_instances"], row["replayed_instances"]) == (len(eager), len(replayed)) == (16, 16)
+    assert row["eager_instance_span_ns"] == statistics.median(spans[id(r)] for r in eager)
+    assert row["replayed_instance_span_ns"] == statistics.median(spans[id(r)] for r in replayed)
+    ids = [x["id"] for x in result(path).ranges if x["name"] == "decode_step"]
+    assert (row["first_eager_instance"], row["last_eager_instance"]) == (ids[0], ids[15])
+    (entry,) = [e for e in result(path).answer if e["name"] == "decode_step"]
+    lost = row["eager_instance_span_ns"] - row["replayed_instance_span_ns"]
+    assert f"16 of 32 ran eager: +{fmt_ns(lost)} each" in lines(entry)[-1]
