@@ -8,9 +8,9 @@ import re
 
 import numpy as np
 import pytest
+from paths import ROOT, TRACES
 
 from gapscope import catalog
-from paths import ROOT, TRACES
 
 
 @pytest.mark.parametrize("cat", catalog.CATEGORIES, ids=lambda c: c.name)

@@ -11,12 +11,12 @@ import statistics
 from functools import cache
 
 import pytest
-
 import reference
+from paths import TRACES
+
 from gapscope.analysis import analyze
 from gapscope.analysis.answer import lines
 from gapscope.render.units import fmt_ns
-from paths import TRACES
 
 TRUTH = TRACES / "truth"
 GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch")
