@@ -158,6 +158,7 @@ REPLAY_READINGS = {
     "between": "graphs: host between",
     "inside": "graphs: device turnaround",
     "untraced": "graphs (inside not traced: record with --cuda-graph-trace=node)",
+    "recorded": "graphs: re-recorded, not reused",
 }
 
 #: The thresholds the rules name (docs/metrics.md, "Verdicts"): below AMORTIZED the gaps are

@@ -114,7 +114,7 @@ def test_unknown_metric_lists_known_names() -> None:
         "unknown metric 'idle' (known: gap_fraction, gpu_span, busy, gap, gap_count, gap_p50, "
         "gap_p90, gap_p99, gap_max, kernels, kernel_median, memops, memop_ns, graph_kernels, graph_replays, "
         "gap_between_replays, gap_inside_replays, graph_ceiling_span, graph_ceiling_speedup, wall, api_calls, "
-        "api_ns, launch, host, stall, setup, sync, dependency, memop, pipeline, unknown, eager_fallback, verdict, "
+        "api_ns, recordings, recording_ns, launch, host, stall, setup, sync, dependency, memop, pipeline, unknown, eager_fallback, verdict, "
         "launch.API.{calls|host_median|host_p90|latency_median|latency_p90|per_second})"
     )
 
@@ -125,7 +125,8 @@ def test_every_metric_is_a_documented_schema_field_with_words() -> None:
         "gap_fraction", "gpu_span_ns", "busy_ns", "gap_ns", "gap_count", "gap_p50_ns",
         "gap_p90_ns", "gap_p99_ns", "gap_max_ns", "kernels", "kernel_median_ns", "memops", "memop_ns",
         "graph_kernels", "graph_replays", "gap_between_replays_ns", "gap_inside_replays_ns",
-        "graph_ceiling_span_ns", "graph_ceiling_speedup", "wall_ns", "api_calls", "api_ns",
+        "graph_ceiling_span_ns", "graph_ceiling_speedup", "wall_ns", "api_calls", "api_ns", "graph_recordings",
+        "recording_ns",
     ]
     schema = (Path(__file__).parents[1] / "docs" / "schema.md").read_text(encoding="utf-8")
     ci = (Path(__file__).parents[1] / "docs" / "ci.md").read_text(encoding="utf-8")
@@ -139,7 +140,7 @@ def test_every_metric_is_a_documented_schema_field_with_words() -> None:
     assert [m.name for m in METRICS.values() if m.summed and m.kind == "row"] == [
         "gpu_span_ns", "busy_ns", "gap_ns", "gap_count", "kernels", "memops", "memop_ns", "graph_kernels",
         "graph_replays", "gap_between_replays_ns", "gap_inside_replays_ns", "graph_ceiling_span_ns", "wall_ns",
-        "api_calls", "api_ns",
+        "api_calls", "api_ns", "graph_recordings", "recording_ns",
     ]
 
 

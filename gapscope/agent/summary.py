@@ -32,7 +32,8 @@ _TIMELINE = ("kernels", "gpu_span_ns", "busy_ns", "gap_ns", "gap_fraction", "gap
 #: The fields of a row each summary keeps, by result section: a field a row lacks is left out,
 #: so one added here shows wherever a result has it.
 ROW_FIELDS: dict[str, tuple[str, ...]] = {
-    "by_name": ("name", "domain", "count", *_TIMELINE, "eager_instances", "replayed_instances"),
+    "by_name": ("name", "domain", "count", *_TIMELINE, "eager_instances", "replayed_instances",
+                "graph_recordings", "recording_instances"),
     "devices": ("device", *_TIMELINE),
     "ranges": ("id", "name", "domain", "thread", "start_ns", "end_ns", *_TIMELINE),
     "payoff": ("eager", "graph", "eager_span_ns", "graph_span_ns", "measured_speedup", "ceiling_speedup",

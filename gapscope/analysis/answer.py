@@ -24,7 +24,9 @@ TITLE = "The answer: would CUDA Graphs pay? (steady state, predicted untraced)"
 _ROW_FIELDS = ("verdict", "reading", "gap_fraction", "graph_predicted_speedup", "graph_predicted_low",
                "graph_predicted_high", "graph_ceiling_speedup", "eager_untraced_ns", "graph_predicted_ns",
                "steady_span_ns", "one_off_ns", "one_off_stalls", "eager_instances", "replayed_instances",
-               "eager_instance_span_ns", "replayed_instance_span_ns", "first_eager_instance")
+               "eager_instance_span_ns", "replayed_instance_span_ns", "first_eager_instance",
+               "graph_recordings", "recording_ns", "recording_instances", "first_recording_instance",
+               "last_recording_instance")
 
 
 def _saved(row: Mapping[str, Any]) -> float:
@@ -99,6 +101,21 @@ def _ns(value: float) -> str:
     return fmt_ns(value)
 
 
+def _recording(entry: Mapping[str, Any]) -> str:
+    """Graph recording beyond one capture, in words: the instances that recorded a graph and
+    the time each took, or, in a single instance, the graphs it recorded ("" when none)."""
+    instances, ns = entry.get("recording_instances") or 0, entry.get("recording_ns") or 0
+    count, recordings = entry.get("count") or 1, entry.get("graph_recordings") or 0
+    if instances >= 2:
+        first, last = entry.get("first_recording_instance"), entry.get("last_recording_instance")
+        ids = f" (ids {first:.0f}-{last:.0f})" if isinstance(first, (int, float)) and isinstance(last, (int, float)) \
+            else ""
+        return f"graph re-recorded in {instances} of {count}{ids}: {_ns(ns / instances)} each"
+    if count == 1 and recordings >= 2:
+        return f"{recordings} graph recordings inside (instantiate or update): {_ns(ns)}"
+    return ""
+
+
 def lines(entry: Mapping[str, Any]) -> list[str]:
     """An entry in two or three short lines: the range and its reading; the predicted speedup,
     its range, the ceiling and any measured replay; what was left out as one-off, and which
@@ -135,6 +152,9 @@ def lines(entry: Mapping[str, Any]) -> list[str]:
         lost = f": +{_ns(e_span - r_span)} each" if isinstance(e_span, (int, float)) and \
             isinstance(r_span, (int, float)) and e_span > r_span else ""
         notes.append(f"{eager} of {eager + replayed} ran eager{lost}")
+    recorded = _recording(entry)
+    if recorded:
+        notes.append(recorded)
     one_off = entry.get("one_off_ns") or 0
     if one_off > 0:
         stalls = entry.get("one_off_stalls") or 0

@@ -53,6 +53,7 @@ from gapscope.analysis.ranges import (
     CallIndex, RangeTable, is_library_domain, link_launches, process_work_counts, range_calls, range_members,
     range_table,
 )
+from gapscope.analysis.recording import name_recording, range_recording
 from gapscope.analysis.replays import Replays, figures as replay_figures
 from gapscope.analysis.result import AnalysisResult
 from gapscope.analysis.rows import Nested, RowTable, rows_of
@@ -378,6 +379,8 @@ class Linked:
     elsewhere: list[str]
     #: per range, the CUDA calls its thread made inside it and their summed duration
     host_calls: tuple[np.ndarray, np.ndarray] = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+    #: per range, the graphs its thread recorded inside it and the recording's time (recording.py)
+    recording: tuple[np.ndarray, np.ndarray] = (np.zeros(0, np.int64), np.zeros(0, np.int64))
 
     @property
     def n_ranges(self) -> int:
@@ -489,6 +492,7 @@ def _linked(frames: TraceFrames, ranges: Sequence[str], domains: Sequence[str], 
     names = api_names(frames)
     quiet = np.isin(names[1], sorted(QUIET_CALLS))
     host_calls = range_calls(frames, table, ~quiet[names[0]] if quiet.any() else None)
+    recorded = range_recording(frames, table, names)
     elsewhere = _other_thread_warnings(frames, launch, table, member_range, threads, domains)
     mode = _graph_trace_mode(frames, launch)
     memory.drop(_read_once(frames))
@@ -502,7 +506,7 @@ def _linked(frames: TraceFrames, ranges: Sequence[str], domains: Sequence[str], 
     replays = Replays(frames.activities["kind"].to_numpy(), launch, graph_call)
     pair_range = np.arange(n_pairs, dtype=np.int64) // max(n_dev, 1)
     return Linked(frames, acts, launch, table, names, replays, stream_keys, pair_range, mode, elsewhere,
-                  host_calls), members
+                  host_calls, recorded), members
 
 
 def _launch_rows(w: Linked, m: Memberships, selected: bool, after: Future | None = None) -> list[dict]:
@@ -726,10 +730,14 @@ def _with_kernel_counts(w: Linked, m: Memberships, range_name: np.ndarray, membe
 
 def _with_host_calls(w: Linked, range_name: np.ndarray, range_cols: dict[str, Any], name_cols: dict[str, Any]) -> None:
     """The range and name sections' host work (docs/metrics.md, "Host work"): the CUDA calls
-    the range's thread made inside it and their summed duration (a name sums its instances')."""
+    the range's thread made inside it and their summed duration (a name sums its instances'), and
+    of those, the graph recording calls (docs/metrics.md, "Graph recording")."""
     calls, call_ns = w.host_calls
     range_cols["api_calls"], range_cols["api_ns"] = calls, call_ns
     n_names = len(name_cols["name"])
+    recordings, recording_ns = w.recording
+    range_cols["graph_recordings"], range_cols["recording_ns"] = recordings, recording_ns
+    name_cols.update(name_recording(recordings, recording_ns, range_name, n_names))
     for field, values in (("api_calls", calls), ("api_ns", call_ns)):
         name_cols[field] = np.bincount(range_name, weights=values, minlength=n_names).astype(np.int64) \
             if w.n_ranges else np.zeros(n_names, dtype=np.int64)

@@ -151,6 +151,11 @@ def column_verdicts(columns: Mapping[str, Any], n: int, graph_level: bool = Fals
     replay_text = np.where(between, REPLAY_READINGS["between"], REPLAY_READINGS["inside"]).astype(object)
     if graph_level:
         replay_text[:] = REPLAY_READINGS["untraced"]
+    # A graph recorded (instantiated or updated) for every other replay or more often: the
+    # graph is re-recorded, not just replayed.
+    recordings = col("graph_recordings", 0.0)
+    re_recorded = (recordings > 0) & (2 * recordings >= col("graph_replays", 0.0))
+    replay_text[re_recorded] = REPLAY_READINGS["recorded"]
     waits = np.isin(top, HOST_WAITS) & (top_ns >= removable) & with_cats
     decide(replay & waits, top, np.array([READINGS[c] for c in top], dtype=object))
     decide(replay, "graph_replay", replay_text)

@@ -174,6 +174,12 @@ METRICS: dict[str, Metric] = {
              "CUDA calls", "the host makes more CUDA calls", summed=True),
         _row("api_ns", "ns", "Summed duration of those CUDA calls (ranges only).", "time in CUDA calls",
              "the host spends longer in CUDA calls", summed=True, short="api_ns"),
+        _row("graph_recordings", "count", "CUDA graphs the range's thread instantiated or updated inside it "
+             "(ranges only; docs/metrics.md, 'Graph recording').", "graph recordings",
+             "graphs are recorded more often (re-recording)", summed=True, short="recordings"),
+        _row("recording_ns", "ns", "Time of that recording: capture, instantiate and update calls and the calls "
+             "made while capturing (ranges only).", "graph recording time", "recording graphs takes longer",
+             summed=True, short="recording_ns"),
         *(_category(c.name, c.label, c.worse_means) for c in catalog.CATEGORIES),
         Metric("eager_fallback", "count", "Instances of a range name that ran eager beyond the baseline's share "
                "(the rest replayed CUDA graphs); per range name, where some instance was replayed.",

@@ -154,6 +154,22 @@ SETUP_CALLS = frozenset({
     "hipDeviceReset", "hipDeviceSetLimit",
 })
 
+#: Calls that open and close a stream capture; the calls that make or update an executable CUDA
+#: graph (a recording); and all of them, the calls of graph recording (docs/metrics.md, "Graph
+#: recording").
+CAPTURE_BEGIN_CALLS = frozenset({
+    "cudaStreamBeginCapture", "cudaStreamBeginCaptureToGraph", "cuStreamBeginCapture", "cuStreamBeginCaptureToGraph",
+    "hipStreamBeginCapture", "hipStreamBeginCaptureToGraph",
+})
+CAPTURE_END_CALLS = frozenset({"cudaStreamEndCapture", "cuStreamEndCapture", "hipStreamEndCapture"})
+GRAPH_INSTANTIATE_CALLS = frozenset({
+    "cudaGraphInstantiate", "cudaGraphInstantiateWithFlags", "cudaGraphInstantiateWithParams",
+    "cuGraphInstantiate", "cuGraphInstantiateWithFlags", "cuGraphInstantiateWithParams",
+    "hipGraphInstantiate", "hipGraphInstantiateWithFlags", "hipGraphInstantiateWithParams",
+    "cudaGraphExecUpdate", "cuGraphExecUpdate", "hipGraphExecUpdate",
+})
+GRAPH_RECORD_CALLS = CAPTURE_BEGIN_CALLS | CAPTURE_END_CALLS | GRAPH_INSTANTIATE_CALLS
+
 #: A call's role, as gapscope.analysis.host_timeline numbers it; every other call is OTHER. A
 #: graph launch is a launch that is never a stall, however long (a large graph's launch).
 ROLE_OTHER, ROLE_LAUNCH, ROLE_SYNC, ROLE_SETUP, ROLE_GRAPH_LAUNCH = 0, 1, 2, 3, 4
