@@ -47,8 +47,8 @@ _KEYS = {
     "by_name": ("name", "domain", "count"),
     "devices": ("device",),
     "streams": ("pid", "device", "stream"),
-    "launch": ("api", "calls", "host_median_ns", "host_p90_ns", "latency_median_ns", "latency_p90_ns",
-               "per_second"),
+    "launch": ("api", "calls", "host_median_ns", "host_p90_ns", "host_mean_ns", "latency_median_ns",
+               "latency_p90_ns", "per_second"),
     "payoff": ("eager", "graph", "eager_span_ns", "graph_span_ns", "measured_speedup", "ceiling_speedup"),
     "top_gaps": ("start_ns", "gap_ns", "category", "device", "stream", "before", "after", "launched_by"),
 }

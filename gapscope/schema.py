@@ -56,7 +56,7 @@ DOMAINS: dict[str, tuple[float, float, str]] = {
     **{f: _NONNEG for f in (
         "kernels", "memops", "memop_ns", "gpu_span_ns", "busy_ns", "gap_ns", "gap_count", "gap_p50_ns",
         "gap_p90_ns", "gap_p99_ns", "gap_max_ns", "kernel_median_ns", "count", "calls", "host_median_ns",
-        "host_p90_ns", "per_second", "graph_ceiling_span_ns", "graph_ceiling_speedup", "eager_span_ns",
+        "host_p90_ns", "host_mean_ns", "per_second", "graph_ceiling_span_ns", "graph_ceiling_speedup", "eager_span_ns",
         "graph_span_ns", "measured_speedup", "ceiling_speedup", "start_ns", "end_ns", "depth",
         "graph_kernels", "graph_replays", "gap_between_replays_ns", "gap_inside_replays_ns",
         "stall_threshold_ns", "graph_predicted_speedup", "graph_predicted_low", "graph_predicted_high",

@@ -889,7 +889,8 @@ def predicted(row: dict, one_off_cats: dict[str, int], launch_call_ns: float, tr
     """The model of docs/metrics.md for one row, with the H200 calibration spelled out: an
     untraced launch call costs 2.0 us (1.0 to 3.0), torch.profiler adds 1.5 us per eager launch
     (0 to 3.0), a graph launch costs 5 us + 7 ns per node; ``turnaround_ns`` is the replay
-    turnaround per kernel boundary (measured on the trace's replays)."""
+    turnaround per kernel boundary (measured on the trace's replays); a replay spends the eager
+    memop gap time behind copies, at least the copies' own time."""
     cats = {c: row["gap_by_category_ns"][c] - one_off_cats[c] for c in CATEGORIES}
     span = row["gpu_span_ns"] - sum(one_off_cats.values())
     busy, kernels, memops = row["busy_ns"], row["kernels"], row["memops"]
@@ -902,7 +903,7 @@ def predicted(row: dict, one_off_cats: dict[str, int], launch_call_ns: float, tr
 
     nodes = (kernels + memops) / instances
     host = instances * (5000 + 7 * nodes) + cats["stall"] + cats["setup"]
-    device = busy + row["memop_ns"] + max(kernels - instances, 0) * turnaround_ns
+    device = busy + max(row["memop_ns"], cats["memop"]) + max(kernels - instances, 0) * turnaround_ns
     replay = device + host + cats["sync"] if cats["sync"] > 0 else max(device, host)
     e = eager(2000, 1500)
     ceiling_span = max(busy + cats["memop"], cats["stall"])

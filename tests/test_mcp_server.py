@@ -100,7 +100,7 @@ def test_analyze_returns_the_figures_of_the_command(served: Served) -> None:
         assert {f: got[f] for f in fields} == {f: row[f] for f in fields}
     assert "gap_by_category_ns" not in rows[0]  # compact: the split is in why_idle, as shares
     eager = rows[0]
-    assert (eager["gap_ns"], eager["gpu_span_ns"], eager["reading"]) == (100263166, 107313249, "host-bound: graphs ~11x")
+    assert (eager["gap_ns"], eager["gpu_span_ns"], eager["reading"]) == (100263166, 107313249, "host-bound: graphs ~10x")
     assert data["by_name"]["total"] == 3 and data["by_name"]["next_offset"] is None
     [device] = data["devices"]["rows"]
     assert {f: device[f] for f in ("device", "gap_ns", "gap_fraction", "verdict")} == \
@@ -117,7 +117,7 @@ def test_analyze_returns_the_figures_of_the_command(served: Served) -> None:
     assert data["launch"]["rows"] == want["launch"]
     assert data["held"] == {"ranges": 66, "streams": 3, "top_gaps": 10}
     text = served.call("analyze", path=DECODE).content[0].text
-    assert "eager (x1): gap 93.4% of 107 ms, host-bound: graphs ~11x, graph ceiling 15.18x" in text
+    assert "eager (x1): gap 93.4% of 107 ms, host-bound: graphs ~10x, graph ceiling 15.18x" in text
 
 
 def test_analyze_pages_the_range_names_and_narrows_like_the_command(served: Served) -> None:

@@ -99,7 +99,7 @@ def test_eager_decode_gaps_are_launch_and_host_gaps(results):
     assert (cats["launch"], cats["host"], cats["setup"]) == (28_039_394, 72_036_096, 187_676)
     assert sum(cats.values()) == eager["gap_ns"] == 100_263_166
     # The reading says the cause and the predicted win (tests/test_prediction.py checks the model).
-    assert (eager["verdict"], eager["reading"]) == ("host_bound", "host-bound: graphs ~11x")
+    assert (eager["verdict"], eager["reading"]) == ("host_bound", "host-bound: graphs ~10x")
     cupy = name_row(results["cupy_paths_node"], "eager/k=2us")
     assert (cupy["gap_by_category_ns"]["launch"], cupy["gap_by_category_ns"]["host"]) == (1_932_459, 36_503)
     assert cupy["gap_by_category_ns"]["launch"] + cupy["gap_by_category_ns"]["host"] == cupy["gap_ns"]

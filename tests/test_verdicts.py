@@ -103,7 +103,7 @@ def test_torch_compile_warmup_is_a_stall_not_a_launch_gap(hf):
     assert nonzero(eager["gap_by_category_ns"]) == {"launch": 24_614_487, "host": 71_901_132, "stall": 139_168_715,
                                                     "setup": 141_122, "sync": 208_411}
     assert (eager["one_off_stalls"], eager["one_off_by_category_ns"]["stall"]) == (2, 139_168_715)
-    assert (eager["verdict"], eager["reading"]) == ("host_bound", "host-bound: graphs ~22x")
+    assert (eager["verdict"], eager["reading"]) == ("host_bound", "host-bound: graphs ~21x")
     dev = hf.devices[0]
     assert dev["gap_by_category_ns"] == ref(path).device(0)
     assert (dev["verdict"], dev["gap_by_category_ns"]["stall"]) == ("stall", 18_628_650_163)
@@ -258,7 +258,7 @@ def test_fsdp_per_op_ranges_domains_and_a_host_stall(fsdp):
         assert d["gap_by_category_ns"] == ref(fsdp).device(d["device"])
     assert [(d["verdict"], d["reading"], d["gap_by_category_ns"]["stall"]) for d in r.devices] == [
         ("some_launch_gaps", "some launch gaps: graphs won't (<=1.05x)", 8_253_959),
-        ("host_bound", "host-bound: graphs ~1.1x", 3_420_465)]
+        ("some_launch_gaps", "some launch gaps: graphs won't (<=1.05x)", 3_420_465)]
     # The longest gap: 4.49 ms in which the launching process made no CUDA call.
     (top,) = r.top_gaps
     assert (top["gap_ns"], top["category"], nonzero(top["gap_by_category_ns"])) == (

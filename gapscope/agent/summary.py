@@ -38,8 +38,8 @@ ROW_FIELDS: dict[str, tuple[str, ...]] = {
     "ranges": ("id", "name", "domain", "thread", "start_ns", "end_ns", *_TIMELINE),
     "payoff": ("eager", "graph", "eager_span_ns", "graph_span_ns", "measured_speedup", "ceiling_speedup",
                "predicted_speedup"),
-    "launch": ("api", "calls", "host_median_ns", "host_p90_ns", "latency_median_ns", "latency_p90_ns",
-               "per_second"),
+    "launch": ("api", "calls", "host_median_ns", "host_p90_ns", "host_mean_ns", "latency_median_ns",
+               "latency_p90_ns", "per_second"),
     "top_gaps": ("start_ns", "gap_ns", "category", "gap_by_category_ns", "device", "stream", "before", "after",
                  "launched_by"),
 }

@@ -18,13 +18,15 @@ LINK_BLOCK = 1 << 18
 
 def launch_stats(
     launch: np.ndarray, act_start: np.ndarray, api_start: np.ndarray, api_end: np.ndarray,
-    name_codes: np.ndarray, name_table: np.ndarray,
+    name_codes: np.ndarray, name_table: np.ndarray, stall_threshold_ns: int,
 ) -> list[dict]:
     """One row per launch API name, most frequent first.
 
-    ``host_*``: duration of the call on the CPU; ``latency_*``: start of the call's first GPU
-    activity minus the call's end (queueing and launch latency); ``per_second``: calls divided
-    by the time from the first call's start to the last call's end.
+    ``host_*``: duration of the call on the CPU (``host_mean_ns``: the mean of the calls shorter
+    than ``stall_threshold_ns``, the host's steady cost per call; a longer call is a stall);
+    ``latency_*``: start of the call's first GPU activity minus the call's end (queueing and
+    launch latency); ``per_second``: calls divided by the time from the first call's start to
+    the last call's end.
     """
     if not (launch >= 0).any():
         return []
@@ -50,7 +52,10 @@ def launch_stats(
     host = api_end[call_ids]
     host -= api_start[call_ids]
     hq = grouped_quantiles(name_codes, np.maximum(host, 0, out=host), n, (0.5, 0.9))
-    del host
+    steady = host < stall_threshold_ns
+    steady_calls = np.bincount(name_codes[steady], minlength=n)
+    steady_sum = np.bincount(name_codes[steady], weights=host[steady], minlength=n)
+    del host, steady
     count = np.bincount(name_codes, minlength=n)
     t0 = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(t0, name_codes, api_start[call_ids])
@@ -63,6 +68,7 @@ def launch_stats(
             "calls": int(count[i]),
             "host_median_ns": float(hq[i, 0]),
             "host_p90_ns": float(hq[i, 1]),
+            "host_mean_ns": float(steady_sum[i] / steady_calls[i]) if steady_calls[i] else None,
             "latency_median_ns": float(lq[i, 0]),
             "latency_p90_ns": float(lq[i, 1]),
             "per_second": float(count[i] / window[i] * 1e9),

@@ -509,17 +509,17 @@ def _linked(frames: TraceFrames, ranges: Sequence[str], domains: Sequence[str], 
                   host_calls, recorded), members
 
 
-def _launch_rows(w: Linked, m: Memberships, selected: bool, after: Future | None = None) -> list[dict]:
+def _launch_rows(w: Linked, m: Memberships, o: LevelOptions, after: Future | None = None) -> list[dict]:
     """The launch statistics (gapscope.analysis.launches) of the calls that launched work; with
     a selection, of the selected ranges' work only. ``after``: a step to wait for first."""
     if after is not None:
         wait([after])
     launch = w.launch
-    if selected:
+    if o.selected:
         launch = np.full(w.launch.size, -1, dtype=w.launch.dtype)
         launch[m.act] = w.launch[m.act]
     return launch_stats(launch, w.acts.start, w.frames.api["start"].to_numpy(), w.frames.api["end"].to_numpy(),
-                        *w.names)
+                        *w.names, o.stall_threshold_ns)
 
 
 def _attributor(pool: ThreadPoolExecutor, w: Linked, o: LevelOptions,
@@ -586,7 +586,7 @@ def _kept_beside(w: Linked, m: Memberships, o: LevelOptions, every: np.ndarray
     acts, n_pairs, n_dev = w.acts, w.n_pairs, w.n_dev
     with ThreadPoolExecutor(2) as pool:
         attributor = _attributor(pool, w, o)
-        launches = pool.submit(_launch_rows, w, m, o.selected)
+        launches = pool.submit(_launch_rows, w, m, o)
         paired = pool.submit(level_stats, acts, m.act, m.pair, np.arange(n_pairs), n_pairs, percentiles=False)
         devices = pool.submit(level_stats, acts, every, acts.device_code, np.arange(n_dev), n_dev)
         return paired.result(), devices.result(), attributor.result() if attributor else None, launches.result()
@@ -626,7 +626,7 @@ def _windows_beside(w: Linked, m: Memberships, o: LevelOptions, plan: windows.Wi
         # The launch statistics first, on their own: beside the attribution's build and the
         # first windows their temporaries (some 50 bytes a call) made a large trace's peak.
         memory.give_back()
-        launch_rows = _launch_rows(w, m, o.selected)
+        launch_rows = _launch_rows(w, m, o)
     with ThreadPoolExecutor(1 if serial else 2) as pool:
         attributor = _attributor(pool, w, o, plan.order)
         if serial and attributor is not None:
@@ -634,7 +634,7 @@ def _windows_beside(w: Linked, m: Memberships, o: LevelOptions, plan: windows.Wi
             memory.drop(READ_BY_ATTRIBUTION)  # the launch statistics and the timeline have read them
             memory.give_back()
         # Beside the windows, once the indexes are built.
-        launches = None if serial else pool.submit(_launch_rows, w, m, o.selected, attributor)
+        launches = None if serial else pool.submit(_launch_rows, w, m, o, attributor)
         measured = windows.measure(w.acts, m.act, m.pair, plan, w.n_pairs, w.pair_range, w.n_ranges, w.replays,
                                    attributor, o.top, o.selected, keep_device_gaps=device_gaps)
         return (*measured, launch_rows if launches is None else launches.result())

@@ -3,12 +3,13 @@
 
 The model, per row, on its steady state (span and gap time without the one-off gaps):
 
-* untraced eager time E: the span less what the tracer added to the host's launches, which only
-  shortens the span where the host was the bottleneck (launch and host gap time), and never
-  below what the device itself needs (busy time and device-side gaps);
+* untraced eager time E: the span less what the tracer added to the host's launches (each eager
+  launch: the trace's mean kernel launch call less an untraced one), which only shortens the span
+  where the host was the bottleneck (launch and host gap time), and never below what the device
+  itself needs (busy time and device-side gaps);
 * replay time P: the device runs the same kernels back to back, each boundary costing the
   replay turnaround (measured on the trace's own replays, else the GPU's calibration), copies
-  included, the hand-offs between streams become graph edges; the host launches one graph per
+  included with the hand-offs around them, the hand-offs between streams become graph edges; the host launches one graph per
   instance and keeps its stalls, setup and syncs. A row that synchronizes runs host and device
   one after the other (P = device + host + sync gap time); one that does not overlaps them
   (P = the longer of the two);
@@ -30,6 +31,7 @@ import numpy as np
 
 from gapscope import catalog
 from gapscope.catalog import CATEGORY_NAMES, GRAPH_SHARE, GraphCosts, Tracer
+from gapscope.trace.cuda_api import GRAPH_LAUNCH_CALLS, KERNEL_LAUNCH_CALLS
 
 
 @dataclass(frozen=True)
@@ -38,8 +40,8 @@ class TraceCosts:
     calls took, the GPU's replay costs and the replay turnaround measured on its own replays."""
 
     tracer: Tracer
-    #: a traced eager launch call's duration: the per-API median of the API that holds the median
-    #: call (nan: none)
+    #: a traced kernel launch call's mean duration: the kernel launch APIs' steady means (calls
+    #: shorter than the stall threshold), weighted by their calls (nan: none)
     launch_call_ns: float
     gpu: GraphCosts
     #: gap time inside the trace's replays per boundary (nan: no replay traced at node level)
@@ -51,17 +53,16 @@ def trace_costs(tracer: str, launch_rows: list[Mapping], gpu: str | None,
     """The trace-wide inputs of the model from the trace's tracer (a key of catalog.TRACERS), its
     launch statistics (the result's ``launch`` rows), the GPU's name and the gap time and
     boundaries inside its replays."""
-    # The median call: the launch API holding the middle call, ordered by their median durations
-    # (a first-use call of a seldom API, a module load inside it, weighs one call).
-    calls = sorted((r["host_median_ns"], r["calls"]) for r in launch_rows
-                   if "Graph" not in r["api"] and r.get("host_median_ns") is not None and r["calls"] > 0)
+    # Every eager kernel launch's tracer cost adds to the span, so the mean call is what counts.
+    # Calls longer than the stall threshold are stalls (a module load inside a first call), left
+    # out of each API's mean; copy calls are left out (a copy from pageable memory returns when
+    # the copy is done: its duration is a wait, not the tracer's), unless nothing else launched.
+    rows = [r for r in launch_rows if r["api"] not in GRAPH_LAUNCH_CALLS and r.get("host_mean_ns") is not None
+            and r["calls"] > 0]
+    calls = [(r["host_mean_ns"], r["calls"]) for r in rows if r["api"] in KERNEL_LAUNCH_CALLS] or \
+        [(r["host_mean_ns"], r["calls"]) for r in rows]
     total = sum(c for _, c in calls)
-    launch, seen = float("nan"), 0
-    for duration, count in calls:
-        seen += count
-        if 2 * seen >= total:
-            launch = float(duration)
-            break
+    launch = sum(m * c for m, c in calls) / total if total else float("nan")
     turnaround = inside_ns / inside_boundaries if inside_boundaries > 0 else float("nan")
     return TraceCosts(catalog.TRACERS[tracer], launch, catalog.graph_costs(gpu), turnaround)
 
@@ -131,8 +132,12 @@ def predict(cols: Mapping[str, np.ndarray], cats: np.ndarray, one_off: np.ndarra
     host = launch + c["stall"] + c["setup"]
     syncs = c["sync"] > 0
 
+    # A copy node keeps its hand-offs in a replay as it had them eager: the device spends the
+    # eager memop gap time behind copies (copy and hand-offs), at least the copies' own time.
+    behind_copies = np.maximum(col["memop_ns"], c["memop"])
+
     def replay(t: np.ndarray, serial: np.ndarray) -> np.ndarray:
-        device = busy + col["memop_ns"] + boundaries * t
+        device = busy + behind_copies + boundaries * t
         return np.where(serial, device + host + c["sync"], np.maximum(device, host))
 
     p_mid = replay(t_mid, syncs)
