@@ -112,3 +112,14 @@ def test_a_capture_is_open_only_on_its_own_thread():
     begin = np.array([True, False, False, False, False, False])
     end = np.array([False, False, False, False, True, False])
     assert _captured(tid, start, begin, end).tolist() == [False, True, False, True, True, False]
+
+
+def test_a_capture_never_ended_stays_open():
+    """Synthetic calls: thread 7 begins a capture at 10 and the trace holds no end call (cut off,
+    or its name damaged: the fuzz campaign's seed 30076, a parquetdir export whose StringIds ids
+    were null): every later call of thread 7 is captured, thread 9's is not."""
+    tid = np.array([7, 7, 9, 7])
+    start = np.array([10, 20, 20, 30])
+    begin = np.array([True, False, False, False])
+    end = np.zeros(4, dtype=bool)
+    assert _captured(tid, start, begin, end).tolist() == [False, True, False, True]

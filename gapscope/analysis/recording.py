@@ -35,7 +35,9 @@ def _captured(tid: np.ndarray, start: np.ndarray, begin: np.ndarray, end: np.nda
     last_open = np.searchsorted(opened, key, side="left") - 1  # the last begin before the call; -1: none
     last_close = np.searchsorted(closed, key, side="left") - 1
     open_key = np.where(last_open >= 0, opened[np.maximum(last_open, 0)], -1)
-    close_key = np.where(last_close >= 0, closed[np.maximum(last_close, 0)], -1)
+    # A capture never closed in the trace (its end call cut off, or its name damaged) stays open.
+    close_key = np.where(last_close >= 0, closed[np.maximum(last_close, 0)], -1) if closed.size else \
+        np.full(key.size, -1, dtype=np.int64)
     same_thread = (open_key >= 0) & (open_key // tk.width == threads)
     return same_thread & (open_key > close_key)
 
