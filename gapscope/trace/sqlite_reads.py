@@ -98,6 +98,33 @@ BATCH_ROWS = 16_384
 Columns = dict[str, tuple[np.ndarray | list[np.ndarray], np.ndarray | None]]
 
 
+def _adbc_dbapi():
+    """ADBC's SQLite DB-API module, imported without polars: ADBC's DB-API imports polars when it
+    is installed (for polars parameters and results, which gapscope never uses), some 0.1 s and
+    50 MiB at every start. Where the program has polars imported already, it stays."""
+    import sys
+
+    if "adbc_driver_sqlite.dbapi" in sys.modules or "polars" in sys.modules:
+        import adbc_driver_sqlite.dbapi as adbc
+
+        return adbc
+    sys.modules["polars"] = None  # type: ignore[assignment]  # `import polars` raises ImportError
+    try:
+        import adbc_driver_sqlite.dbapi as adbc
+    finally:
+        if sys.modules.get("polars", 0) is None:
+            del sys.modules["polars"]
+    return adbc
+
+
+def _adbc_importable() -> bool:
+    try:
+        _adbc_dbapi()
+    except ImportError:
+        return False
+    return True
+
+
 class BulkReader:
     """Runs bulk SELECTs into DataFrames: through ADBC into Arrow when it is installed, split
     into rowid chunks read on a small thread pool (SQLite decoding is the bottleneck and ADBC
@@ -109,12 +136,7 @@ class BulkReader:
         self._source = source
         self._conn = conn
         self._cache = cache
-        try:
-            import adbc_driver_sqlite.dbapi  # noqa: F401
-
-            self._adbc = True
-        except ImportError:
-            self._adbc = False
+        self._adbc = _adbc_importable()
         self._local = threading.local()
         self._opened: list = []
         self._lock = threading.Lock()
@@ -169,8 +191,7 @@ class BulkReader:
     def _query(self, query: str):
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            import adbc_driver_sqlite.dbapi as adbc
-
+            adbc = _adbc_dbapi()
             conn = self._local.conn = adbc.connect(self._source.uri)
             with self._lock:
                 self._opened.append(conn)
