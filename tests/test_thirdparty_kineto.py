@@ -36,6 +36,12 @@ TRACELENS_IDLE = {
     "h100_gaunernst_bert-small-uncased__1016001.json.gz": 0.9208164178547929,
     "mi210_gpu_only_trace.json.gz": 0.10638556749285605,
 }
+#: TraceLens's idle share of the two traces whose GPU work partly has no launching call in the
+#: trace (launched before the profiler's window): TraceLens leaves that work out of its timeline.
+TRACELENS_IDLE_LAUNCHED_ONLY = {
+    "h100_Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz": 0.0856041478722671,
+    "mi300_Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz": 0.10224175740219245,
+}
 
 
 def events(path: Path) -> list[dict]:
@@ -47,10 +53,19 @@ def ns(us: object) -> int:
     return int((Decimal(us) * 1000).to_integral_value(ROUND_HALF_EVEN))
 
 
-def reference(path: Path) -> dict:
+def reference(path: Path, launched_only: bool = False) -> dict:
     """Span, busy (kernels and copies, as --count-memops), kernels of the one device with GPU
-    work: a sort-and-merge of the JSON's own intervals."""
-    gpu = [e for e in events(path) if e.get("ph") == "X" and e.get("cat") in GPU_CATS]
+    work: a sort-and-merge of the JSON's own intervals (``launched_only``: of the GPU events
+    whose correlation id a runtime or driver call of the trace carries, as TraceLens keeps them);
+    ``unlaunched``: how many GPU events no call of the trace launched."""
+    evs = events(path)
+    gpu = [e for e in evs if e.get("ph") == "X" and e.get("cat") in GPU_CATS]
+    calls = {e["args"].get("correlation") for e in evs if e.get("ph") == "X" and "args" in e
+             and e.get("cat") in ("cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver")}
+    launched = [e for e in gpu if e["args"].get("correlation") in calls]
+    unlaunched = len(gpu) - len(launched)
+    if launched_only:
+        gpu = launched
     devices = {e["args"]["device"] for e in gpu}
     assert len(devices) == 1, devices
     spans = sorted((ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])) for e in gpu)
@@ -63,7 +78,7 @@ def reference(path: Path) -> dict:
     busy += hi - lo
     span = max(e for _, e in spans) - spans[0][0]
     kernels = sum(1 for e in gpu if e["cat"] == "kernel" and not re.fullmatch(r"memcpy\d+_post", e["name"]))
-    return {"device": devices.pop(), "span": span, "busy": busy, "kernels": kernels}
+    return {"device": devices.pop(), "span": span, "busy": busy, "kernels": kernels, "unlaunched": unlaunched}
 
 
 def analyzed(path: Path, *extra: str) -> dict:
@@ -79,7 +94,8 @@ def test_the_shipped_third_party_traces_are_there():
     assert [p.name for p in SHIPPED] == [
         "benchmark_result_2869224_1695835535_trace.json.gz", "mi250_minitoy_train_ROCm6_2_kineto.json.gz",
         "sampled_rank-0.json.gz", "sampled_rank-1.json.gz",
-        "h100_gaunernst_bert-small-uncased__1016001.json.gz", "mi210_gpu_only_trace.json.gz",
+        "h100_Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz", "h100_gaunernst_bert-small-uncased__1016001.json.gz",
+        "mi210_gpu_only_trace.json.gz", "mi300_Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
         "mi300_gaunernst_bert-small-uncased__1016001.json.gz", "sglang_Qwen3-8B_decode.json.gz"]
     assert (TL / "LICENSE").read_text().startswith("# MIT License")
     assert (HTA / "LICENSE").read_text().startswith("MIT License")
@@ -94,6 +110,24 @@ def test_device_figures_match_an_independent_merge(path):
     assert dev["gap_fraction"] == pytest.approx(1 - ref["busy"] / ref["span"], abs=1e-12)
     if path.name in TRACELENS_IDLE:
         assert abs(dev["gap_fraction"] - TRACELENS_IDLE[path.name]) < 0.0005
+
+
+@pytest.mark.parametrize("name", sorted(TRACELENS_IDLE_LAUNCHED_ONLY))
+def test_tracelens_leaves_out_the_work_launched_before_the_window(name):
+    """The two Qwen1.5-0.5B traces (H100, MI300X) start with GPU work launched before the
+    profiler's window: no call of the trace carries its correlation id. gapscope counts that work
+    (it ran on the GPU inside the window) and warns; TraceLens leaves it out of its timeline, so
+    its idle share is that of the launched work alone, which the merge reproduces to 1e-6 (TraceLens
+    sums floating microseconds, the merge whole nanoseconds). The
+    two figures differ by that work only (0.0049 and 0.0168)."""
+    path = TL / name
+    everything, launched = reference(path), reference(path, launched_only=True)
+    assert 1 - launched["busy"] / launched["span"] == pytest.approx(TRACELENS_IDLE_LAUNCHED_ONLY[name], abs=1e-6)
+    proc = gapscope("analyze", str(path), "--format", "json", "--no-cache", "--count-memops")
+    (dev,) = json.loads(proc.stdout)["devices"]
+    assert dev["gap_fraction"] == pytest.approx(1 - everything["busy"] / everything["span"], abs=1e-12)
+    assert abs(dev["gap_fraction"] - TRACELENS_IDLE_LAUNCHED_ONLY[name]) > 0.004
+    assert f"{everything['unlaunched']} GPU activities have no launching API call in the trace" in proc.stderr
 
 
 def test_rocm_gpu_vendor_and_model_are_named():
