@@ -66,11 +66,13 @@ CATEGORIES: tuple[Category, ...] = (
              "keeps", "drop the synchronize from the loop (.item(), .cpu(), torch.cuda.synchronize) "
              "or defer it a few steps", "#CC79A7", "bad", priority=1, label="sync time",
              worse_means="the host synchronizes longer"),
-    Category("dependency", "waits on other streams", "queued work waited on another stream (event wait, copy)",
+    Category("dependency", "waits on other streams",
+             "queued work waited on another stream (an event wait, the legacy default stream)",
              "shrinks", "overlap independent streams, or capture the hand-offs in a graph",
              "#0072B2", "rail_load", short="dep", priority=2, label="dependency time",
              worse_means="longer waits on other streams"),
-    Category("memop", "idle behind copies", "copies (not counted as busy) covered the gap",
+    Category("memop", "idle behind copies",
+             "copies (not counted as busy) covered the gap, or the work waited on its own stream's copy or memset",
              "keeps", "overlap copies with compute on another stream (pinned memory, non_blocking=True)",
              "#E69F00", "yellow", short="mem", priority=2, label="time idle behind copies",
              worse_means="the GPU waits longer behind copies"),
@@ -293,6 +295,17 @@ def graph_costs(gpu: str | None) -> GraphCosts:
     return GPU_GRAPH_COSTS[-1][1]
 
 # ---------------------------------------------------------------------------------------------
+# Stream kinds (docs/metrics.md, "Gap attribution": the legacy default stream's implicit
+# synchronization)
+
+#: What a stream was created as, indexed by CUPTI's stream flag (nsys's ENUM_CUPTI_STREAM_TYPE,
+#: the ``flag`` of TARGET_INFO_CUDA_STREAM): 0 unknown, 1 created with default flags (it
+#: synchronizes with the legacy default stream), 2 created non-blocking, 3 the legacy default
+#: (NULL) stream itself. The ``kind`` column of the streams frame holds these codes.
+STREAM_KINDS: tuple[str, ...] = ("unknown", "blocking", "non-blocking", "null")
+STREAM_UNKNOWN, STREAM_BLOCKING, STREAM_NON_BLOCKING, STREAM_NULL = range(len(STREAM_KINDS))
+
+# ---------------------------------------------------------------------------------------------
 # Process and thread ids
 
 
@@ -320,3 +333,11 @@ def pid_of(global_id):  # type: ignore[no-untyped-def]
 def global_id(process, thread):  # type: ignore[no-untyped-def]
     """A thread key from its process key and thread id, as nsys packs them."""
     return (process << PROCESS_SHIFT) | thread
+
+
+def process_key(pid, vm=0, hw=0):  # type: ignore[no-untyped-def]
+    """The process key of a process named by its parts, as tables such as
+    TARGET_INFO_CUDA_STREAM name it (``processId``, ``vmId``, ``hwId``): nsys's globalPid holds
+    the process id in bits 24-47, the VM id in bits 48-55 and the hardware id in bits 56-63, so
+    the key (``globalPid >> 24``) holds them from bits 0, 24 and 32."""
+    return (hw << 32) | (vm << PROCESS_SHIFT) | pid

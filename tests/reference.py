@@ -238,6 +238,14 @@ class Trace:
         if "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION" in tables:
             self.waits = conn.execute("SELECT start, globalPid >> 24, deviceId, streamId FROM "
                                       "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION WHERE syncType = 2").fetchall()
+        # (OS pid, device, stream) -> the stream's flag (1 blocking, 2 non-blocking, 3 the null stream)
+        self.kinds = {}
+        if {"TARGET_INFO_CUDA_STREAM", "TARGET_INFO_CUDA_CONTEXT_INFO"} <= tables:
+            for pid, dev, stream, flag, null in conn.execute(
+                    "SELECT s.processId, c.deviceId, s.streamId, s.flag, c.nullStreamId FROM TARGET_INFO_CUDA_STREAM s "
+                    "JOIN TARGET_INFO_CUDA_CONTEXT_INFO c ON c.processId = s.processId AND c.contextId = s.contextId "
+                    "AND c.hwId = s.hwId AND c.vmId = s.vmId"):
+                self.kinds.setdefault((pid, dev, stream), 3 if stream == null else flag)
         conn.close()
         times = [t for a in self.acts for t in (a["start"], a["end"])] + [t for c in self.calls for t in c[:2]]
         self.lo = min(times)
@@ -332,6 +340,15 @@ class Attribution:
         pairs = defaultdict(set)
         for key in by_stream:
             pairs[(key[0], key[2])].add(key)
+        # The legacy default stream's implicit synchronization: per (OS pid, device, flag), the
+        # sorted (end, is a memop) of the activities of the null (3) and blocking (1) streams.
+        self.sync_ends = defaultdict(list)
+        for a in trace.acts:
+            flag = trace.kinds.get((a["pid"] & 0xFFFFFF, a["device"], a["stream"]))
+            if flag in (1, 3):
+                self.sync_ends[(a["pid"] & 0xFFFFFF, a["device"], flag)].append((a["end"], a["kind"] == "memop"))
+        for ends in self.sync_ends.values():
+            ends.sort()
         self.waits = defaultdict(list)
         for s, pid, dev, stream in trace.waits:
             keys = pairs.get((pid, stream), set())
@@ -351,12 +368,27 @@ class Attribution:
             i += 1
         return out
 
+    def _implicit(self, k: dict, lo: int, g1: int) -> list[bool]:
+        """Whether each activity of a stream k's stream implicitly synchronizes with (the null
+        stream and the blocking streams of its process and device, either way) that ended in
+        [lo, g1] is a memop."""
+        pid = k["pid"] & 0xFFFFFF
+        other = {3: 1, 1: 3}.get(self.t.kinds.get((pid, k["device"], k["stream"])))
+        ends = self.sync_ends.get((pid, k["device"], other), [])
+        i = bisect.bisect_left(ends, (lo, False))
+        j = bisect.bisect_right(ends, (g1, True))
+        return [m for _, m in ends[i:j]]
+
     def classify(self, g0: int, length: int, k: dict) -> dict[str, int]:
         """Time per category of the gap [g0, g0 + length) ended by activity k."""
         g1 = g0 + length
         covered = sum(max(0, min(e, g1) - max(s, g0)) for s, e in self.memops.get(k["device"], []))
+        call = self.t.calls[k["call"]] if k["call"] is not None else None
+        implicit = self._implicit(k, max(g0, call[1]), g1) if call is not None else []
         if 2 * covered >= length and covered > 0:
-            return {"memop": length}
+            queued = call is not None and (call[1] <= g0 or g1 - call[1] > call[1] - g0)
+            if not (queued and any(implicit)):  # unless a copy K waited for ended in it
+                return {"memop": length}
         if k["call"] is None:
             return {"unknown": length}
         call_start, call_end, tid, _ = self.t.calls[k["call"]]
@@ -365,8 +397,8 @@ class Attribution:
         if prev is not None and prev["call"] is not None:
             t_prev = self.t.calls[prev["call"]][0]
         waited = any(t_prev < w <= call_start for w in self.waits.get((k["pid"], k["device"], k["stream"]), []))
-        if call_end > g0 and (waited or g1 - call_end > self.threshold) and g1 - call_end > call_end - g0:
-            return {"dependency": length}  # queued (a stream wait, or longer than a launch takes)
+        if call_end > g0 and (waited or implicit or g1 - call_end > self.threshold) and g1 - call_end > call_end - g0:
+            return {"dependency": length}  # queued (a stream wait or the null stream's, or longer than a launch)
         if call_end > g0:
             upto = min(g1, call_end)
             out = self._walk(tid, g0, upto)
@@ -381,10 +413,10 @@ class Attribution:
         if prev is not None and prev["call"] is not None:
             t_prev = self.t.calls[prev["call"]][0]
         waits = self.waits.get((k["pid"], k["device"], k["stream"]), [])
-        if any(t_prev < w <= call_start for w in waits):
+        if any(t_prev < w <= call_start for w in waits) or implicit:
             return {"dependency": length}
         if prev is not None and prev["kind"] == "memop" and prev["end"] > g0:
-            return {"dependency": length}
+            return {"memop": length}  # its own stream's copy or memset
         return {"pipeline": length}
 
     def gaps(self, acts: list[dict]) -> list[tuple[int, int, dict, dict]]:
@@ -890,7 +922,8 @@ def predicted(row: dict, one_off_cats: dict[str, int], launch_call_ns: float, tr
     untraced launch call costs 2.0 us (1.0 to 3.0), torch.profiler adds 1.5 us per eager launch
     (0 to 3.0), a graph launch costs 5 us + 7 ns per node; ``turnaround_ns`` is the replay
     turnaround per kernel boundary (measured on the trace's replays); a replay spends the eager
-    memop gap time behind copies, at least the copies' own time."""
+    memop gap time behind copies, at least the copies' own time; the ceiling keeps of it only the
+    copies' own time, at most that gap time."""
     cats = {c: row["gap_by_category_ns"][c] - one_off_cats[c] for c in CATEGORIES}
     span = row["gpu_span_ns"] - sum(one_off_cats.values())
     busy, kernels, memops = row["busy_ns"], row["kernels"], row["memops"]
@@ -906,7 +939,7 @@ def predicted(row: dict, one_off_cats: dict[str, int], launch_call_ns: float, tr
     device = busy + max(row["memop_ns"], cats["memop"]) + max(kernels - instances, 0) * turnaround_ns
     replay = device + host + cats["sync"] if cats["sync"] > 0 else max(device, host)
     e = eager(2000, 1500)
-    ceiling_span = max(busy + cats["memop"], cats["stall"])
+    ceiling_span = max(busy + min(row["memop_ns"], cats["memop"]), cats["stall"])
     return {"steady_span_ns": span, "eager_untraced_ns": e, "graph_predicted_ns": replay,
             "graph_predicted_speedup": e / replay, "graph_ceiling_speedup": span / ceiling_span}
 

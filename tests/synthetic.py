@@ -26,8 +26,13 @@ class Synthetic:
     runtime: list[tuple] = field(default_factory=list)  # start, end, tid, corr, name, pid
     nvtx: list[tuple] = field(default_factory=list)  # start, end, type, text, tid, domain, pid
     memcpy: list[tuple] = field(default_factory=list)  # start, end, device, stream, corr, pid
+    memset: list[tuple] = field(default_factory=list)  # start, end, device, stream, corr, pid
     graphs: list[tuple] = field(default_factory=list)  # start, end, device, stream, corr, pid
     syncs: list[tuple] = field(default_factory=list)  # start, end, device, stream, corr, type, pid
+    #: stream, flag (ENUM_CUPTI_STREAM_TYPE: 1 blocking, 2 non-blocking, 3 the null stream), device,
+    #: pid: TARGET_INFO_CUDA_STREAM, with one TARGET_INFO_CUDA_CONTEXT_INFO row per (pid, device)
+    #: (context id device + 1, its null stream the flag-3 stream, else 0)
+    streams: list[tuple] = field(default_factory=list)
     schema: str = "3.20.0"
     strings: dict[str, int] = field(default_factory=dict)
 
@@ -76,6 +81,24 @@ class Synthetic:
             c.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES (?,?,?,1,?,?,?,64,1)", [
                 (s, e, d, st, corr, pid << 24) for s, e, d, st, corr, pid in self.memcpy
             ])
+        if self.memset:
+            c.execute(f"CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET ({act_cols}, value INTEGER, bytes INTEGER)")
+            c.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES (?,?,?,1,?,?,?,0,64)", [
+                (s, e, d, st, corr, pid << 24) for s, e, d, st, corr, pid in self.memset
+            ])
+        if self.streams:
+            c.execute("CREATE TABLE TARGET_INFO_CUDA_STREAM (streamId INTEGER NOT NULL, hwId INTEGER NOT NULL, "
+                      "vmId INTEGER NOT NULL, processId INTEGER NOT NULL, contextId INTEGER NOT NULL, "
+                      "priority INTEGER NOT NULL, flag INTEGER NOT NULL)")
+            c.executemany("INSERT INTO TARGET_INFO_CUDA_STREAM VALUES (?,0,0,?,?,0,?)", [
+                (st, pid, d + 1, flag) for st, flag, d, pid in self.streams])
+            c.execute("CREATE TABLE TARGET_INFO_CUDA_CONTEXT_INFO (nullStreamId INTEGER NOT NULL, hwId INTEGER NOT "
+                      "NULL, vmId INTEGER NOT NULL, processId INTEGER NOT NULL, deviceId INTEGER NOT NULL, "
+                      "contextId INTEGER NOT NULL, parentContextId INTEGER, isGreenContext INTEGER)")
+            contexts = sorted({(pid, d) for _, _, d, pid in self.streams})
+            c.executemany("INSERT INTO TARGET_INFO_CUDA_CONTEXT_INFO VALUES (?,0,0,?,?,?,0,0)", [
+                (next((st for st, flag, dd, pp in self.streams if (pp, dd, flag) == (pid, d, 3)), 0), pid, d, d + 1)
+                for pid, d in contexts])
         if self.graphs:
             c.execute(f"CREATE TABLE CUPTI_ACTIVITY_KIND_GRAPH_TRACE ({act_cols}, graphId INTEGER, graphExecId INTEGER)")
             c.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_GRAPH_TRACE VALUES (?,?,?,1,?,?,?,1,1)", [

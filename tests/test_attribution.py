@@ -70,13 +70,15 @@ def test_dependency_stream_wait_between_launches(tmp_path):
     assert device_categories(t, tmp_path) == {"dependency": 1_000}
 
 
-def test_dependency_waiting_on_a_copy(tmp_path):
-    # Stream 7: kernel [0,1000), a copy [1000,1300), kernel [3000,4000), all queued early.
+def test_waiting_on_a_copy_of_its_own_stream_is_memop(tmp_path):
+    # Stream 7: kernel [0,1000), a copy [1000,1300), kernel [3000,4000), all queued early. The
+    # copy covers 300 of the 2000 ns gap (not half), but it is the previous operation on the
+    # kernel's own stream and ended inside the gap: the stream's own work, not a wait on another.
     t = Synthetic().launch(0, 0, 1_000, 1)
     t.call(10, 20, 2, name="cudaMemcpyAsync_v3020")
     t.memcpy.append((1_000, 1_300, 0, 7, 2, 4242))
     t.call(30, 40, 3).kernel(3_000, 4_000, 3)
-    assert device_categories(t, tmp_path) == {"dependency": 2_000}
+    assert device_categories(t, tmp_path) == {"memop": 2_000}
 
 
 def test_memop_covers_the_gap(tmp_path):
@@ -227,14 +229,19 @@ def test_graph_replays_between_and_inside(tmp_path):
     assert r.trace["graph_trace"] == "node"
 
 
-def test_gaps_classified_in_blocks_get_the_categories_of_one_block(monkeypatch):
-    """Attributor.classify works CLASSIFY_BLOCK gaps at a time; forced to blocks of 7 gaps on a
-    shipped trace whose 5,231 device gaps fall in every category but unknown, the whole result
-    (every level's categories, splits, longest gaps) is the one-block result."""
+@pytest.mark.parametrize("name, gaps, absent", [
+    ("torch_decode_sync", 5231, {"dependency", "unknown"}),  # copies on the kernels' own stream: memop
+    ("case_default_stream", 200, {"host", "unknown"}),  # the legacy default stream's dependency
+])
+def test_gaps_classified_in_blocks_get_the_categories_of_one_block(monkeypatch, name, gaps, absent):
+    """Attributor.classify works CLASSIFY_BLOCK gaps at a time; forced to blocks of 7 gaps on
+    shipped traces whose device gaps between them fall in every category but unknown (the
+    largest category of a gap: each trace lacks the ones named), the whole result (every level's
+    categories, splits, longest gaps) is the one-block result."""
     from gapscope.analysis import attribution, pipeline
     from paths import TRACES
 
-    path = TRACES / "torch_decode_sync.sqlite"
+    path = TRACES / f"{name}.sqlite"
     one = pipeline.analysis_of(path)
     monkeypatch.setattr(attribution, "CLASSIFY_BLOCK", 7)
     blocks = pipeline.analysis_of(path)
@@ -244,8 +251,9 @@ def test_gaps_classified_in_blocks_get_the_categories_of_one_block(monkeypatch):
         assert np.array_equal(a.category, b.category)
         assert np.array_equal(a.split.matrix(np.arange(a.length.size), a.length),
                               b.split.matrix(np.arange(b.length.size), b.length))
-    assert one.device_gaps.length.size == 5231
-    assert (np.bincount(one.device_gaps.category, minlength=len(IdleCategory))[:-1] > 0).all()
+    assert one.device_gaps.length.size == gaps
+    present = np.bincount(one.device_gaps.category, minlength=len(IdleCategory)) > 0
+    assert {c.label for c in IdleCategory if not present[c]} == absent
 
 
 @pytest.mark.parametrize("seed", range(12))

@@ -31,6 +31,7 @@ from gapscope.fleet.merge import analyze_fleet
 from gapscope.inputs import READS, expand, resolve
 from gapscope.trace import open_trace
 from gapscope.trace.frames import ACTIVITY_COLUMNS, API_COLUMNS, NVTX_COLUMNS, SYNC_COLUMNS
+from gapscope.trace.nsys_schema import CONTEXT_SOURCE, STREAM_SOURCE
 from paths import ROOT, TRACES
 
 SQLITE = TRACES / "torch_decode_small.sqlite"
@@ -161,7 +162,7 @@ def test_columnar_frames_equal_the_sqlite_frames_row_for_row():
         with open_trace(p) as trace:
             f = trace.frames(all_calls=True)
             frames[p] = {k: getattr(f, k).drop(columns="row", errors="ignore").to_dict("list")
-                         for k in ("activities", "api", "nvtx", "syncs")}
+                         for k in ("activities", "api", "nvtx", "syncs", "streams")}
             frames[p]["names"] = f.activity_names(list(range(0, 1649, 97)))
     assert frames[PARQUET] == frames[SQLITE] == frames[ARROW]
     assert len(frames[SQLITE]["api"]["start"]) == 3681 and frames[SQLITE]["names"][0] == \
@@ -171,7 +172,7 @@ def test_columnar_frames_equal_the_sqlite_frames_row_for_row():
 def _sqlite_frames(path: Path) -> dict:
     with open_trace(path) as trace:
         f = trace.frames(syncs=True, all_calls=True)
-        return {k: getattr(f, k).to_dict("list") for k in ("activities", "api", "nvtx", "syncs")} | \
+        return {k: getattr(f, k).to_dict("list") for k in ("activities", "api", "nvtx", "syncs", "streams")} | \
             {"warnings": list(f.warnings)}
 
 
@@ -200,9 +201,11 @@ def test_sqlite_frames_the_same_read_in_many_chunks_and_batches(monkeypatch):
     assert chunks.count("CUPTI_ACTIVITY_KIND_KERNEL") == -(-(hi - lo + 1) // 300) > 1
     # The heap trimmed as each chunk came in (the read was split), before each column of a table
     # is joined, and once after the read.
-    # Kernels and copies (frames.ACTIVITY_COLUMNS and name_id), calls, NVTX events, stream waits.
-    assert joined == [len(ACTIVITY_COLUMNS) + 1] * 2 + [len(API_COLUMNS), len(NVTX_COLUMNS), len(SYNC_COLUMNS)] \
-        == [8, 8, 5, 6, 4]
+    # Kernels and copies (frames.ACTIVITY_COLUMNS and name_id), calls, NVTX events, stream waits,
+    # the stream and context tables (the stream kinds).
+    assert joined == [len(ACTIVITY_COLUMNS) + 1] * 2 + [len(API_COLUMNS), len(NVTX_COLUMNS), len(SYNC_COLUMNS),
+                                                        len(STREAM_SOURCE), len(CONTEXT_SOURCE)] \
+        == [8, 8, 5, 6, 4, 6, 6]
     assert len(trims) == len(chunks) + sum(joined) + 1
     assert len(whole["activities"]["start"]) == 1649 and len(whole["api"]["start"]) == 3681
 

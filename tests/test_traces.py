@@ -122,14 +122,15 @@ def test_the_ceiling_is_the_steady_span_over_the_least_a_replay_takes(results):
 def test_sync_after_every_step_shows_up_as_sync(results):
     graph = name_row(results["torch_decode_sync"], "graph")
     cats = graph["gap_by_category_ns"]
-    assert cats == {"launch": 0, "host": 0, "stall": 0, "setup": 0, "sync": 4_741_191, "dependency": 92_384,
-                    "memop": 218_497, "pipeline": 1_100_832, "unknown": 0}
+    # The copies run on the replays' own stream: the gaps behind them are memop, not dependency.
+    assert cats == {"launch": 0, "host": 0, "stall": 0, "setup": 0, "sync": 4_741_191, "dependency": 0,
+                    "memop": 310_881, "pipeline": 1_100_832, "unknown": 0}
     assert sum(cats.values()) == graph["gap_ns"]
     # A graph replay, but the synchronize is what idles it. A replay keeps it, but not the
     # device's turnaround and the copies' hand-offs: the ceiling is the span over busy plus the
-    # time idle behind copies (13,471,683 / (7,318,784 + 218,497)).
-    assert (graph["verdict"], graph["graph_replays"]) == ("sync", 32)
-    assert graph["graph_ceiling_speedup"] == pytest.approx(graph["gpu_span_ns"] / (7_318_784 + 218_497))
+    # copies' own time, 160 copies of 160,032 ns in all (13,471,688 / (7,318,784 + 160,032)).
+    assert (graph["verdict"], graph["graph_replays"], graph["memops"], graph["memop_ns"]) == ("sync", 32, 160, 160_032)
+    assert graph["graph_ceiling_speedup"] == pytest.approx(graph["gpu_span_ns"] / (7_318_784 + 160_032))
     assert name_row(results["torch_decode"], "graph")["gap_by_category_ns"]["sync"] == 0
 
 

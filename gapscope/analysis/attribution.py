@@ -4,7 +4,9 @@ ends the gap, the API call that launched it and what the launching thread was do
 
 Rules, first match wins, for a gap [g0, g1) ended by activity K, launched by call L on thread T:
 
-1. ``memop``: memcpy/memset (not counted as busy) on the gap's device cover at least half of it.
+1. ``memop``: memcpy/memset (not counted as busy) on the gap's device cover at least half of it,
+   unless a copy or memset K waited for through the legacy default stream (rule 5) ended in it:
+   that copy is what K waited for, on another stream (rule 5 then decides).
 2. ``unknown``: K has no launching call in the trace.
 3. ``sync``: L had not returned at g0 (L.end > g0) and T was inside a synchronizing call at g0
    (stream/device/event synchronize, a synchronous copy): the gap is ``sync``, except the parts
@@ -13,12 +15,23 @@ Rules, first match wins, for a gap [g0, g1) ended by activity K, launched by cal
    segments: ``launch`` (inside a launch call), ``host`` (other calls, short no-call stretches),
    ``stall`` (long stretches and long calls), ``setup`` (setup calls), ``sync`` (a synchronize
    after g0); the rest of the gap, after L returned, is ``launch`` (the work was in flight).
+   Unless K then waited longer after L returned than the host held it (g1 - L.end > L.end - g0),
+   behind a stream wait or the legacy default stream (rule 5, its work ending from L.end on) or
+   for longer than the stall threshold: then the whole gap is ``dependency``.
 5. ``dependency``: K was queued, but its stream was told to wait on an event (stream-wait
-   SYNCHRONIZATION record on K's stream issued after the stream's previous launch), or the
-   previous operation on K's stream is a copy that ended inside the gap.
-6. ``pipeline``: queued with nothing to wait for: the device's own turnaround.
+   SYNCHRONIZATION record on K's stream issued after the stream's previous launch), or the legacy
+   default stream's implicit synchronization held it: K is on the null stream and an activity
+   (kernel, copy, memset) of a blocking stream (created with default flags) of its process and
+   device ended in [g0, g1], or K is on a blocking stream and an activity of that null stream
+   did (an end at g0 included: the gap began where the work K waited for ended). The stream
+   kinds are the trace's (TraceFrames.streams: nsys records them; a PyTorch profiler trace does
+   not, and the rule then never applies).
+6. ``memop``: K was queued and the previous operation on K's stream is a copy or memset that
+   ended inside the gap: the stream's own work (a library's memset between two of its kernels),
+   not a wait on another stream.
+7. ``pipeline``: queued with nothing to wait for: the device's own turnaround.
 
-Rules 1, 2, 5 and 6 give the whole gap one category; rules 3 and 4 split it, so a gap's
+Rules 1, 2, 5, 6 and 7 give the whole gap one category; rules 3 and 4 split it, so a gap's
 categories always sum to its length.
 """
 
@@ -36,7 +49,10 @@ from gapscope import catalog
 from gapscope.analysis import host_timeline as ht
 from gapscope.analysis.host_timeline import DEFAULT_STALL_THRESHOLD_NS, HostTimeline
 from gapscope.analysis.intervals import union_blocks
-from gapscope.analysis.keys import TimeKeys, index_dtype, narrowed, pid_stream_key, small_codes, stream_key, stream_key_without_device
+from gapscope.analysis.keys import (
+    TimeKeys, index_dtype, narrowed, pid_stream_key, small_codes, stream_key, stream_key_without_device,
+    unpack_stream_key,
+)
 from gapscope.analysis.metrics import ActivityArrays, GapList
 from gapscope.trace.cuda_api import QUIET_CALLS, base_name, call_role
 from gapscope.trace.frames import TraceFrames
@@ -219,11 +235,75 @@ class Attributor:
 
         self.wait_keys = None
         waits = self.frames.syncs  # stream-wait records only; each starts inside its API call
-        if len(waits) == 0:
+        if len(waits):
+            code = self._wait_stream_codes(waits)
+            ok = code >= 0
+            self.wait_keys = np.sort(self.tk.key(code[ok], waits["start"].to_numpy()[ok]))
+        self._index_implicit_sync()
+
+    def _index_implicit_sync(self) -> None:
+        """The legacy default stream's implicit synchronization: each stream's ``sync_target``,
+        the group of streams whose earlier work it waits for (a blocking stream: the null stream
+        of its process and device; the null stream: that process's and device's blocking
+        streams; -1 for any other stream or where the trace records no kinds), a group named by
+        the lowest code of its streams; and the end of every activity of a group's streams,
+        keyed by the group (``sync_keys``, sorted), with the running count of copies and memsets
+        among them (``sync_memops``)."""
+        acts = self.acts
+        self.sync_keys = None
+        kinds = self.frames.streams
+        if len(kinds) == 0:
             return
-        code = self._wait_stream_codes(waits)
-        ok = code >= 0
-        self.wait_keys = np.sort(self.tk.key(code[ok], waits["start"].to_numpy()[ok]))
+        pid, dev_code, _ = unpack_stream_key(acts.stream_keys)
+        kind_dev = pd.Index(acts.device_ids).get_indexer(kinds["device"].to_numpy())
+        known = kind_dev >= 0
+        keys = pd.Index(stream_key(kinds["proc"].to_numpy()[known], kind_dev[known], kinds["stream"].to_numpy()[known]))
+        first = ~keys.duplicated()
+        at = keys[first].get_indexer(acts.stream_keys)
+        kind = np.where(at >= 0, kinds["kind"].to_numpy()[known][first][np.maximum(at, 0)], catalog.STREAM_UNKNOWN)
+        side = np.where(kind == catalog.STREAM_NULL, 0, np.where(kind == catalog.STREAM_BLOCKING, 1, -1))
+        mine = pd.DataFrame({"pid": pid, "dev": dev_code, "side": side, "code": np.arange(side.size)})[side >= 0]
+        if mine["side"].nunique() < 2:  # no null stream and blocking stream both ran work
+            return
+        lowest = mine.groupby(["pid", "dev", "side"])["code"].min()
+        group = np.full(side.size, -1, dtype=np.int64)
+        own = pd.MultiIndex.from_frame(mine[["pid", "dev", "side"]])
+        group[mine["code"].to_numpy()] = lowest.reindex(own).to_numpy()
+        other = mine.assign(side=1 - mine["side"])[["pid", "dev", "side"]]
+        target = np.full(side.size, -1, dtype=np.int64)
+        target[mine["code"].to_numpy()] = np.nan_to_num(
+            lowest.reindex(pd.MultiIndex.from_frame(other)).to_numpy(dtype=np.float64), nan=-1).astype(np.int64)
+        if not (target >= 0).any():
+            return
+        g = group[acts.stream_code]
+        sel = np.flatnonzero((g >= 0) & (target[np.maximum(g, 0)] >= 0))  # only groups some stream waits for
+        order = np.argsort(self.tk.key(g[sel], acts.end[sel]), kind="stable")
+        sel = sel[order]
+        self.sync_target = target
+        self.sync_keys = self.tk.key(g[sel], acts.end[sel])
+        self.sync_memops = np.r_[0, np.cumsum(self.is_memop[sel])]
+
+    def _implicit_sync(self, k: np.ndarray, after: np.ndarray, g1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(waited, behind a memop) of the activities ``k`` ending gaps at ``g1``: whether an
+        activity of a stream that ``k``'s stream implicitly synchronizes with (the legacy default
+        stream and the blocking streams of its process and device, either way) ended in
+        ``[after, g1]``, and whether a copy or memset of such a stream did."""
+        none = np.zeros(k.size, dtype=bool)
+        if self.sync_keys is None:
+            return none, none
+        target = self.sync_target[self.acts.stream_code[k]]
+        has = np.flatnonzero(target >= 0)
+        if has.size == 0:
+            return none, none
+        t, upto = target[has], g1[has]
+        since = np.maximum(after[has], self.lo)  # (a call's end after g1 leaves nothing to wait for)
+        hi = np.searchsorted(self.sync_keys, self.tk.key(t, upto), "right")
+        lo = np.searchsorted(self.sync_keys, self.tk.key(t, np.minimum(since, upto)), "left")
+        lo = np.where(since > upto, hi, lo)
+        waited, behind = none.copy(), none.copy()
+        waited[has] = hi > lo
+        behind[has] = self.sync_memops[hi] > self.sync_memops[lo]
+        return waited, behind
 
     def _wait_stream_codes(self, waits: pd.DataFrame) -> np.ndarray:
         """The stream code of each stream-wait record, -1 where the stream has no activity.
@@ -249,7 +329,7 @@ class Attributor:
         ``k``: whether a launching call is in the trace, its end and thread code (the lowest
         int64 and -1 without one), whether a stream wait was issued on the activity's stream
         since the previous launch there, and the end of the previous operation on its stream when
-        that is a copy (else the lowest int64)."""
+        that is a copy or memset (else the lowest int64)."""
         lowest = np.iinfo(np.int64).min
         call = self.launch[k]
         linked = call >= 0
@@ -274,7 +354,7 @@ class Attributor:
 
     # -- classification -------------------------------------------------------------------
     def classify(self, gaps: GapList) -> GapSplit:
-        """The categories of every gap: one category for the whole gap (rules 1, 2, 5, 6), or
+        """The categories of every gap: one category for the whole gap (rules 1, 2, 5, 6, 7), or
         its time split over the launching thread's states (rules 3, 4); every gap's time sums
         to its length."""
         return self._classified(gaps.start, gaps.length, gaps.next_act)
@@ -296,21 +376,33 @@ class Attributor:
             return GapSplit(empty, np.zeros(0, dtype=np.int64), np.zeros((0, ht.N_STATES), dtype=np.int64), empty)
         whole = np.full(n, IdleCategory.PIPELINE, dtype=np.int8)
         linked, call_end, call_thread, waited, prev_copy_end = self._facts(k)
-        # dependency: a stream wait issued between the previous launch on K's stream and L,
-        # or the previous operation on K's stream is a copy that ended inside the gap.
-        whole[waited | (prev_copy_end > g0)] = IdleCategory.DEPENDENCY
+        # memop: the previous operation on K's stream is a copy or memset that ended inside the
+        # gap (the stream's own work, not a wait on another stream) ...
+        whole[prev_copy_end > g0] = IdleCategory.MEMOP
+        # ... unless K waited on another stream: a stream wait issued between the previous launch
+        # on K's stream and L, or the legacy default stream's implicit synchronization (an
+        # activity of a stream K's stream synchronizes with ended in the gap or at its start,
+        # and not before L returned).
+        g1 = g0 + length
+        implicit, implicit_memop = self._implicit_sync(k, np.maximum(g0, call_end), g1)
+        whole[waited | implicit] = IdleCategory.DEPENDENCY
         host_side = call_end > g0  # L had not returned: the GPU waited on the host
         # ... unless K waited longer after L returned than the host held it, queued behind a
-        # stream wait or for longer than the stall threshold (a launch reaches an idle GPU
-        # within microseconds; a wait the trace does not hold, such as a PyTorch profiler
-        # trace's without cuda_sync events): then that is what the GPU waited on (dependency).
-        after = g0 + length - call_end
-        host_side &= ~((waited | (after > self.stall_threshold_ns)) & (after > call_end - g0))
+        # stream wait or an implicit synchronization, or for longer than the stall threshold (a
+        # launch reaches an idle GPU within microseconds; a wait the trace does not hold, such as
+        # a PyTorch profiler trace's without cuda_sync events): then that is what the GPU waited
+        # on (dependency).
+        after = g1 - call_end
+        host_side &= ~((waited | implicit | (after > self.stall_threshold_ns)) & (after > call_end - g0))
         whole[~host_side & (call_end > g0) & linked] = IdleCategory.DEPENDENCY
         del waited, prev_copy_end
         unlinked = ~linked
         whole[unlinked] = IdleCategory.UNKNOWN
         host_side &= ~unlinked
+        # A gap K waited through for a copy or memset of a stream it implicitly synchronizes with
+        # stays dependency however much of it copies covered: that copy is what K waited for.
+        keep_dependency = implicit_memop & ~host_side & linked
+        del implicit, implicit_memop
         if self.mem_keys is not None:
             bs, be, _ = self.mem_keys
             k0 = self.tk.key(self.acts.device_code[k], g0)
@@ -320,6 +412,7 @@ class Attributor:
             hit = np.flatnonzero((be[j] > k0) & (bs[j] < k1))
             covered = self._covered_before(k1[hit]) - self._covered_before(k0[hit])
             mem = hit[2 * covered >= length[hit]]
+            mem = mem[~keep_dependency[mem]]
             whole[mem] = IdleCategory.MEMOP
             host_side[mem] = False
         hs = np.flatnonzero(host_side)

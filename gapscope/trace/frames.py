@@ -64,6 +64,7 @@ ACTIVITY_COLUMNS = ("row", "start", "end", "device", "stream", "proc", "corr")
 API_COLUMNS = ("start", "end", "tid", "corr", "name_id")
 NVTX_COLUMNS = ("start", "end", "tid", "event_type", "domain_id", "name")
 SYNC_COLUMNS = ("start", "device", "stream", "proc")
+STREAM_COLUMNS = ("proc", "device", "stream", "kind")
 
 #: NVTX_EVENTS.eventType values (nsys's ENUM_NSYS_EVENT_TYPE), used by every format's nvtx frame.
 NVTX_PUSH_POP = 59
@@ -89,6 +90,9 @@ class TraceFrames:
     event_type, domain_id, name.
     ``syncs``: stream-wait-event records: start (inside the cudaStreamWaitEvent call that issued
     the wait), device, stream, proc.
+    ``streams``: what each stream was created as, where the format records it (nsys's
+    TARGET_INFO_CUDA_STREAM; empty elsewhere): proc, device, stream and kind (an index into
+    gapscope.catalog.STREAM_KINDS: unknown, blocking, non-blocking, the legacy default stream).
     ``proc`` is the process part of nsys's globalPid/globalTid (``>> 24``): the key that makes
     correlation ids unique across processes.
     ``warnings``: what the reader has to say about the trace (a field its format lacks, a
@@ -103,6 +107,7 @@ class TraceFrames:
     syncs: pd.DataFrame
     names: Names
     warnings: list[str] = field(default_factory=list)
+    streams: pd.DataFrame = field(default_factory=lambda: empty_frame(STREAM_COLUMNS))
 
     def release(self, columns: Mapping[str, Iterable[str]]) -> None:
         """Drop these columns (by frame name) from the frames, in place, so that their memory
@@ -152,6 +157,7 @@ FRAME_COLUMNS = {
     "api": (*API_COLUMNS, "proc"),
     "nvtx": NVTX_COLUMNS,
     "syncs": SYNC_COLUMNS,
+    "streams": STREAM_COLUMNS,
 }
 
 
@@ -176,17 +182,21 @@ def narrow_ids(values: np.ndarray) -> np.ndarray:
 
 def build_frames(meta: TraceMeta, *, activities: pd.DataFrame, api: pd.DataFrame, nvtx: pd.DataFrame,
                  syncs: pd.DataFrame, names: Names, warnings: Iterable[str] = (),
-                 cells: Mapping[str, Mapping[str, np.ndarray]] | None = None) -> TraceFrames:
+                 cells: Mapping[str, Mapping[str, np.ndarray]] | None = None,
+                 streams: pd.DataFrame | None = None) -> TraceFrames:
     """The one place every reader's frames are made: each frame is checked to hold its columns
     (integers as int64, or, for NARROW_COLUMNS' ids, int32 as a reader may give them; once
     checked, those ids in 32 bits where they fit),
     every value passes the damage rules of gapscope.trace.validation (``cells``: the reader's
     Cell codes of cells that held no integer, by frame and column; damaged rows left out with a
     warning, or the trace refused), and a trace without a single kernel execution is refused
-    (GapscopeError, exit 2) whatever its format."""
+    (GapscopeError, exit 2) whatever its format. ``streams``: the stream kinds, where the
+    format records them (None: an empty frame)."""
     from gapscope.trace.validation import validate
 
-    given = {"activities": activities, "api": api, "nvtx": nvtx, "syncs": syncs}
+    if streams is None:
+        streams = empty_frame(STREAM_COLUMNS)
+    given = {"activities": activities, "api": api, "nvtx": nvtx, "syncs": syncs, "streams": streams}
     for key, frame in given.items():
         missing = [c for c in FRAME_COLUMNS[key] if c not in frame.columns]
         if missing:  # a reader's bug, not the user's file
@@ -198,7 +208,7 @@ def build_frames(meta: TraceMeta, *, activities: pd.DataFrame, api: pd.DataFrame
             if frame[c].dtype != np.int64 and not (c in narrow and frame[c].dtype == np.int32):
                 frame[c] = frame[c].to_numpy().astype(np.int64)
     frames = validate(TraceFrames(meta=meta, activities=activities, api=api, nvtx=nvtx, syncs=syncs,
-                                  names=names, warnings=list(warnings)), cells)
+                                  names=names, warnings=list(warnings), streams=streams), cells)
     for key, columns in NARROW_COLUMNS.items():
         frame = getattr(frames, key)
         for c in columns:

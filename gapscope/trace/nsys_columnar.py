@@ -39,9 +39,10 @@ from gapscope.trace.frames import (
     ClosedTraceError, TraceFrames, TraceMeta,
 )
 from gapscope.trace.nsys_schema import (
-    ACTIVITY_REQUIRED, ACTIVITY_SOURCE, ACTIVITY_TABLES, API_SOURCE, ENV_TABLE, EVENT_CLASS_BACKTRACE, GPU_INFO,
-    GPU_TABLE, GRAPH_TABLE, KERNEL_TABLE, META_TABLES, NVTX_TABLE, RUNTIME_TABLE, STRINGS_TABLE, SYNC_SOURCE,
-    SYNC_TABLE, SYNC_TYPE_STREAM_WAIT_EVENT, assemble_frames, gpu_info_names, name_column,
+    ACTIVITY_REQUIRED, ACTIVITY_SOURCE, ACTIVITY_TABLES, API_SOURCE, CONTEXT_REQUIRED, CONTEXT_SOURCE, CONTEXT_TABLE,
+    ENV_TABLE, EVENT_CLASS_BACKTRACE, GPU_INFO, GPU_TABLE, GRAPH_TABLE, KERNEL_TABLE, META_TABLES, NVTX_TABLE,
+    RUNTIME_TABLE, STREAM_REQUIRED, STREAM_SOURCE, STREAM_TABLE, STRINGS_TABLE, SYNC_SOURCE, SYNC_TABLE,
+    SYNC_TYPE_STREAM_WAIT_EVENT, assemble_frames, gpu_info_names, name_column,
 )
 from gapscope.trace.validation import Cell
 
@@ -263,6 +264,8 @@ class NsysColumnar:
             got["nvtx"], cells["nvtx"] = self._nvtx()
         if syncs and SYNC_TABLE in self._tables:
             got["syncs"], cells["syncs"] = self._syncs()
+        if syncs and {STREAM_TABLE, CONTEXT_TABLE} <= self._tables:
+            self._stream_kinds(got, cells)
         return assemble_frames(self.meta, got, self, cells={k: v for k, v in cells.items() if v})
 
     def _api(self, all_calls: bool) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
@@ -323,6 +326,22 @@ class NsysColumnar:
         cells.pop("sync_type", None)  # as SQL's `syncType = 2`: a NULL type (-1 here) is no wait
         waits = df.pop("sync_type").to_numpy() == SYNC_TYPE_STREAM_WAIT_EVENT
         return _kept_rows(df, cells, waits)
+
+    def _stream_kinds(self, got: dict[str, pd.DataFrame], cells: dict[str, dict[str, np.ndarray]]) -> None:
+        """The stream and context tables' rows into ``got`` (nsys_schema.stream_kinds), as the
+        SQLite reader reads them: ``hwId`` and ``vmId`` 0 where absent, nothing where a table
+        lacks a column it needs (every stream then reads as of unknown kind)."""
+        parts = (("stream_info", STREAM_TABLE, STREAM_SOURCE, STREAM_REQUIRED),
+                 ("contexts", CONTEXT_TABLE, CONTEXT_SOURCE, CONTEXT_REQUIRED))
+        if not all(set(required) <= set(self._columns(table)) for _, table, _, required in parts):
+            return
+        for key, table, source, required in parts:
+            have = self._columns(table)
+            df, cells[key] = self._frame(table, {k: c for k, c in source.items() if c in have}, required)
+            for k in source:
+                if k not in df:
+                    df[k] = np.zeros(len(df), dtype=np.int64)
+            got[key] = df[list(source)]
 
     # -- names (gapscope.trace.frames.Names) --------------------------------------------------
     def _strings_present(self) -> bool:

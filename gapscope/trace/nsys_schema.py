@@ -15,9 +15,10 @@ import pandas as pd
 
 from gapscope import catalog
 from gapscope.trace.frames import (
-    ACTIVITY_COLUMNS, API_COLUMNS, NVTX_COLUMNS, SYNC_COLUMNS, ActivityKind, Names, TraceFrames, TraceMeta, build_frames,
-    empty_frame,
+    ACTIVITY_COLUMNS, API_COLUMNS, NVTX_COLUMNS, STREAM_COLUMNS, SYNC_COLUMNS, ActivityKind, Names, TraceFrames,
+    TraceMeta, build_frames, empty_frame,
 )
+from gapscope.trace.validation import Cell
 
 KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
 MEMCPY_TABLE = "CUPTI_ACTIVITY_KIND_MEMCPY"
@@ -28,6 +29,10 @@ SYNC_TABLE = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
 NVTX_TABLE = "NVTX_EVENTS"
 STRINGS_TABLE = "StringIds"
 GPU_TABLE = "TARGET_INFO_GPU"
+#: Every stream the session saw, with the flag it was created with (ENUM_CUPTI_STREAM_TYPE:
+#: catalog.STREAM_KINDS), and every CUDA context, with its device and its legacy default stream.
+STREAM_TABLE = "TARGET_INFO_CUDA_STREAM"
+CONTEXT_TABLE = "TARGET_INFO_CUDA_CONTEXT_INFO"
 #: The system's facts (name, value); its ``GpuInfo`` row names the GPUs as JSON where an export
 #: has no TARGET_INFO_GPU rows.
 ENV_TABLE = "TARGET_INFO_SYSTEM_ENV"
@@ -74,6 +79,15 @@ ACTIVITY_SOURCE = {"start": "start", "end": "end", "device": "deviceId", "stream
 API_SOURCE = {"start": "start", "end": "end", "tid": "globalTid", "corr": "correlationId",
               "name_id": "nameId"}
 SYNC_SOURCE = {"start": "start", "device": "deviceId", "stream": "streamId", "proc": "globalPid"}
+#: The stream and context tables' columns, by the names :func:`stream_kinds` reads them under:
+#: both name a process by its parts (no globalPid) and a context by its id inside the process.
+STREAM_SOURCE = {"hw": "hwId", "vm": "vmId", "pid": "processId", "context": "contextId", "stream": "streamId",
+                 "flag": "flag"}
+CONTEXT_SOURCE = {"hw": "hwId", "vm": "vmId", "pid": "processId", "context": "contextId", "device": "deviceId",
+                  "null_stream": "nullStreamId"}
+#: Columns without which the tables say nothing (``hwId`` and ``vmId`` read as 0 where absent).
+STREAM_REQUIRED = ("processId", "contextId", "streamId", "flag")
+CONTEXT_REQUIRED = ("processId", "contextId", "deviceId")
 #: Columns without which an activity table cannot be read.
 ACTIVITY_REQUIRED = ("start", "end", "deviceId", "streamId")
 
@@ -84,6 +98,57 @@ def name_column(columns: Iterable[str], kind: ActivityKind) -> str | None:
     cols = set(columns)
     wanted = {ActivityKind.KERNEL: ("shortName", "demangledName"), ActivityKind.GRAPH: ("graphId",)}
     return next((c for c in wanted.get(kind, ()) if c in cols), None)
+
+
+def stream_kinds(streams: pd.DataFrame, contexts: pd.DataFrame, stream_cells: Mapping[str, np.ndarray],
+                 context_cells: Mapping[str, np.ndarray]) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
+    """The streams frame (frames.STREAM_COLUMNS) from the rows of :data:`STREAM_TABLE` and
+    :data:`CONTEXT_TABLE` (:data:`STREAM_SOURCE`, :data:`CONTEXT_SOURCE`), with the Cell codes
+    of its damaged values: one row per stream, its device from its context, its kind from its
+    flag (catalog.STREAM_KINDS; a flag CUPTI does not define reads as unknown), or the null
+    stream where it is its context's ``nullStreamId``. A stream whose context is damaged or
+    absent has a NULL device (the row is left out, warned); a damaged process part makes its
+    process unknown. A context listed twice counts once (the first)."""
+    def code(cells: Mapping[str, np.ndarray], columns: tuple[str, ...], n: int) -> np.ndarray:
+        """The worst Cell code of each row's ``columns`` (NOT_INTEGER over NULL over OK)."""
+        out = np.zeros(n, dtype=np.uint8)
+        for c in columns:
+            if c in cells:
+                out = np.maximum(out, cells[c].astype(np.uint8))
+        return out
+
+    def bad(cells: Mapping[str, np.ndarray], columns: tuple[str, ...], n: int) -> np.ndarray:
+        return code(cells, columns, n) != Cell.OK
+
+    key = ["hw", "vm", "pid", "context"]
+    contexts = contexts.reset_index(drop=True)
+    ctx = contexts.loc[~bad(context_cells, ("hw", "vm", "pid", "context", "device"), len(contexts))]
+    ctx = ctx.drop_duplicates(key)
+    null_ok = ~bad(context_cells, ("null_stream",), len(contexts))[ctx.index.to_numpy()]
+    ctx = ctx.assign(null_stream=np.where(null_ok, ctx["null_stream"].to_numpy(), -1))[[*key, "device", "null_stream"]]
+    n = len(streams)
+    joined = streams[key].merge(ctx, on=key, how="left")  # one row per stream: the context keys are unique
+    device = joined["device"].to_numpy(dtype=np.float64)
+    stream = streams["stream"].to_numpy()
+    flag = streams["flag"].to_numpy()
+    is_null = joined["null_stream"].to_numpy(dtype=np.float64) == stream
+    kind = np.where(is_null, catalog.STREAM_NULL,
+                    np.where((flag >= 0) & (flag < len(catalog.STREAM_KINDS)), flag, catalog.STREAM_UNKNOWN))
+    frame = pd.DataFrame({
+        "proc": catalog.process_key(streams["pid"].to_numpy(), streams["vm"].to_numpy(), streams["hw"].to_numpy()),
+        "device": np.nan_to_num(device, nan=-1).astype(np.int64),
+        "stream": stream.astype(np.int64),
+        "kind": kind.astype(np.int64),
+    }, columns=list(STREAM_COLUMNS))
+    cells: dict[str, np.ndarray] = {}
+    keys = code(stream_cells, ("hw", "vm", "pid", "context"), n)
+    for column, damaged in (("proc", code(stream_cells, ("hw", "vm", "pid"), n)),
+                            ("device", np.where(np.isnan(device) & (keys == Cell.OK), np.uint8(Cell.NULL), keys)),
+                            ("stream", code(stream_cells, ("stream",), n)),
+                            ("kind", np.where(is_null, np.uint8(Cell.OK), code(stream_cells, ("flag",), n)))):
+        if damaged.any():
+            cells[column] = damaged.astype(np.uint8)
+    return frame, cells
 
 
 def process_of(global_id: np.ndarray) -> np.ndarray:
@@ -105,7 +170,9 @@ def assemble_frames(meta: TraceMeta, got: Mapping[str, pd.DataFrame], names: Nam
                     ) -> TraceFrames:
     """The frames from what a reader read: ``got`` maps each activity table it read to its rows
     (frames.ACTIVITY_COLUMNS, plus name_id when names were read), and ``api``, ``nvtx``,
-    ``syncs`` to theirs, ``proc`` still the whole globalPid; absent keys give empty frames.
+    ``syncs`` to theirs, ``proc`` still the whole globalPid, and ``stream_info`` and
+    ``contexts`` to the rows of the stream and context tables (:func:`stream_kinds`); absent
+    keys give empty frames.
     ``cells``, by the same keys: the gapscope.trace.validation Cell codes of columns in which
     the reader found cells that held no integer (NULL, text, ...). The activity tables' frames
     are taken apart as they are stacked."""
@@ -128,8 +195,12 @@ def assemble_frames(meta: TraceMeta, got: Mapping[str, pd.DataFrame], names: Nam
     syncs["proc"] = process_of(syncs["proc"].to_numpy())
     columns = {c for codes in part_cells for c in codes}
     frame_cells = {key: cells.get(key, {}) for key in ("api", "nvtx", "syncs")}
+    streams = None
+    if "stream_info" in got and "contexts" in got:
+        streams, frame_cells["streams"] = stream_kinds(got["stream_info"], got["contexts"],
+                                                        cells.get("stream_info", {}), cells.get("contexts", {}))
     frame_cells["activities"] = {  # stacked as the rows are, zeros where a part had no codes
         c: np.concatenate([codes.get(c, np.zeros(n, np.uint8)) for codes, n in zip(part_cells, sizes)])
         for c in columns}
     return build_frames(meta, activities=activities, api=api, nvtx=got.get("nvtx", empty_frame(NVTX_COLUMNS)),
-                        syncs=syncs, names=names, warnings=warnings, cells=frame_cells)
+                        syncs=syncs, names=names, warnings=warnings, cells=frame_cells, streams=streams)

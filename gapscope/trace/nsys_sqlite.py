@@ -28,8 +28,9 @@ from gapscope.trace.frames import (
     NVTX_START_END, SYNC_COLUMNS, ActivityKind, ClosedTraceError, TraceFrames, TraceMeta,
 )
 from gapscope.trace.nsys_schema import (
-    ACTIVITY_REQUIRED, ACTIVITY_TABLES, ENV_TABLE, EVENT_CLASS_BACKTRACE, GPU_INFO, GRAPH_TABLE, KERNEL_TABLE,
-    NVTX_TABLE, RUNTIME_TABLE, SYNC_TABLE, SYNC_TYPE_STREAM_WAIT_EVENT, assemble_frames, gpu_info_names,
+    ACTIVITY_REQUIRED, ACTIVITY_TABLES, CONTEXT_REQUIRED, CONTEXT_SOURCE, CONTEXT_TABLE, ENV_TABLE,
+    EVENT_CLASS_BACKTRACE, GPU_INFO, GRAPH_TABLE, KERNEL_TABLE, NVTX_TABLE, RUNTIME_TABLE, STREAM_REQUIRED,
+    STREAM_SOURCE, STREAM_TABLE, SYNC_TABLE, SYNC_TYPE_STREAM_WAIT_EVENT, assemble_frames, gpu_info_names,
 )
 from gapscope.trace.sqlite_reads import BulkReader, Read, integer_sql
 from gapscope.trace.sqlite_source import Source, check_file, columns_of, sql_rows, tables_of
@@ -44,6 +45,8 @@ REQUIRED_COLUMNS = {
     RUNTIME_TABLE: ("start", "end", "globalTid"),
     NVTX_TABLE: ("start", "eventType", "globalTid"),
     SYNC_TABLE: ("start", "deviceId", "streamId"),
+    STREAM_TABLE: STREAM_REQUIRED,
+    CONTEXT_TABLE: CONTEXT_REQUIRED,
 }
 
 #: Kernel launch configuration columns (kernel_shapes) and their export columns.
@@ -337,6 +340,15 @@ def _load_frames(conn: sqlite3.Connection, reader: BulkReader, meta: TraceMeta, 
         # Only stream-wait-event records are used (gap attribution's dependency rule).
         reads["syncs"] = Read(SYNC_TABLE, tuple(zip(SYNC_COLUMNS, exprs)),
                               where=f"syncType = {SYNC_TYPE_STREAM_WAIT_EVENT}" if "syncType" in cols else "")
+    if with_syncs and {STREAM_TABLE, CONTEXT_TABLE} <= tables:
+        # The stream kinds (nsys_schema.stream_kinds), for the legacy default stream's rule.
+        # Tables without the columns they need say nothing: every stream reads as of unknown kind.
+        parts = (("stream_info", STREAM_TABLE, STREAM_SOURCE), ("contexts", CONTEXT_TABLE, CONTEXT_SOURCE))
+        have = {table: columns_of(conn, table) for _, table, _ in parts}
+        if all(set(REQUIRED_COLUMNS[table]) <= have[table] for _, table, _ in parts):
+            for key, table, source in parts:
+                columns = tuple((name, _col(have[table], column, "0")) for name, column in source.items())
+                reads[key] = Read(table, columns)
     got = reader.frames(reads)
     frames = {key: df for key, (df, _) in got.items()}
     cells = {key: c for key, (_, c) in got.items() if c}

@@ -98,17 +98,22 @@ RULES: dict[str, tuple[Rule, ...]] = {
     "nvtx": (_START, Rule("end", 0, _TIME, NONE, DROP), _THREAD, Rule("event_type", 0, 2**31 - 1, DROP, DROP),
              Rule("domain_id", 0, _I63, NONE, UNKNOWN), Rule("name", 0, 0, NONE, KEEP)),
     "syncs": (_START, _DEVICE, _STREAM, _PROCESS),
+    "streams": (_PROCESS, _DEVICE, _STREAM, Rule("kind", 0, 2**31 - 1, UNKNOWN, UNKNOWN)),
 }
+#: Frames of facts about the trace's streams, not of its events: their damaged rows are left out
+#: (or their values read as unknown) with a warning, but never make the trace refused.
+NEVER_REFUSED = ("streams",)
 #: Frames whose rows must not end before they start (an NVTX end only when it is present).
 ORDERED = ("activities", "api", "nvtx")
 
 #: How warnings name a frame's rows, and what an unknown value means for the row.
 ROW_WORDS = {"activities": "GPU activity rows", "api": "CUDA API call rows", "nvtx": "NVTX rows",
-             "syncs": "stream-wait rows"}
+             "syncs": "stream-wait rows", "streams": "stream-kind rows"}
 UNKNOWN_MEANS = {"proc": "tied to no API call", "corr": "tied to no API call",
                  "name_id": "named [unknown]", "domain_id": "in no NVTX domain",
                  "name": "shown with U+FFFD in place of the bytes that were not UTF-8",
-                 "api corr": "tied to no GPU work", "syncs proc": "matched to no stream"}
+                 "api corr": "tied to no GPU work", "syncs proc": "matched to no stream",
+                 "streams proc": "matched to no stream", "streams kind": "the stream's kind read as unknown"}
 
 CellCodes = Mapping[str, Mapping[str, np.ndarray]]
 _KEPT = frozenset(r.column for rules in RULES.values() for r in rules if r.bad == KEEP)
@@ -248,7 +253,7 @@ def validate(frames: TraceFrames, cells: CellCodes | None = None) -> TraceFrames
         if not f.touched:
             continue
         damaged = f.damaged
-        if damaged > REFUSE_SHARE * f.n:
+        if damaged > REFUSE_SHARE * f.n and name not in NEVER_REFUSED:
             why = _listing({**f.reasons, **{f"{c} {r}": k for c, by in f.unknown_reasons.items()
                                             for r, k in by.items() if c not in _KEPT}})
             raise GapscopeError(
