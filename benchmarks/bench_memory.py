@@ -28,8 +28,9 @@ alone; this process imports nothing of gapscope, so that no child starts from it
   --perfetto FILE`` (the larger peak is the path's).
 
 The estimate of each is computed in another child, from the counts the trace gives before it
-is read. Rows are saved to --save (JSON, merged by trace and path), so that a later run can
-measure more sizes, and ``--table`` prints them again with the checkout's estimate.
+is read. Rows are saved to --save (JSON, merged by trace and path, with the counts), so that a
+later run can measure more sizes, and ``--table`` prints them again with the checkout's estimate
+of the saved counts (the tilings need not be there any more).
 
     flock /work/notes/bench.lock python benchmarks/bench_memory.py [--kernels 1000000] \\
         [--big 10000000 --big-formats nsys-sqlite,nsys-parquet --big-kinds levels]
@@ -97,6 +98,16 @@ with open_trace(sys.argv[1]) as trace:
 flags = {"levels": {"gaps": False}, "merge": {"merge": True}, "gaps": {"gaps": True}, "all_calls": {"all_calls": True}}
 print(json.dumps({"counts": dataclasses.asdict(counts),
                   "estimate": {k: memory.needed_bytes(counts, **f) for k, f in flags.items()}}))
+"""
+
+#: The checkout's estimate of each path for counts saved before (a JSON list on stdin).
+ESTIMATES = r"""
+import json, sys
+from gapscope.analysis import memory
+from gapscope.trace.frames import RowCounts
+flags = {"levels": {"gaps": False}, "merge": {"merge": True}, "gaps": {"gaps": True}, "all_calls": {"all_calls": True}}
+print(json.dumps([{k: memory.needed_bytes(RowCounts(**c), **f) for k, f in flags.items()}
+                  for c in json.loads(sys.stdin.read())]))
 """
 
 
@@ -218,31 +229,34 @@ def print_row(r: dict) -> None:
           f"{r['load']:>6.1f}{flag}", flush=True)
 
 
-def table(saved: dict, workdir: Path) -> None:
-    """The saved rows, each with the checkout's estimate (its counts taken again when the trace
-    is still in ``workdir``'s place; the saved counts otherwise)."""
+def with_todays_estimate(saved: dict) -> list[dict]:
+    """The saved rows, each estimate made again from its saved counts by the checkout's
+    gapscope.analysis.memory (in a child process)."""
+    rows = [dict(r) for r in saved.values()]
+    env = {**os.environ, **CHILD_ENV}
+    out = subprocess.run([sys.executable, "-c", ESTIMATES], input=json.dumps([r["counts"] for r in rows]),
+                         capture_output=True, text=True, env=env, cwd=ROOT, check=True).stdout
+    for r, est in zip(rows, json.loads(out)):
+        r["estimate"] = est[r["kind"]]
+    return rows
+
+
+def table(saved: dict) -> None:
+    """The saved rows, with the checkout's estimate."""
     print(HEADER)
-    fresh: dict[str, dict] = {}
-    for key in sorted(saved, key=lambda k: (saved[k]["format"], saved[k]["source"], saved[k]["kernels"],
-                                            KINDS.index(saved[k]["kind"]))):
-        r = dict(saved[key])
-        if Path(r["trace"]).exists():
-            est = fresh.setdefault(r["trace"], estimate(Path(r["trace"])))
-            r["estimate"] = est["estimate"][r["kind"]]
+    rows = with_todays_estimate(saved)
+    for r in sorted(rows, key=lambda r: (r["format"], r["source"], r["kernels"], KINDS.index(r["kind"]))):
         print_row(r)
 
 
-def markdown(saved: dict, workdir: Path) -> None:
+def markdown(saved: dict) -> None:
     """The tilings' rows as docs/performance.md shows them: one row per trace, per path the
-    estimate over the peak (MB, the larger peak of a path's two commands) and their ratio."""
+    checkout's estimate over the peak (MB, the larger peak of a path's two commands) and their
+    ratio."""
     best: dict[tuple, dict[str, dict]] = {}
-    fresh: dict[str, dict] = {}
-    for r in saved.values():
+    for r in with_todays_estimate(saved):
         if not r["kernels"]:
             continue
-        r = dict(r)
-        if Path(r["trace"]).exists():
-            r["estimate"] = fresh.setdefault(r["trace"], estimate(Path(r["trace"])))["estimate"][r["kind"]]
         paths = best.setdefault((FORMATS.index(r["format"]), r["kernels"], r["source"]), {})
         if r["kind"] not in paths or r["peak"] > paths[r["kind"]]["peak"]:
             paths[r["kind"]] = r
@@ -346,11 +360,11 @@ def main() -> None:
     save = args.save or args.workdir / "memory.json"
     saved = json.loads(save.read_text()) if save.exists() else {}
     if args.table:
-        return table(saved, args.workdir)
+        return table(saved)
     if args.fit:
         return fit(saved, args.margin)
     if args.markdown:
-        return markdown(saved, args.workdir)
+        return markdown(saved)
     args.workdir.mkdir(parents=True, exist_ok=True)
     print(f"SYNTHETIC tilings in {args.workdir}; {os.cpu_count()} CPUs; peaks of whole processes (wait4)")
     print(HEADER)
