@@ -149,6 +149,50 @@ def tile_columnar(source: Path, out: Path, kernels: int) -> int:
     return n_tiles
 
 
+#: The shipped columnar exports whose column types a converted export takes (nsys's own types:
+#: some 32-bit, which a reader decodes into less memory than int64).
+TYPE_SOURCES = {".parquet": Path(__file__).resolve().parents[1] / "traces" / "torch_decode_small_parquet",
+                ".arrow": Path(__file__).resolve().parents[1] / "traces" / "torch_decode_small_arrow"}
+
+
+def to_columnar(source: Path, out: Path, suffix: str) -> Path:
+    """Write every table of the SQLite export ``source`` into the folder ``out`` as a SYNTHETIC
+    parquetdir (``suffix`` ".parquet") or arrowdir (".arrow") export: the same rows, each column
+    of the type nsys's own columnar export of traces/torch_decode_small.nsys-rep gives it (the
+    type SQLite's values suggest for a column that export lacks). For exports nsys was not run
+    on here to export again: a report's own columnar exports are what to tile when there is one."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    _, read, write = _columnar_io(TYPE_SOURCES[suffix])
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+    try:
+        tables = [r[0] for r in src.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        for table in tables:
+            cur = src.execute(f"SELECT * FROM {table}")
+            names = [d[0] for d in cur.description]
+            rows = cur.fetchall()
+            ref = TYPE_SOURCES[suffix] / f"{table}{suffix}"
+            types = {}
+            if ref.is_file():
+                schema = pq.read_schema(ref) if suffix == ".parquet" else read(ref).schema
+                types = {f.name: f.type for f in schema}
+            columns = [[row[i] for row in rows] for i in range(len(names))]
+            arrays = []
+            for name, values in zip(names, columns):
+                try:
+                    arrays.append(pa.array(values, types.get(name)))
+                except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+                    arrays.append(pa.array(values))  # nsys's type does not hold this export's values
+            write(pa.Table.from_arrays(arrays, names=names), out / f"{table}{suffix}")
+    finally:
+        src.close()
+    return out
+
+
 def cached_tiling(source: Path, kernels: int, workdir: Path, distinct_names: bool = False) -> Path:
     """A tiling of ``source`` (a SQLite export, or a parquetdir/arrowdir folder) to ``kernels``
     kernels in ``workdir``, made once and reused (``distinct_names``: every tile's NVTX ranges

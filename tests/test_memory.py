@@ -1,38 +1,88 @@
-"""The memory check before an analysis (gapscope.analysis.memory): each reader's count of GPU
-activity rows against an independent count, the estimate's arithmetic, and the refusal."""
+"""The memory check before an analysis (gapscope.analysis.memory): each reader's counts of what
+a trace holds against an independent count, the estimate's arithmetic per format and path, and
+the refusal."""
 
 from __future__ import annotations
 
+import gzip
+import math
 import sqlite3
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from clirun import gapscope
+from gapscope import catalog
 from gapscope.analysis import memory
 from gapscope.errors import GapscopeError
+from gapscope.trace.frames import RowCounts
 from gapscope.trace.handle import open_trace
 from paths import TRACES
 
 ACTIVITY = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
             "CUPTI_ACTIVITY_KIND_GRAPH_TRACE")
+API, SYNC, NVTX = "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "NVTX_EVENTS"
 
 
-def counted(path) -> int:
-    """COUNT(*) of every GPU activity table of a SQLite export, with the stdlib's sqlite3."""
+def table_rows(path) -> dict[str, int]:
+    """COUNT(*) of every table of a SQLite export, with the stdlib's sqlite3."""
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        return sum(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ACTIVITY if t in have)
+        have = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        return {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in have}
     finally:
         conn.close()
 
 
+def plain_counts(path) -> tuple[int, int, int, int]:
+    """(activities, API rows, synchronization rows, NVTX rows) of a SQLite export or a parquetdir
+    or arrowdir folder, every table read whole: COUNT(*) with sqlite3, or pyarrow's full read."""
+    path = Path(path)
+    if path.is_file():
+        rows = table_rows(path)
+    else:
+        rows = {}
+        for f in path.iterdir():
+            if f.suffix == ".parquet":
+                rows[f.stem] = pq.read_table(f).num_rows
+            elif f.suffix == ".arrow":
+                with pa.memory_map(str(f)) as source:
+                    rows[f.stem] = pa.ipc.open_stream(source).read_all().num_rows
+    return sum(rows.get(t, 0) for t in ACTIVITY), rows.get(API, 0), rows.get(SYNC, 0), rows.get(NVTX, 0)
+
+
+#: The paths, each keeping what those before it keep: its estimate is the largest of their lines.
+ORDER = ("levels", "merge", "gaps", "all_calls")
+
+
+def line_estimate(fmt: str, kind: str, activities: int, api: int, syncs: int, nvtx: int) -> int:
+    """The estimate written out: the largest of the format's lines of the path and the paths
+    before it, over the rows (calls: the API rows and the synchronization records)."""
+    return max(line.base + line.per_activity * activities + line.per_call * (api + syncs) + line.per_range * nvtx
+               for line in (memory.LINES[fmt][k] for k in ORDER[: ORDER.index(kind) + 1]))
+
+
+def kineto_estimate(kind: str, json_bytes: int) -> int:
+    """A PyTorch profiler trace's estimate written out: its events bounded by its JSON bytes."""
+    events = -(-json_bytes // memory.KINETO_BYTES_PER_EVENT)
+    return max(line.base + line.per_activity * events
+               for line in (memory.LINES["kineto"][k] for k in ORDER[: ORDER.index(kind) + 1]))
+
+
+COLUMNAR = [("torch_decode_small_parquet", "nsys-parquet"), ("torch_decode_small_arrow", "nsys-arrow"),
+            ("profile_torch_decode_graph_arrow", "nsys-arrow")]
+KINETO = sorted(TRACES.glob("*.json.gz")) + sorted((TRACES / "thirdparty").glob("*/*.json.gz"))
+FLAGS = {"levels": {}, "merge": {"merge": True}, "gaps": {"gaps": True}, "all_calls": {"all_calls": True}}
+
+
 @pytest.mark.parametrize("path", sorted(TRACES.glob("*.sqlite")), ids=lambda p: p.name)
 def test_sqlite_rows_are_counted_without_reading_them(path):
+    activities, api, syncs, nvtx = plain_counts(path)
     with open_trace(path) as trace:
-        assert trace.activity_rows() == counted(path)
+        assert trace.activity_rows() == activities
+        assert trace.row_counts() == RowCounts("nsys-sqlite", activities, api, syncs, nvtx)
 
 
 def test_the_count_reads_no_row():
@@ -41,48 +91,105 @@ def test_the_count_reads_no_row():
 
     conn = sqlite3.connect(f"file:{TRACES / 'torch_decode.sqlite'}?mode=ro", uri=True)
     try:
-        have = [t for t in ACTIVITY if conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (t,)).fetchone()]
+        have = [t for t in (*ACTIVITY, API, SYNC, NVTX)
+                if conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (t,)).fetchone()]
         plan = [row[-1] for row in conn.execute("EXPLAIN QUERY PLAN " + rowid_spans_sql(have))]
         values = conn.execute(rowid_spans_sql(have)).fetchone()
     finally:
         conn.close()
-    assert len(have) == 2  # kernels and copies
+    assert len(have) == 5  # kernels, copies, calls, synchronizations, NVTX
     assert sorted(p for p in plan if p.startswith(("SCAN", "SEARCH"))) == \
         ["SCAN CONSTANT ROW"] + sorted(f"SEARCH {t}" for t in have for _ in range(2))
-    assert sum(values) == counted(TRACES / "torch_decode.sqlite")
+    assert list(values) == [table_rows(TRACES / "torch_decode.sqlite")[t] for t in have]
 
 
-@pytest.mark.parametrize("folder,suffix", [("torch_decode_small_parquet", ".parquet"),
-                                           ("torch_decode_small_arrow", ".arrow"),
-                                           ("profile_torch_decode_graph_arrow", ".arrow")])
-def test_columnar_rows_from_footers_and_batch_headers(folder, suffix):
-    folder = TRACES / folder
-
-    def rows(path):  # the whole table, read plainly
-        if suffix == ".parquet":
-            return pq.read_table(path).num_rows
-        with pa.memory_map(str(path)) as source:
-            return pa.ipc.open_stream(source).read_all().num_rows
-
-    expected = sum(rows(folder / f"{t}{suffix}") for t in ACTIVITY if (folder / f"{t}{suffix}").is_file())
-    with open_trace(folder) as trace:
-        assert trace.activity_rows() == expected == len(trace.frames().activities)
+@pytest.mark.parametrize("folder,fmt", COLUMNAR, ids=lambda v: str(v))
+def test_columnar_rows_from_footers_and_batch_headers(folder, fmt):
+    activities, api, syncs, nvtx = plain_counts(TRACES / folder)
+    with open_trace(TRACES / folder) as trace:
+        assert trace.row_counts() == RowCounts(fmt, activities, api, syncs, nvtx)
+        assert trace.activity_rows() == activities == len(trace.frames().activities)
 
 
-def test_a_pytorch_profiler_trace_is_not_counted():
-    with open_trace(TRACES / "torch_decode_small.pt.trace.json.gz") as trace:
+@pytest.mark.parametrize("path", KINETO, ids=lambda p: p.name)
+def test_a_pytorch_profiler_trace_counts_its_json_bytes(path):
+    """Only its size is cheap: the bytes of JSON gzip's own decompression gives."""
+    with open_trace(path) as trace:
         assert trace.activity_rows() is None
+        assert trace.row_counts() == RowCounts("kineto", json_bytes=len(gzip.decompress(path.read_bytes())))
 
 
-def test_the_estimate_is_the_fitted_line_of_each_path():
-    assert memory.needed_bytes(0) == 300_000_000
-    assert memory.needed_bytes(1_000_000) == 300_000_000 + 200_000_000  # no gap list kept
-    assert memory.needed_bytes(1_000_000, gaps=True) == 300_000_000 + 800_000_000  # gap lists kept
-    assert memory.needed_bytes(1_000_000, merge=True) == 300_000_000 + 440_000_000  # range pairs, device gaps
-    assert memory.needed_bytes(1_000_000, gaps=True, merge=True) == 300_000_000 + 800_000_000
-    assert memory.needed_bytes(1_000_000, all_calls=True) == 300_000_000 + 1_350_000_000  # tables, export
-    assert memory.needed_bytes(1_000_000, gaps=True, all_calls=True) == 1_650_000_000
-    assert memory.needed_bytes(-5, all_calls=True) == 300_000_000
+def test_a_plain_json_trace_counts_its_file_size(tmp_path):
+    plain = tmp_path / "t.pt.trace.json"
+    plain.write_bytes(gzip.decompress((TRACES / "torch_decode_small.pt.trace.json.gz").read_bytes()))
+    with open_trace(plain) as trace:
+        assert trace.row_counts() == RowCounts("kineto", json_bytes=plain.stat().st_size)
+
+
+def test_a_gzip_of_several_members_or_cut_short_counts_what_inflates(tmp_path):
+    """A small gzip file is inflated whole: every member counted (as gzip reads them), and a file
+    cut short counts what inflates before the cut (the read then refuses it, in its own words)."""
+    import zlib
+
+    raw = gzip.decompress((TRACES / "torch_decode_small.pt.trace.json.gz").read_bytes())
+    several = tmp_path / "several.pt.trace.json.gz"
+    several.write_bytes(gzip.compress(raw[:1_000_000]) + gzip.compress(raw[1_000_000:]))
+    cut = tmp_path / "cut.pt.trace.json.gz"
+    cut.write_bytes((TRACES / "torch_decode_small.pt.trace.json.gz").read_bytes()[:60_000])
+    with open_trace(several) as trace:
+        assert trace.row_counts().json_bytes == len(gzip.decompress(several.read_bytes())) == len(raw)
+    with open_trace(cut) as trace:
+        counted = trace.row_counts().json_bytes
+    # zlib's inflate of the same bytes; ISA-L's (gapscope's) may hold back the last few bytes of a
+    # stream cut mid-block (777,949 against zlib's 777,950 here).
+    inflated = len(zlib.decompressobj(31).decompress(cut.read_bytes()))
+    assert inflated - 8 <= counted <= inflated < len(raw)
+    got = gapscope("analyze", str(cut), "--no-cache")
+    assert got.returncode == 2 and "memory" not in got.stderr and "truncated" in got.stderr
+
+
+def test_every_format_read_has_a_line_for_every_path():
+    """A report is estimated as its export; every other format of the catalog has its lines."""
+    assert set(memory.LINES) == set(catalog.FORMAT_NAMES) - {"nsys-rep"}
+    assert all(set(lines) == set(memory.KINDS) for lines in memory.LINES.values())
+
+
+@pytest.mark.parametrize("trace,fmt", [("torch_decode_small.sqlite", "nsys-sqlite"), *COLUMNAR],
+                         ids=lambda v: str(v))
+def test_the_estimate_counts_every_table_of_each_format(trace, fmt):
+    """Each shipped export's estimate is its format's line over its rows, counted plainly; the
+    CUDA call rows weigh in every format and path: more calls, the activities the same, is more."""
+    activities, api, syncs, nvtx = plain_counts(TRACES / trace)
+    with open_trace(TRACES / trace) as handle:
+        counts = handle.row_counts()
+    for kind, flags in FLAGS.items():
+        assert memory.needed_bytes(counts, **flags) == line_estimate(fmt, kind, activities, api, syncs, nvtx)
+        more = RowCounts(fmt, activities, api + 1_000_000, syncs, nvtx)
+        assert memory.needed_bytes(more, **flags) == line_estimate(fmt, kind, activities, api + 1_000_000, syncs,
+                                                                   nvtx) > memory.needed_bytes(counts, **flags)
+        assert memory.LINES[fmt][kind].per_call > 0
+
+
+def test_a_pytorch_profiler_trace_is_estimated_from_its_bytes():
+    path = TRACES / "torch_decode_small.pt.trace.json.gz"
+    size = len(gzip.decompress(path.read_bytes()))  # 2,184,108 bytes
+    with open_trace(path) as trace:
+        counts = trace.row_counts()
+    for kind, flags in FLAGS.items():
+        assert memory.needed_bytes(counts, **flags) == kineto_estimate(kind, size)
+    # Its kept events (GPU work, calls, annotations: 2,041) are under the bound the bytes give.
+    assert 1332 + 691 + 18 <= math.ceil(size / memory.KINETO_BYTES_PER_EVENT)
+
+
+def test_the_path_picks_its_line():
+    counts = RowCounts("nsys-parquet", 1_000_000, 2_000_000, 10_000, 5_000)
+    for kind, flags in [("levels", {}), ("merge", {"merge": True}), ("gaps", {"gaps": True}),
+                        ("gaps", {"gaps": True, "merge": True}), ("all_calls", {"all_calls": True}),
+                        ("all_calls", {"gaps": True, "all_calls": True})]:
+        assert memory.needed_bytes(counts, **flags) == line_estimate("nsys-parquet", kind, 1_000_000, 2_000_000,
+                                                                     10_000, 5_000)
+    assert memory.needed_bytes(RowCounts("nsys-sqlite", -5, -1, 0, 0), all_calls=True) == \
+        max(memory.LINES["nsys-sqlite"][k].base for k in ORDER)
 
 
 def test_available_memory_is_mem_available_plus_free_swap(tmp_path):
@@ -95,83 +202,104 @@ def test_available_memory_is_mem_available_plus_free_swap(tmp_path):
     assert memory.available_bytes(tmp_path / "absent") is None
 
 
+def sqlite_need(path, kind: str) -> int:
+    """A SQLite export's estimate for one path, from its tables counted plainly."""
+    return line_estimate("nsys-sqlite", kind, *plain_counts(path))
+
+
 def test_a_trace_too_large_is_refused_in_one_line():
-    rows = 40_000_000  # needs 300e6 + 40e6 * 200 = 8.3e9 bytes
+    big = RowCounts("nsys-sqlite", 40_000_000, 90_000_000, 1_000_000, 100_000)
+    need = line_estimate("nsys-sqlite", "levels", 40_000_000, 90_000_000, 1_000_000, 100_000)
     with pytest.raises(GapscopeError) as err:
-        memory.check("big.sqlite", rows, available=8_000_000_000, environ={})
+        memory.check("big.sqlite", big, available=need - 1, environ={})
     assert str(err.value) == (
-        "big.sqlite: analyzing its 40,000,000 GPU activities needs about 8.3 GB of memory, more than "
-        "the 8.0 GB this machine has free; record a shorter capture (`nsys profile --capture-range`, "
-        "`--duration`) or analyze it on a larger machine (GAPSCOPE_MEMORY_CHECK=0 tries anyway)")
+        f"big.sqlite: analyzing its 40,000,000 GPU activities and 90,000,000 CUDA calls needs about "
+        f"{need / 1e9:.1f} GB of memory, more than the {(need - 1) / 1e9:.1f} GB this machine has free; record "
+        "a shorter capture (`nsys profile --capture-range`, `--duration`) or analyze it on a larger machine "
+        "(GAPSCOPE_MEMORY_CHECK=0 tries anyway)")
     assert err.value.exit_code == 2
-    memory.check("big.sqlite", rows, available=8_300_000_000, environ={})  # exactly enough: analyzed
-    with pytest.raises(GapscopeError, match="needs about 32.3 GB"):  # 300e6 + 40e6 * 800
-        memory.check("big.sqlite", rows, gaps=True, available=13_100_000_000, environ={})
-    with pytest.raises(GapscopeError, match="needs about 54.3 GB"):  # 300e6 + 40e6 * 1,350
-        memory.check("big.sqlite", rows, all_calls=True, available=32_300_000_000, environ={})
-    memory.check("big.sqlite", rows, available=1, environ={"GAPSCOPE_MEMORY_CHECK": "0"})  # turned off
-    memory.check("big.sqlite", None, available=1, environ={})  # rows unknown: nothing to check
+    memory.check("big.sqlite", big, available=need, environ={})  # exactly enough: analyzed
+    for kind, flags in FLAGS.items():
+        need = line_estimate("nsys-sqlite", kind, 40_000_000, 90_000_000, 1_000_000, 100_000)
+        with pytest.raises(GapscopeError, match=f"needs about {need / 1e9:.1f} GB"):
+            memory.check("big.sqlite", big, available=need - 1, environ={}, **flags)
+    memory.check("big.sqlite", big, available=1, environ={"GAPSCOPE_MEMORY_CHECK": "0"})  # turned off
+    memory.check("big.sqlite", None, available=1, environ={})  # nothing counted: nothing to check
+    memory.check("t.json", RowCounts("kineto"), available=1, environ={})
+    kineto = RowCounts("kineto", json_bytes=17_000_000_000)
+    need = kineto_estimate("levels", 17_000_000_000)
+    with pytest.raises(GapscopeError, match=r"^t\.json: analyzing its 17\.0 GB of trace JSON needs about "
+                                            f"{need / 1e9:.1f} GB of memory, more than"):
+        memory.check("t.json", kineto, available=need - 1, environ={})
 
 
 def test_the_command_refuses_before_reading(monkeypatch):
-    need = 300_000_000 + 200 * counted(TRACES / "torch_decode.sqlite")
+    need = sqlite_need(TRACES / "torch_decode.sqlite", "levels")
     monkeypatch.delenv("GAPSCOPE_MEMORY_CHECK", raising=False)
     monkeypatch.setattr(memory, "available_bytes", lambda: need - 1)
     got = gapscope("analyze", "traces/torch_decode.sqlite", "--no-cache")
     assert got.returncode == 2
-    assert got.stderr.count("\n") == 1 and "analyzing its 5,633 GPU activities needs about 0.3 GB" in got.stderr
+    assert got.stderr.count("\n") == 1
+    assert f"analyzing its 5,633 GPU activities and 8,073 CUDA calls needs about {need / 1e9:.1f} GB" in got.stderr
     assert got.stdout == ""
     monkeypatch.setattr(memory, "available_bytes", lambda: need)
     assert gapscope("analyze", "traces/torch_decode.sqlite", "--no-cache").returncode == 0
 
 
+def test_a_pytorch_profiler_trace_is_refused_too(monkeypatch):
+    path = TRACES / "torch_decode_small.pt.trace.json.gz"
+    need = kineto_estimate("levels", len(gzip.decompress(path.read_bytes())))
+    monkeypatch.delenv("GAPSCOPE_MEMORY_CHECK", raising=False)
+    monkeypatch.setattr(memory, "available_bytes", lambda: need - 1)
+    got = gapscope("analyze", str(path), "--no-cache")
+    assert (got.returncode, got.stderr.count("\n"), got.stdout) == (2, 1, "")
+    assert "analyzing its 2.2 MB of trace JSON needs about" in got.stderr
+    monkeypatch.setattr(memory, "available_bytes", lambda: need)
+    assert gapscope("analyze", str(path), "--no-cache").returncode == 0
+
+
 DECODE = TRACES / "torch_decode.sqlite"
-#: Each path and what it asks the check for: its bytes per activity row (no gap list kept:
-#: 200; kept: 800; every CUDA call read too: 1,350; a file of several: 440).
+#: Each path and the line it asks the check for: no gap list kept (levels), every gap list kept
+#: (gaps), every CUDA call read too (all_calls); a file of several (merge) below.
 PATHS = [
-    (200, ["analyze", "traces/torch_decode.sqlite", "--no-cache", "-f", "json"]),
-    (800, ["analyze", "traces/torch_decode.sqlite", "--no-cache", "--plot", "{tmp}/plots"]),
-    (800, ["report", "traces/torch_decode.sqlite", "--no-figures", "--html", "{tmp}/r.html"]),
-    (1350, ["analyze", "traces/torch_decode.sqlite", "--no-cache", "--gaps-csv", "{tmp}/gaps.csv"]),
-    (1350, ["analyze", "traces/torch_decode.sqlite", "--no-cache", "-f", "parquet", "-o", "{tmp}/tables"]),
-    (1350, ["export", "traces/torch_decode.sqlite", "--perfetto", "{tmp}/timeline.json"]),
+    ("levels", ["analyze", "traces/torch_decode.sqlite", "--no-cache", "-f", "json"]),
+    ("gaps", ["analyze", "traces/torch_decode.sqlite", "--no-cache", "--plot", "{tmp}/plots"]),
+    ("gaps", ["report", "traces/torch_decode.sqlite", "--no-figures", "--html", "{tmp}/r.html"]),
+    ("all_calls", ["analyze", "traces/torch_decode.sqlite", "--no-cache", "--gaps-csv", "{tmp}/gaps.csv"]),
+    ("all_calls", ["analyze", "traces/torch_decode.sqlite", "--no-cache", "-f", "parquet", "-o", "{tmp}/tables"]),
+    ("all_calls", ["export", "traces/torch_decode.sqlite", "--perfetto", "{tmp}/timeline.json"]),
 ]
 
 
-@pytest.mark.parametrize("per_row,args", PATHS,
-                         ids=lambda v: " ".join(v[:1] + v[3:]) if isinstance(v, list) else str(v))
-def test_each_path_asks_for_its_own_figure(per_row, args, monkeypatch, tmp_path):
-    need = 300_000_000 + per_row * counted(DECODE)  # 5,633 activities
+@pytest.mark.parametrize("kind,args", PATHS, ids=lambda v: " ".join(v[:1] + v[3:]) if isinstance(v, list) else v)
+def test_each_path_asks_for_its_own_figure(kind, args, monkeypatch, tmp_path):
+    need = sqlite_need(DECODE, kind)  # 5,633 activities, 8,073 calls, 65 synchronizations, 66 NVTX rows
     args = [a.format(tmp=tmp_path) for a in args]
     monkeypatch.delenv("GAPSCOPE_MEMORY_CHECK", raising=False)
     monkeypatch.setattr(memory, "available_bytes", lambda: need - 1)  # one byte short: refused
     got = gapscope(*args)
     assert (got.returncode, got.stderr.count("\n"), got.stdout) == (2, 1, "")
-    assert "analyzing its 5,633 GPU activities needs about" in got.stderr
+    assert "analyzing its 5,633 GPU activities and 8,073 CUDA calls needs about" in got.stderr
     monkeypatch.setattr(memory, "available_bytes", lambda: need)  # exactly enough: runs
     got = gapscope(*args)
     assert got.returncode == 0 and "needs about" not in got.stderr
 
 
-def test_the_api_and_a_fleet_worker_ask_for_theirs(monkeypatch):
+@pytest.mark.parametrize("kind", ["all_calls", "gaps", "merge"])
+def test_the_api_and_a_fleet_worker_ask_for_theirs(kind, monkeypatch):
     import gapscope as api
     from gapscope.fleet.ranks import analyze_rank_file
 
-    rows = counted(DECODE)
+    run = {"all_calls": lambda: api.analyze(DECODE).trace["path"],  # the tables: every CUDA call
+           "gaps": lambda: api.analyze(DECODE, tables=False).trace["path"],  # every gap list kept
+           "merge": lambda: analyze_rank_file(str(DECODE))["trace"]["path"]}[kind]  # range pairs, device gaps
+    need = sqlite_need(DECODE, kind)
     monkeypatch.delenv("GAPSCOPE_MEMORY_CHECK", raising=False)
-    monkeypatch.setattr(memory, "available_bytes", lambda: 300_000_000 + 1350 * rows - 1)
-    with pytest.raises(GapscopeError, match="needs about"):
-        api.analyze(DECODE)  # the tables: every CUDA call
-    assert api.analyze(DECODE, tables=False).trace["path"] == str(DECODE)  # the gap lists kept: fits
-    monkeypatch.setattr(memory, "available_bytes", lambda: 300_000_000 + 800 * rows - 1)
-    with pytest.raises(GapscopeError, match="needs about"):
-        api.analyze(DECODE, tables=False)
-    assert analyze_rank_file(str(DECODE))["devices"]  # the range pairs and device gaps kept: fits
-    monkeypatch.setattr(memory, "available_bytes", lambda: 300_000_000 + 440 * rows - 1)
-    with pytest.raises(GapscopeError, match="needs about"):
-        analyze_rank_file(str(DECODE))
-    monkeypatch.setattr(memory, "available_bytes", lambda: 300_000_000 + 440 * rows)
-    assert analyze_rank_file(str(DECODE))["devices"]
+    monkeypatch.setattr(memory, "available_bytes", lambda: need - 1)
+    with pytest.raises(GapscopeError, match=f"needs about {need / 1e9:.1f} GB"):
+        run()
+    monkeypatch.setattr(memory, "available_bytes", lambda: need)
+    assert run() == str(DECODE)
 
 
 @pytest.mark.parametrize("needs,jobs,available,expected", [
@@ -192,10 +320,12 @@ def test_jobs_are_lowered_until_the_largest_fit_together(needs, jobs, available,
 
 def test_several_traces_are_estimated_from_their_rows(tmp_path):
     a, b = TRACES / "torch_decode.sqlite", TRACES / "cmp_base_1.sqlite"
-    need_a, need_b = (300_000_000 + 440 * counted(p) for p in (a, b))  # each worker keeps what the merge reads
+    need_a, need_b = (sqlite_need(p, "merge") for p in (a, b))  # each worker keeps what the merge reads
     missing = str(tmp_path / "absent.sqlite")  # cannot be opened: left to fail in its worker
     paths = [str(a), missing, str(b)]
     assert memory.estimated_bytes(missing) is None
+    kineto = TRACES / "torch_decode_small.pt.trace.json.gz"  # estimated from its bytes of JSON
+    assert memory.estimated_bytes(str(kineto)) == kineto_estimate("merge", len(gzip.decompress(kineto.read_bytes())))
     assert memory.side_by_side(paths, 3, available=need_a + need_b, environ={}) == (3, None)
     jobs, line = memory.side_by_side(paths, 3, available=need_a + need_b - 1, environ={})
     assert jobs == 1
@@ -207,7 +337,7 @@ def test_several_traces_are_estimated_from_their_rows(tmp_path):
 
 def test_the_command_says_it_runs_fewer_at_once(monkeypatch):
     a, b = "traces/torch_decode.sqlite", "traces/cmp_base_1.sqlite"
-    both = sum(300_000_000 + 440 * counted(TRACES / p.split("/")[1]) for p in (a, b))
+    both = sum(sqlite_need(TRACES / p.split("/")[1], "merge") for p in (a, b))
     monkeypatch.delenv("GAPSCOPE_MEMORY_CHECK", raising=False)
     monkeypatch.setattr(memory, "available_bytes", lambda: both - 1)  # the parent's view; workers see the machine
     # The result's own warnings go to stderr too (64 decode steps against 32): not this test's.
@@ -232,7 +362,7 @@ def test_the_library_warns_where_the_command_prints(monkeypatch):
     from gapscope.fleet.merge import analyze_fleet
 
     paths = [str(TRACES / "torch_decode.sqlite"), str(TRACES / "cmp_base_1.sqlite")]
-    both = sum(300_000_000 + 440 * counted(p) for p in paths)
+    both = sum(sqlite_need(p, "merge") for p in paths)
     monkeypatch.delenv("GAPSCOPE_MEMORY_CHECK", raising=False)
     monkeypatch.setattr(memory, "available_bytes", lambda: both - 1)
     with pytest.warns(RuntimeWarning, match="^gapscope: running 1 trace at a time, not 2: "):

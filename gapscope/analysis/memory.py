@@ -3,47 +3,130 @@ has: a trace too large for the machine is refused at once, in one line, instead 
 being killed by the kernel minutes later without a word (docs/performance.md, "Memory one
 analysis needs"); and several traces analyzed side by side run only as many at once as fit.
 
-The estimate is a straight line per path, fitted to measured peak resident bytes (SYNTHETIC
-tilings of a real PyTorch decode trace, 0.11 to 32.3 million GPU activity rows; the table is in
-docs/performance.md): 300 MB plus, per GPU activity row (kernels, copies, memsets), 200 bytes
-when the levels are measured window by window and no gap list is kept (`gapscope analyze`), 440
-for each file of several (the range pairs and the device gaps kept for the merge), 800 when every
-gap list is kept (plots, `gapscope report`, the Python API), 1,350 when every CUDA call and
-activity name is read too (the per-gap tables, the timeline export). The CUDA API rows that come
-with the activities are in the per-row figures. ``GAPSCOPE_MEMORY_CHECK=0`` turns the check and
-the lowering of the job count off (the estimate is an estimate; swap or a lighter trace may get
-through).
+The estimate is a straight line per trace format and per path (what the caller keeps), over the
+counts a trace gives before it is read (gapscope.trace.frames.RowCounts): a base, plus bytes per
+GPU activity row, per CUDA call row (the API table and the synchronization records) and per NVTX
+row. The lines are fitted, with a margin, to the peak resident memory of whole processes
+(`benchmarks/bench_memory.py`: SYNTHETIC tilings of real traces of four mixes of activities,
+calls and ranges, 1M and 10M kernels; the table is in docs/performance.md), so that the estimate
+is never below a measured peak. A PyTorch profiler trace says only its bytes of JSON: its events
+are bounded by those bytes over fewer bytes than any shipped Kineto trace takes per event kept
+(:data:`KINETO_BYTES_PER_EVENT`). ``GAPSCOPE_MEMORY_CHECK=0`` turns the check and the lowering of
+the job count off (the estimate is an estimate; swap or a lighter trace may get through).
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from gapscope.errors import GapscopeError
 
-#: The fitted lines: resident bytes of an analysis = BASE_BYTES + bytes per row * rows, the
-#: bytes per row by what the analysis keeps.
-BASE_BYTES = 300 * 10**6
-BYTES_PER_ACTIVITY = 200  # the levels in windows, no gap list kept (gapscope analyze without --plot)
-BYTES_PER_ACTIVITY_MERGE = 440  # the range pairs and device gaps kept (each file of several: merge=True)
-BYTES_PER_ACTIVITY_GAPS = 800  # every level's gap lists kept (run_analysis(gaps=True))
-BYTES_PER_ACTIVITY_ALL_CALLS = 1350  # and every CUDA call and activity name read (all_calls=True)
+if TYPE_CHECKING:  # the counts' type only: this module stays numpy-only to import
+    from gapscope.trace.frames import RowCounts
+
+
+@dataclass(frozen=True)
+class Line:
+    """Peak resident bytes = ``base`` + ``per_activity`` * GPU activity rows + ``per_call`` *
+    (CUDA API rows + synchronization rows) + ``per_range`` * NVTX rows."""
+
+    base: int
+    per_activity: int
+    per_call: int
+    per_range: int
+
+
+#: What the caller keeps, by path: ``levels``: the levels measured window by window and no gap
+#: list (`gapscope analyze`); ``merge``: also the range pairs and device gaps of each file of
+#: several; ``gaps``: every gap list (plots, `gapscope report`, the Python API without tables);
+#: ``all_calls``: also every CUDA call and activity name (the per-gap tables, the timeline export).
+KINDS = ("levels", "merge", "gaps", "all_calls")
+
+#: The fitted lines by trace format (gapscope.catalog.FORMATS; a report is estimated as its
+#: export) and path: `benchmarks/bench_memory.py --fit` on the 2-core development box, the
+#: measurements and the margin in docs/performance.md ("Memory one analysis needs").
+LINES: dict[str, dict[str, Line]] = {
+    "nsys-sqlite": {
+        "levels": Line(210_000_000, 70, 50, 2030),
+        "merge": Line(200_000_000, 180, 50, 2110),
+        "gaps": Line(320_000_000, 460, 30, 2150),
+        "all_calls": Line(250_000_000, 890, 110, 1920),
+    },
+    "nsys-parquet": {
+        "levels": Line(370_000_000, 20, 160, 1800),
+        "merge": Line(460_000_000, 200, 100, 2190),
+        "gaps": Line(430_000_000, 290, 140, 1870),
+        "all_calls": Line(290_000_000, 900, 90, 1960),
+    },
+    "nsys-arrow": {
+        "levels": Line(190_000_000, 100, 90, 1930),
+        "merge": Line(320_000_000, 130, 90, 1970),
+        "gaps": Line(290_000_000, 430, 50, 2010),
+        "all_calls": Line(240_000_000, 900, 100, 1940),
+    },
+    "kineto": {
+        "levels": Line(290_000_000, 180, 0, 0),
+        "merge": Line(200_000_000, 280, 0, 0),
+        "gaps": Line(230_000_000, 280, 0, 0),
+        "all_calls": Line(190_000_000, 560, 0, 0),
+    },
+}
+#: A PyTorch profiler trace's events that the reader keeps (GPU work, CUDA calls, annotations)
+#: are at most its JSON bytes over this: the fewest bytes of JSON per kept event of the shipped
+#: Kineto traces (622, traces/thirdparty/tracelens/mi210_gpu_only_trace.json.gz), less a margin.
+#: Its line's ``per_activity`` is per such event.
+KINETO_BYTES_PER_EVENT = 550
 #: The environment variable that turns the check off ("0").
 CHECK_ENV = "GAPSCOPE_MEMORY_CHECK"
 
 
-def needed_bytes(activity_rows: int, *, gaps: bool = False, all_calls: bool = False, merge: bool = False) -> int:
-    """The estimated peak resident bytes of analyzing a trace of ``activity_rows`` GPU activities;
-    ``gaps``: every gap list kept, ``merge``: (without ``gaps``) what the many-trace merge reads
-    kept, ``all_calls``: every CUDA call read as well (the tables, the timeline export: the
-    largest figure, whatever the others say)."""
-    per_row = (BYTES_PER_ACTIVITY_ALL_CALLS if all_calls else BYTES_PER_ACTIVITY_GAPS if gaps else
-               BYTES_PER_ACTIVITY_MERGE if merge else BYTES_PER_ACTIVITY)
-    return BASE_BYTES + per_row * max(int(activity_rows), 0)
+def kind_of(*, gaps: bool = False, all_calls: bool = False, merge: bool = False) -> str:
+    """The path (a name of :data:`KINDS`) of an analysis that keeps every gap list (``gaps``),
+    reads every CUDA call (``all_calls``: the largest, whatever the others say) or keeps what the
+    many-trace merge reads (``merge``, without ``gaps``)."""
+    return "all_calls" if all_calls else "gaps" if gaps else "merge" if merge else "levels"
+
+
+def kineto_events(json_bytes: int) -> int:
+    """The most events a PyTorch profiler trace of ``json_bytes`` bytes of JSON keeps."""
+    return math.ceil(max(int(json_bytes), 0) / KINETO_BYTES_PER_EVENT)
+
+
+def needed_bytes(counts: RowCounts, *, gaps: bool = False, all_calls: bool = False, merge: bool = False) -> int:
+    """The estimated peak resident bytes of analyzing a trace holding ``counts`` (``gaps``,
+    ``all_calls``, ``merge``: :func:`kind_of`): the largest of its path's line and the lines of
+    the paths before it in :data:`KINDS` (each keeps what those keep, and more); a format without
+    lines is estimated as an nsys SQLite export."""
+    lines = LINES.get(counts.format, LINES["nsys-sqlite"])
+    kind = kind_of(gaps=gaps, all_calls=all_calls, merge=merge)
+    return max(_on_line(lines[k], counts) for k in KINDS[: KINDS.index(kind) + 1])
+
+
+def _on_line(line: Line, counts: RowCounts) -> int:
+    """One line's bytes for ``counts``."""
+    if counts.activities is None and counts.json_bytes is not None:  # a PyTorch profiler trace
+        return line.base + line.per_activity * kineto_events(counts.json_bytes)
+
+    def n(rows: int | None) -> int:
+        return max(int(rows or 0), 0)
+
+    return (line.base + line.per_activity * n(counts.activities) + line.per_call * (n(counts.api) + n(counts.syncs))
+            + line.per_range * n(counts.nvtx))
+
+
+def _what(counts: RowCounts) -> str:
+    """What the estimate counted, in words."""
+    if counts.activities is None:
+        size = counts.json_bytes or 0
+        return f"{size / 1e9:.1f} GB of trace JSON" if size >= 1e9 else f"{size / 1e6:.1f} MB of trace JSON"
+    return f"{counts.activities:,} GPU activities and {counts.api or 0:,} CUDA calls"
 
 
 def available_bytes(meminfo: Path = Path("/proc/meminfo")) -> int | None:
@@ -65,20 +148,20 @@ def _off(environ: Mapping[str, str] | None) -> bool:
     return (os.environ if environ is None else environ).get(CHECK_ENV, "").strip() == "0"
 
 
-def check(path: str, activity_rows: int | None, *, gaps: bool = False, all_calls: bool = False,
+def check(path: str, counts: RowCounts | None, *, gaps: bool = False, all_calls: bool = False,
           merge: bool = False, available: int | None = None, environ: Mapping[str, str] | None = None) -> None:
-    """Raise GapscopeError (exit 2) when analyzing ``activity_rows`` GPU activities (``gaps``,
-    ``all_calls``, ``merge``: as :func:`needed_bytes`) needs more memory than is ``available`` (default:
-    what the machine has now). Nothing is checked when the rows are unknown (None), the machine
-    does not say, or the check is turned off."""
-    if activity_rows is None or _off(environ):
+    """Raise GapscopeError (exit 2) when analyzing a trace holding ``counts`` (``gaps``,
+    ``all_calls``, ``merge``: as :func:`needed_bytes`) needs more memory than is ``available``
+    (default: what the machine has now). Nothing is checked when the counts are unknown (None),
+    the machine does not say, or the check is turned off."""
+    if counts is None or (counts.activities is None and counts.json_bytes is None) or _off(environ):
         return
     have = available_bytes() if available is None else available
-    need = needed_bytes(activity_rows, gaps=gaps, all_calls=all_calls, merge=merge)
+    need = needed_bytes(counts, gaps=gaps, all_calls=all_calls, merge=merge)
     if have is None or need <= have:
         return
     raise GapscopeError(
-        f"{path}: analyzing its {activity_rows:,} GPU activities needs about {_gb(need)} of memory, more "
+        f"{path}: analyzing its {_what(counts)} needs about {_gb(need)} of memory, more "
         f"than the {_gb(have)} this machine has free; record a shorter capture (`nsys profile "
         f"--capture-range`, `--duration`) or analyze it on a larger machine ({CHECK_ENV}=0 tries anyway)")
 
@@ -99,9 +182,9 @@ def concurrent_jobs(needs: Sequence[int | None], jobs: int, available: int) -> i
 
 def estimated_bytes(path: str) -> int | None:
     """The estimated peak of analyzing one file of several (the range pairs and the device gaps
-    kept, as each file's worker does), from its row count; None when the file cannot be opened (its worker reports
-    why), its format cannot count rows, or it is an Nsight Systems report (opening one exports it,
-    which is the worker's job)."""
+    kept, as each file's worker does), from its counts; None when the file cannot be opened (its
+    worker reports why), its format cannot count, or it is an Nsight Systems report (opening one
+    exports it, which is the worker's job)."""
     from gapscope.inputs import resolve
     from gapscope.trace.handle import open_trace
 
@@ -110,10 +193,12 @@ def estimated_bytes(path: str) -> int | None:
         if found.kind != "trace" or found.format == "nsys-rep":
             return None
         with open_trace(found.path, found.format) as trace:
-            rows = trace.activity_rows()
+            counts = trace.row_counts()
     except Exception:  # anything wrong with the file: its worker says what, in its own line
         return None
-    return None if rows is None else needed_bytes(rows, merge=True)
+    if counts is None or (counts.activities is None and counts.json_bytes is None):
+        return None
+    return needed_bytes(counts, merge=True)
 
 
 def side_by_side(paths: Sequence[str], jobs: int, *, available: int | None = None,

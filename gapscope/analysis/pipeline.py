@@ -922,9 +922,11 @@ def opened_analysis(path: str | Path, *, all_calls: bool = False, progress: Prog
 
     started = time.perf_counter()
     with open_trace(path) as trace:
-        rows = trace.activity_rows()
-        # A trace too large for the machine: refused now, by what this analysis keeps.
-        memory.check(trace.path, rows, gaps=options.get("gaps", True), all_calls=all_calls,
+        counts = trace.row_counts()
+        rows = None if counts is None else counts.activities
+        # A trace too large for the machine: refused now, by its format, its counts and what
+        # this analysis keeps.
+        memory.check(trace.path, counts, gaps=options.get("gaps", True), all_calls=all_calls,
                      merge=options.get("merge", False))
         if progress is not None:
             progress("reading", rows)

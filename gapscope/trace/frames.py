@@ -44,6 +44,24 @@ class TraceMeta:
     session_end_ns: int | None = None
 
 
+@dataclass(frozen=True)
+class RowCounts:
+    """What a trace holds, counted before it is read (gapscope.analysis.memory estimates the
+    memory of analyzing it from these): the rows of its GPU activity tables (kernels, graph
+    executions, copies, memsets), of its CUDA API table, of its synchronization records and of
+    its NVTX table, as the file stores them (the reader leaves some out: quiet calls, backtraces,
+    other kinds of NVTX event). A PyTorch profiler trace, one JSON stream, says only how many
+    bytes of JSON it holds (``json_bytes``, decompressed), its row counts None. ``format``: the
+    reader that reads the rows (an Nsight Systems report's export's)."""
+
+    format: str
+    activities: int | None = None
+    api: int | None = None
+    syncs: int | None = None
+    nvtx: int | None = None
+    json_bytes: int | None = None
+
+
 class Names(Protocol):
     """Name lookups a trace answers while it is open (a closed trace raises ClosedTraceError)."""
 

@@ -28,7 +28,7 @@ import pandas as pd
 
 from gapscope.catalog import FORMATS
 from gapscope.errors import GapscopeError
-from gapscope.trace.frames import TraceFrames, TraceMeta
+from gapscope.trace.frames import RowCounts, TraceFrames, TraceMeta
 
 
 class Reader(Protocol):
@@ -125,11 +125,17 @@ class Trace:
         self.check_unchanged()
         return frames
 
+    def row_counts(self) -> RowCounts | None:
+        """What the trace holds, counted without reading it (gapscope.trace.frames.RowCounts;
+        None for a reader that cannot say)."""
+        count = getattr(self._reader, "row_counts", None)
+        return count() if count is not None else None
+
     def activity_rows(self) -> int | None:
         """How many GPU activity rows the trace holds, counted without reading them (None for
         a format that cannot say so cheaply: a PyTorch profiler trace, one JSON stream)."""
-        count = getattr(self._reader, "activity_rows", None)
-        return count() if count is not None else None
+        counts = self.row_counts()
+        return None if counts is None else counts.activities
 
     def kernel_shapes(self, frames: TraceFrames) -> pd.DataFrame:
         """Grid, block and dynamic shared memory per activity row of ``frames`` (-1 where not a

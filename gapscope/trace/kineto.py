@@ -46,11 +46,11 @@ import pandas as pd
 from gapscope.errors import GapscopeError
 from gapscope.trace.cuda_api import QUIET_CALLS, base_name
 from gapscope.trace.frames import (
-    ACTIVITY_COLUMNS, NVTX_PUSH_POP, SYNC_COLUMNS, ActivityKind, ClosedTraceError, TraceFrames, TraceMeta,
-    build_frames,
+    ACTIVITY_COLUMNS, NVTX_PUSH_POP, SYNC_COLUMNS, ActivityKind, ClosedTraceError, RowCounts, TraceFrames,
+    TraceMeta, build_frames,
 )
 from gapscope.trace.kineto_json import (
-    INFLATE_ERRORS, MAX_DEPTH, Event, Stream, TooLarge, check_not_sparse, exact_ns, open_source,
+    INFLATE_ERRORS, MAX_DEPTH, Event, Stream, TooLarge, check_not_sparse, exact_ns, json_size, open_source,
 )
 from gapscope.trace.validation import TIME_LIMIT_NS, Cell
 
@@ -446,6 +446,14 @@ class Kineto:
             names = [events.strings[i] for i in np.unique(events.calls["name_id"]).tolist()]
             self.meta = self._meta(head, _gpu_names(head, events.gpu["device"], names))
         return self._events
+
+    def row_counts(self) -> RowCounts:
+        """How many bytes of JSON the trace holds (gapscope.trace.kineto_json.json_size), its
+        only count known before the stream is read."""
+        try:
+            return RowCounts(FORMAT, json_bytes=json_size(self.path))
+        except OSError as exc:
+            raise _unreadable(self.path, exc) from None
 
     # -- frames -----------------------------------------------------------------------------
     def load(self, *, syncs: bool = False, all_calls: bool = False) -> TraceFrames:

@@ -142,6 +142,44 @@ def open_source(path: Path) -> tuple[IO[bytes], Callable[[int], bytes]]:
     return fh, fh.read
 
 
+#: Compressed bytes inflated to learn a gzip file's compression ratio (:func:`json_size`), and
+#: the most decompressed bytes made from them.
+RATIO_SAMPLE = 1 << 20
+RATIO_SAMPLE_OUT = 64 << 20
+
+
+def json_size(path: Path) -> int:
+    """How many bytes of JSON the trace holds, without reading it all: a plain file's size; a
+    gzip file within :data:`RATIO_SAMPLE` bytes, what its first member inflates to (up to where a
+    truncated or damaged one stops); a larger one, its ISIZE (its last 4 bytes: the decompressed
+    size modulo 2**32, of its last member) raised by whole 2**32 to the value nearest the file's
+    size times the compression ratio of its first :data:`RATIO_SAMPLE` bytes (exact for one
+    member whose sampled ratio is within 2 GiB of the whole file's). OSError when the file
+    cannot be read."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as fh:
+        if fh.read(2) != GZIP_MAGIC:
+            return size
+        fh.seek(max(size - 4, 0))
+        isize = int.from_bytes(fh.read(4), "little")
+        fh.seek(0)
+        sample = fh.read(RATIO_SAMPLE)
+    made, rest, d = 0, sample, None
+    try:
+        while rest.strip(b"\x00") and made < RATIO_SAMPLE_OUT:  # member after member, as the read goes
+            d = _inflater()()
+            made += len(d.decompress(rest, RATIO_SAMPLE_OUT - made))
+            rest = d.unused_data if d.eof else b""
+    except INFLATE_ERRORS:
+        if len(sample) == size:
+            return made  # damaged: the read says how; nothing more to count
+    if d is None or (len(sample) == size and not d.unconsumed_tail):
+        return made  # the whole file inflated (or all of it that can be)
+    used = len(sample) - len(d.unconsumed_tail) - len(rest)
+    guess = size * made / max(used, 1)
+    return isize + (1 << 32) * max(round((guess - isize) / (1 << 32)), 0)
+
+
 def check_not_sparse(path: Path) -> None:
     """Refuse a sparse file (gapscope.inputs.regular_file) before reading a byte of it."""
     from gapscope.inputs import regular_file

@@ -36,7 +36,7 @@ from gapscope.text import printable
 from gapscope.trace.cuda_api import QUIET_CALLS
 from gapscope.trace.frames import (
     ACTIVITY_COLUMNS, NVTX_COLUMNS, NVTX_DOMAIN_CREATE, NVTX_PUSH_POP, NVTX_START_END, ActivityKind,
-    ClosedTraceError, TraceFrames, TraceMeta,
+    ClosedTraceError, RowCounts, TraceFrames, TraceMeta,
 )
 from gapscope.trace.nsys_schema import (
     ACTIVITY_REQUIRED, ACTIVITY_SOURCE, ACTIVITY_TABLES, API_SOURCE, CONTEXT_REQUIRED, CONTEXT_SOURCE, CONTEXT_TABLE,
@@ -223,24 +223,27 @@ class NsysColumnar:
         except (TypeError, pa.ArrowException) as exc:
             raise GapscopeError(f"{self._file(table)}: unknown export schema: {table}.{column} {exc}") from None
 
-    def activity_rows(self) -> int:
-        """The number of GPU activity rows (kernels, graph executions, copies, memsets), without
-        reading them: a parquetdir's Parquet footers, an arrowdir's record batch headers (the
-        file is memory-mapped, so the batches' bodies are not read)."""
+    def row_counts(self) -> RowCounts:
+        """The rows of the GPU activity tables (kernels, graph executions, copies, memsets), of
+        the CUDA API table, of the synchronization records and of NVTX_EVENTS, without reading
+        them: a parquetdir's Parquet footers, an arrowdir's record batch headers (the file is
+        memory-mapped, so the batches' bodies are not read)."""
         self._live()
-        total = 0
-        for table in ACTIVITY_TABLES:
-            if table in self._tables:
-                try:
-                    if self.format == "nsys-parquet":
-                        import pyarrow.parquet as pq
+        groups = {"activities": tuple(ACTIVITY_TABLES), "api": (RUNTIME_TABLE,), "syncs": (SYNC_TABLE,),
+                  "nvtx": (NVTX_TABLE,)}
+        return RowCounts(self.format, **{key: sum(self._rows(t) for t in tables if t in self._tables)
+                                          for key, tables in groups.items()})
 
-                        total += pq.read_metadata(self._file(table)).num_rows
-                    else:
-                        total += sum(batch.num_rows for batch in _arrow_reader(self._file(table)))
-                except (pa.ArrowException, OSError) as exc:
-                    raise self._failed(table, exc) from None
-        return total
+    def _rows(self, table: str) -> int:
+        """A table's rows from its Parquet footer or its Arrow batch headers."""
+        try:
+            if self.format == "nsys-parquet":
+                import pyarrow.parquet as pq
+
+                return pq.read_metadata(self._file(table)).num_rows
+            return sum(batch.num_rows for batch in _arrow_reader(self._file(table)))
+        except (pa.ArrowException, OSError) as exc:
+            raise self._failed(table, exc) from None
 
     # -- frames -----------------------------------------------------------------------------
     def load(self, *, syncs: bool = False, all_calls: bool = False) -> TraceFrames:

@@ -28,7 +28,7 @@ import pandas as pd
 from gapscope.capture import nsys as capture
 from gapscope.errors import GapscopeError
 from gapscope.cache import cache_root, file_digest, own_folder
-from gapscope.trace.frames import ActivityKind, TraceFrames, TraceMeta
+from gapscope.trace.frames import ActivityKind, RowCounts, TraceFrames, TraceMeta
 
 FORMAT = "nsys-rep"
 #: The reader of each export type.
@@ -125,9 +125,9 @@ class NsysReport:
         frames = self._inner.load(syncs=syncs, all_calls=all_calls)
         return dataclasses.replace(frames, meta=self.meta)
 
-    def activity_rows(self) -> int | None:
-        """The export's number of GPU activity rows, as its reader counts them."""
-        return self._inner.activity_rows()
+    def row_counts(self) -> RowCounts:
+        """The export's rows, as its reader counts them (with the export's format)."""
+        return self._inner.row_counts()
 
     def lookup(self, ids: Iterable[int]) -> dict[int, str]:
         """Names from the export's string table (gapscope.trace.frames.Names)."""

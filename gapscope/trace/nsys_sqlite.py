@@ -25,7 +25,7 @@ from gapscope.trace.cached_reads import entry_of
 from gapscope.trace.cuda_api import QUIET_CALLS
 from gapscope.trace.frames import (
     ACTIVITY_COLUMNS, API_COLUMNS, NARROW_COLUMNS, NVTX_COLUMNS, NVTX_DOMAIN_CREATE, NVTX_PUSH_POP,
-    NVTX_START_END, SYNC_COLUMNS, ActivityKind, ClosedTraceError, TraceFrames, TraceMeta,
+    NVTX_START_END, SYNC_COLUMNS, ActivityKind, ClosedTraceError, RowCounts, TraceFrames, TraceMeta,
 )
 from gapscope.trace.nsys_schema import (
     ACTIVITY_REQUIRED, ACTIVITY_TABLES, CONTEXT_REQUIRED, CONTEXT_SOURCE, CONTEXT_TABLE, ENV_TABLE,
@@ -114,14 +114,21 @@ class NsysSqlite:
         heap.give_back_for(max(len(frames.activities), len(frames.api)))
         return frames
 
-    def activity_rows(self) -> int:
-        """The number of GPU activity rows (kernels, graph executions, copies, memsets) the
-        export holds, from each table's rowid span (no row is read; nsys numbers rows from 1
-        without holes), at most one per 16 bytes of the file whatever a damaged table's rowids say."""
+    def row_counts(self) -> RowCounts:
+        """The rows of the GPU activity tables (kernels, graph executions, copies, memsets), of
+        the CUDA API table, of the synchronization records and of NVTX_EVENTS, from each table's
+        rowid span (no row is read: two b-tree searches a table; nsys numbers rows from 1
+        without holes), each at most one per 16 bytes of the file whatever a damaged table's
+        rowids say."""
         conn = self._live()
-        tables = [t for t in ACTIVITY_TABLES if t in self.meta.tables]
-        rows = sum(int(n or 0) for n in sql_rows(conn, rowid_spans_sql(tables))[0]) if tables else 0
-        return min(rows, self.path.stat().st_size // 16)
+        groups = {"activities": [t for t in ACTIVITY_TABLES if t in self.meta.tables]}
+        groups |= {key: [t] for key, t in (("api", RUNTIME_TABLE), ("syncs", SYNC_TABLE), ("nvtx", NVTX_TABLE))
+                   if t in self.meta.tables}
+        tables = [t for ts in groups.values() for t in ts]
+        spans = dict(zip(tables, sql_rows(conn, rowid_spans_sql(tables))[0])) if tables else {}
+        most = self.path.stat().st_size // 16
+        found = {key: min(sum(int(spans[t] or 0) for t in ts), most) for key, ts in groups.items()}
+        return RowCounts(FORMAT, **{"activities": 0, "api": 0, "syncs": 0, "nvtx": 0, **found})
 
     # -- names (gapscope.trace.frames.Names) --------------------------------------------------
     def lookup(self, ids: Iterable[int]) -> dict[int, str]:
