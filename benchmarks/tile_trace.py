@@ -31,7 +31,8 @@ TIME_TABLES = (
     "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
     "NVTX_EVENTS",
 )
-COPY_TABLES = ("StringIds", "TARGET_INFO_GPU", "ThreadNames", "TARGET_INFO_CUDA_STREAM", "TARGET_INFO_CUDA_CONTEXT_INFO")
+COPY_TABLES = ("StringIds", "TARGET_INFO_GPU", "ThreadNames", "TARGET_INFO_CUDA_STREAM",
+               "TARGET_INFO_CUDA_CONTEXT_INFO")
 
 
 def tile(source: Path, out: Path, kernels: int, distinct_names: bool = False) -> int:
