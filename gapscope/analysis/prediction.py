@@ -10,9 +10,9 @@ The model, per row, on its steady state (span and gap time without the one-off g
 * replay time P: the device runs the same kernels back to back, each boundary costing the
   replay turnaround (measured on the trace's own replays, else the GPU's calibration), copies
   included with the hand-offs around them, the hand-offs between streams become graph edges;
-  the host launches one graph per instance and keeps its stalls, setup and syncs. A row that synchronizes runs host and device
-  one after the other (P = device + host + sync gap time); one that does not overlaps them
-  (P = the longer of the two);
+  the host launches one graph per instance and keeps its stalls, setup and syncs. A row that
+  synchronizes runs host and device one after the other (P = device + host + sync gap time); one
+  that does not overlaps them (P = the longer of the two);
 * predicted speedup E / P, with a range from the calibration's bounds (the tracer's cost, the
   turnaround) and from overlap against serial host work.
 
