@@ -109,3 +109,32 @@ def test_grouped_quantiles_equal_a_per_group_computation(high, key, seed):
     _, keys, scale = sort_within_groups(groups, values, n_groups)
     assert keys.dtype == (np.int32 if key == "int32" else np.int64)
     assert (scale == 0) == (key == "lexsort")
+
+
+def test_grouped_quantiles_select_instead_of_sorting_for_few_large_groups(monkeypatch):
+    """Three groups of 70,000 values each (SELECT_RATIO times more values than needed positions):
+    the keys are partitioned around the positions the quantiles read instead of sorted, and the
+    quantiles are those of each group's values sorted alone (and numpy's own)."""
+    from gapscope.analysis import intervals
+
+    rng = np.random.default_rng(7)
+    groups = rng.integers(0, 3, 210_000)
+    values = rng.integers(0, 10**9, 210_000)
+    qs = (0.0, 0.5, 0.9, 0.99, 1.0)
+    partitioned = []
+    real = intervals.sort_within_groups
+
+    def spy(*args, **kwargs):
+        partitioned.append(kwargs.get("kth") is not None)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(intervals, "sort_within_groups", spy)
+    got = intervals.grouped_quantiles(groups, values, 3, qs)
+    assert partitioned == [True]
+    for g in range(3):
+        v = np.sort(values[groups == g])
+        pos = [q * (v.size - 1) for q in qs]
+        want = [float(v[int(p)]) + (float(v[min(int(p) + 1, v.size - 1)]) - float(v[int(p)])) * (p - int(p))
+                for p in pos]
+        assert got[g].tolist() == want
+        assert np.allclose(got[g], np.quantile(values[groups == g], qs), rtol=1e-12, atol=0)

@@ -134,14 +134,18 @@ def key_dtype(values: np.ndarray, n_groups: int) -> type[np.signedinteger] | Non
 
 
 def sort_within_groups(groups: np.ndarray, values: np.ndarray, n_groups: int,
-                       spare_groups: bool = False) -> tuple[np.ndarray, np.ndarray, int]:
+                       spare_groups: bool = False, kth: np.ndarray | None = None,
+                       count: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, int]:
     """(counts per group, keys sorted by group then value, scale) for integer values: the value
     of key ``k`` of group ``g`` is ``k - g * scale`` (scale 0: the keys are the values).
     ``spare_groups``: ``groups`` is the caller's own temporary, which the keys may be built in
-    (no copy of it)."""
+    (no copy of it). ``kth``: only these positions need their sorted key (the keys are
+    partitioned around them, a selection in linear time, instead of sorted); ``count``: the
+    counts per group, when the caller has them."""
     groups = np.asarray(groups)
     values = np.asarray(values)
-    count = np.bincount(groups, minlength=n_groups)
+    if count is None:
+        count = np.bincount(groups, minlength=n_groups)
     if values.size == 0:
         return count, values.astype(np.int64), 0
     dtype = key_dtype(values, n_groups)
@@ -152,10 +156,21 @@ def sort_within_groups(groups: np.ndarray, values: np.ndarray, n_groups: int,
         key = groups.astype(dtype, copy=not spare_groups)
         key *= vmax
         key += values
-        key.sort()
+        if kth is None:
+            key.sort()
+        else:
+            key.partition(kth)
         return count, key, vmax
     order = np.lexsort((values, groups))  # pragma: no cover - negative or huge values only
     return count, np.asarray(values, dtype=np.int64)[order], 0  # pragma: no cover
+
+
+#: grouped_quantiles selects (np.partition) instead of sorting when it needs at most this many
+#: positions of the sorted keys and the values outnumber them SELECT_RATIO times: a few large
+#: groups (a range name's every gap, a launch API's every call), where a full sort of tens of
+#: millions of keys cost most of the percentiles' time at 10M kernels.
+SELECT_MAX_POSITIONS = 1024
+SELECT_RATIO = 64
 
 
 def grouped_quantiles(
@@ -167,23 +182,28 @@ def grouped_quantiles(
     out = np.full((n_groups, len(qs)), np.nan)
     if np.asarray(values).size == 0:
         return out
-    count, key, scale = sort_within_groups(groups, values, n_groups, spare_groups)
+    count = np.bincount(np.asarray(groups), minlength=n_groups)
     offset = np.concatenate(([0], np.cumsum(count)[:-1]))
     present = np.flatnonzero(count)
     n = count[present]
     base = offset[present]
+    pos = [q * (n - 1) for q in qs]
+    lo = [np.floor(p).astype(np.int64) for p in pos]
+    hi = [np.minimum(b + 1, n - 1) for b in lo]
+    needed = None
+    if 2 * len(qs) * present.size <= SELECT_MAX_POSITIONS:  # else many groups: sorted whole
+        needed = np.unique(np.concatenate([base + b for b in (*lo, *hi)]))
+        if np.asarray(values).size < SELECT_RATIO * needed.size:
+            needed = None
+    count, key, scale = sort_within_groups(groups, values, n_groups, spare_groups, kth=needed, count=count)
     shift = present.astype(np.int64) * scale  # each group's part of its keys
 
     def value(at: np.ndarray) -> np.ndarray:
         return (key[at].astype(np.int64) - shift).astype(np.float64)  # as floats, as numpy's quantile takes them
 
-    for j, q in enumerate(qs):
-        pos = q * (n - 1)
-        lo = np.floor(pos).astype(np.int64)
-        hi = np.minimum(lo + 1, n - 1)
-        frac = pos - lo
-        v_lo = value(base + lo)
-        out[present, j] = v_lo + (value(base + hi) - v_lo) * frac
+    for j in range(len(qs)):
+        v_lo = value(base + lo[j])
+        out[present, j] = v_lo + (value(base + hi[j]) - v_lo) * (pos[j] - lo[j])
     return out
 
 
