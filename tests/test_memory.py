@@ -81,7 +81,7 @@ FLAGS = {"levels": {}, "merge": {"merge": True}, "gaps": {"gaps": True}, "all_ca
 def test_sqlite_rows_are_counted_without_reading_them(path):
     activities, api, syncs, nvtx = plain_counts(path)
     with open_trace(path) as trace:
-        assert trace.activity_rows() == activities
+        assert trace.row_counts().activities == activities
         assert trace.row_counts() == RowCounts("nsys-sqlite", activities, api, syncs, nvtx)
 
 
@@ -108,14 +108,14 @@ def test_columnar_rows_from_footers_and_batch_headers(folder, fmt):
     activities, api, syncs, nvtx = plain_counts(TRACES / folder)
     with open_trace(TRACES / folder) as trace:
         assert trace.row_counts() == RowCounts(fmt, activities, api, syncs, nvtx)
-        assert trace.activity_rows() == activities == len(trace.frames().activities)
+        assert trace.row_counts().activities == activities == len(trace.frames().activities)
 
 
 @pytest.mark.parametrize("path", KINETO, ids=lambda p: p.name)
 def test_a_pytorch_profiler_trace_counts_its_json_bytes(path):
     """Only its size is cheap: the bytes of JSON gzip's own decompression gives."""
     with open_trace(path) as trace:
-        assert trace.activity_rows() is None
+        assert trace.row_counts().activities is None
         assert trace.row_counts() == RowCounts("kineto", json_bytes=len(gzip.decompress(path.read_bytes())))
 
 

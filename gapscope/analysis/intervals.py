@@ -180,7 +180,8 @@ def grouped_quantiles(
     per group. Returns an array of shape ``(n_groups, len(qs))``; NaN where a group has none.
     ``spare_groups``: ``groups`` may be overwritten (:func:`sort_within_groups`)."""
     out = np.full((n_groups, len(qs)), np.nan)
-    if np.asarray(values).size == 0:
+    values = np.asarray(values)
+    if values.size == 0:
         return out
     count = np.bincount(np.asarray(groups), minlength=n_groups)
     offset = np.concatenate(([0], np.cumsum(count)[:-1]))
@@ -193,7 +194,7 @@ def grouped_quantiles(
     needed = None
     if 2 * len(qs) * present.size <= SELECT_MAX_POSITIONS:  # else many groups: sorted whole
         needed = np.unique(np.concatenate([base + b for b in (*lo, *hi)]))
-        if np.asarray(values).size < SELECT_RATIO * needed.size:
+        if values.size < SELECT_RATIO * needed.size:
             needed = None
     count, key, scale = sort_within_groups(groups, values, n_groups, spare_groups, kth=needed, count=count)
     shift = present.astype(np.int64) * scale  # each group's part of its keys

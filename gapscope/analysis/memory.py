@@ -121,6 +121,11 @@ def _on_line(line: Line, counts: RowCounts) -> int:
             + line.per_range * n(counts.nvtx))
 
 
+def _counted(counts: RowCounts | None) -> bool:
+    """Whether ``counts`` say anything to estimate from (rows, or a PyTorch profiler trace's bytes)."""
+    return counts is not None and (counts.activities is not None or counts.json_bytes is not None)
+
+
 def _what(counts: RowCounts) -> str:
     """What the estimate counted, in words."""
     if counts.activities is None:
@@ -154,7 +159,7 @@ def check(path: str, counts: RowCounts | None, *, gaps: bool = False, all_calls:
     ``all_calls``, ``merge``: as :func:`needed_bytes`) needs more memory than is ``available``
     (default: what the machine has now). Nothing is checked when the counts are unknown (None),
     the machine does not say, or the check is turned off."""
-    if counts is None or (counts.activities is None and counts.json_bytes is None) or _off(environ):
+    if not _counted(counts) or _off(environ):
         return
     have = available_bytes() if available is None else available
     need = needed_bytes(counts, gaps=gaps, all_calls=all_calls, merge=merge)
@@ -196,7 +201,7 @@ def estimated_bytes(path: str) -> int | None:
             counts = trace.row_counts()
     except Exception:  # anything wrong with the file: its worker says what, in its own line
         return None
-    if counts is None or (counts.activities is None and counts.json_bytes is None):
+    if not _counted(counts):
         return None
     return needed_bytes(counts, merge=True)
 

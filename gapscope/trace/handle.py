@@ -131,12 +131,6 @@ class Trace:
         count = getattr(self._reader, "row_counts", None)
         return count() if count is not None else None
 
-    def activity_rows(self) -> int | None:
-        """How many GPU activity rows the trace holds, counted without reading them (None for
-        a format that cannot say so cheaply: a PyTorch profiler trace, one JSON stream)."""
-        counts = self.row_counts()
-        return None if counts is None else counts.activities
-
     def kernel_shapes(self, frames: TraceFrames) -> pd.DataFrame:
         """Grid, block and dynamic shared memory per activity row of ``frames`` (-1 where not a
         kernel); GapscopeError for a format that does not record launch shapes."""
