@@ -4,6 +4,8 @@
 
 PART a: untraced timings of every case (timings_a.json), the torch.profiler traces of every
         case (one process), then the nsys node-level recordings of the first cases.
+PART e: the graph-size sweep (graph_sizes.py), decode_b1 six times under three pinnings,
+        biggraph and decode_b1 at graph level (see main).
 PART c: every case again, each trace beside untraced timings of the same process before and
         after it (`--timed 3`; nsys with --capture-range=cudaProfilerApi around the traced pass):
         node level, torch.profiler, graph level; then timings_c.json.
@@ -102,10 +104,10 @@ class Recorder:
         return True
 
     def nsys(self, name: str, level: str, program: list[str], cap: float = 90,
-             capture: bool = False) -> None:
+             capture: bool = False, pin: list[str] | None = None) -> None:
         out = self.raw / name
         extra = ["--capture-range=cudaProfilerApi", "--capture-range-end=stop"] if capture else []
-        cmd = NSYS + [f"--cuda-graph-trace={level}", *extra, "--export", "sqlite",
+        cmd = (pin or []) + NSYS + [f"--cuda-graph-trace={level}", *extra, "--export", "sqlite",
                       "--force-overwrite", "true", "-o", str(out)] + program
         if self.run(name, cap, cmd):
             db = out.with_suffix(".sqlite")
@@ -205,6 +207,37 @@ def main() -> int:
             rec.say("command timings_d.json: " + shlex.join(pin + rec.truth(
                 "time", "--repeats", "3", "--out", "timings_d.json")))
         rec.pack_up()
+    elif part == "e":
+        # The graph-size sweep (graph_sizes.py, untraced: the replay turnaround's calibration),
+        # then decode_b1 recorded several times in separate processes under three pinnings (two
+        # fastest cores as in part d, four fastest, none), each with its own untraced timings:
+        # how much of part d's decode_b1 tracer cost came from the pinning; then biggraph and
+        # decode_b1 at graph level (four cores).
+        ranking = rec.raw / "cores.json"
+        rec.run("cores", 60, ["python3", str(HERE / "graph_sizes.py"), "cores", "--out", str(ranking)],
+                env)
+        ranked = json.loads(ranking.read_text())["ranked"] if ranking.is_file() else []
+        rec.say("cores, fastest first: " + " ".join(map(str, ranked)))
+        pins = {"p2": ranked[:2], "p4": ranked[:4], "free": []}
+        pin = {k: (["taskset", "-c", ",".join(map(str, v))] if v else []) for k, v in pins.items()}
+        sweep = rec.pack / "graph_sizes.json"
+        cmd = (["taskset", "-c", str(ranked[0])] if ranked else []) + [
+            "python3", str(HERE / "graph_sizes.py"), "sweep", "--out", str(sweep)]
+        if rec.run("graph_sizes", 150, cmd, env):
+            rec.say("command graph_sizes.json: " + shlex.join(cmd[:-1] + ["graph_sizes.json"]))
+        rec.pack_up()
+        for i in (1, 2):
+            for mode in ("p2", "p4", "free"):
+                name = f"decode_b1_{mode}_{i}"
+                rec.nsys(name, "node", rec.truth("run", "--case", "decode_b1", "--timed", "3",
+                                                 "--profiler-api", "--wall-out",
+                                                 str(rec.pack / f"{name}_wall.json")),
+                         cap=75, capture=True, pin=pin[mode])
+        for case in ("biggraph", "decode_b1"):
+            name = f"{case}_graphlevel_p4"
+            rec.nsys(name, "graph", rec.truth("run", "--case", case, "--timed", "3", "--profiler-api",
+                                              "--wall-out", str(rec.pack / f"{name}_wall.json")),
+                     cap=90, capture=True, pin=pin["p4"])
     elif part == "c":
         # Every trace with the same process's untraced timings before and after it (--timed):
         # nsys records only the traced pass (--capture-range=cudaProfilerApi).
