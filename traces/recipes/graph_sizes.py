@@ -3,6 +3,7 @@ turnaround calibration for traces recorded at graph level, where a replay's insi
 
     python3 graph_sizes.py sweep --out sweep.json     # replay and eager timings per chain length
     python3 graph_sizes.py cores                      # rank the host's cores by a tiny eager loop
+    nsys profile --cuda-graph-trace=node ... python3 graph_sizes.py sweep --no-cupti --replays 3
 
 `sweep`: for each kernel kind and chain length n, one graph of n dependent kernels on one stream
 (a chain, as an eager loop's capture is). Untraced: the stream is held by a `torch.cuda._sleep`
@@ -134,7 +135,9 @@ def kernel_durations(chain: Chain, graph: torch.cuda.CUDAGraph) -> dict:
             "inside_gap_median_ns": statistics.median(gaps) if gaps else None}
 
 
-def sweep(out: str) -> int:
+def sweep(out: str, traced: bool, replays: int | None) -> int:
+    """``traced``: also CUPTI's kernel durations (torch.profiler; off under nsys, which holds
+    CUPTI itself); ``replays``: replays timed per repeat (default: about 40,000 kernels' worth)."""
     dev = torch.device("cuda")
     rows = []
     hold = int(4e7)  # ~20 ms at the H200's ~2 GHz
@@ -142,14 +145,16 @@ def sweep(out: str) -> int:
         for n in sizes:
             chain = Chain(kind, n, dev)
             g = capture(chain)
-            reps = max(3, min(200, 40000 // n))
+            reps = replays or max(3, min(200, 40000 // n))
             for _ in range(2):  # warm
                 held(g.replay, 2, hold // 10)
+            torch.cuda.nvtx.range_push(f"{kind}_{n}")
             T = [held(g.replay, reps, hold) for _ in range(3)]
-            e_reps = max(1, min(20, 8000 // n))
+            e_reps = 1 if replays else max(1, min(20, 8000 // n))
             hold_e = int(max(hold, n * e_reps * 7e-6 * 2e9 * 2))  # ~7 us of host per eager launch
             Q = [held(chain.body, e_reps, hold_e) for _ in range(3)]
-            k = kernel_durations(chain, g)
+            torch.cuda.nvtx.range_pop()
+            k = kernel_durations(chain, g) if traced else {}
             t_dev = statistics.median(x[0] for x in T)
             q_dev = statistics.median(x[0] for x in Q)
             row = {"kind": kind, "n": n, "replays": reps, "replay_s": [x[0] for x in T],
@@ -211,9 +216,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("mode", choices=("sweep", "cores"))
     ap.add_argument("--out", default=None)
+    ap.add_argument("--no-cupti", action="store_true", help="sweep: no torch.profiler pass (under nsys)")
+    ap.add_argument("--replays", type=int, default=None, help="sweep: replays per timed repeat")
     args = ap.parse_args()
     if args.mode == "sweep":
-        return sweep(args.out or "sweep.json")
+        return sweep(args.out or "sweep.json", not args.no_cupti, args.replays)
     return cores(args.out)
 
 

@@ -238,6 +238,35 @@ def main() -> int:
             rec.nsys(name, "graph", rec.truth("run", "--case", case, "--timed", "3", "--profiler-api",
                                               "--wall-out", str(rec.pack / f"{name}_wall.json")),
                      cap=90, capture=True, pin=pin["p4"])
+    elif part == "f":
+        # Part e's sweep and graph-level recordings again on the H200 (part e ran on an H100),
+        # the sweep also under nsys at node level (the inside-replay gaps nsys records, by chain
+        # length), and decode_b1 twice more at node level (four cores).
+        ranking = rec.raw / "cores.json"
+        rec.run("cores", 60, ["python3", str(HERE / "graph_sizes.py"), "cores", "--out", str(ranking)],
+                env)
+        ranked = json.loads(ranking.read_text())["ranked"] if ranking.is_file() else []
+        rec.say("cores, fastest first: " + " ".join(map(str, ranked)))
+        p4 = ["taskset", "-c", ",".join(map(str, ranked[:4]))] if ranked else []
+        sweep = rec.pack / "graph_sizes_f.json"
+        cmd = (["taskset", "-c", str(ranked[0])] if ranked else []) + [
+            "python3", str(HERE / "graph_sizes.py"), "sweep", "--out", str(sweep)]
+        if rec.run("graph_sizes", 120, cmd, env):
+            rec.say("command graph_sizes_f.json: " + shlex.join(cmd[:-1] + ["graph_sizes_f.json"]))
+        rec.pack_up()
+        rec.nsys("graph_sizes_node", "node", ["python3", str(HERE / "graph_sizes.py"), "sweep", "--no-cupti",
+                                              "--replays", "3", "--out", str(rec.raw / "sizes_nsys.json")],
+                 cap=120, pin=p4)
+        for case in ("biggraph", "tiny"):
+            name = f"{case}_graphlevel_p4"
+            rec.nsys(name, "graph", rec.truth("run", "--case", case, "--timed", "3", "--profiler-api",
+                                              "--wall-out", str(rec.pack / f"{name}_wall.json")),
+                     cap=90, capture=True, pin=p4)
+        for i in (1, 2):
+            name = f"decode_b1_p4_{i}"
+            rec.nsys(name, "node", rec.truth("run", "--case", "decode_b1", "--timed", "3", "--profiler-api",
+                                             "--wall-out", str(rec.pack / f"{name}_wall.json")),
+                     cap=75, capture=True, pin=p4)
     elif part == "c":
         # Every trace with the same process's untraced timings before and after it (--timed):
         # nsys records only the traced pass (--capture-range=cudaProfilerApi).
