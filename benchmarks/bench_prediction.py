@@ -2,7 +2,7 @@
 
     python benchmarks/bench_prediction.py [--truth traces/truth] [--tolerance 0.15]
 
-For every trace of traces/truth/ (traces/README.md, "Ground truth"): gapscope's predicted
+For every trace of traces/truth/ (traces/README.md, "Ground truth"; its GPU as the trace names it): gapscope's predicted
 speedup of the `eager` range (steady state, untraced) beside the speedup measured without any
 profiler in the same process (eager step time / replayed step time, each of the six timed
 repeats before and after the traced pass: the range min..max), the graph ceiling beside the
@@ -51,8 +51,10 @@ def rows(truth: Path) -> list[dict]:
         eager, graph = by_name["eager"], by_name["graph"]
         lo, hi = measured(timing)
         p = eager["graph_predicted_speedup"]
+        gpu = next(iter(result.trace.get("gpus", {}).values()), "?") if result.trace else "?"
         out.append({
             "trace": name, "case": timing["case"], "tracer": timing["tracer"],
+            "gpu": gpu.replace("NVIDIA ", "").split()[0],
             "level": timing["graph_trace"] or "-", "role": ROLES.get(timing["case"], "validation"),
             "predicted": p, "low": eager["graph_predicted_low"], "high": eager["graph_predicted_high"],
             "measured_lo": lo, "measured_hi": hi, "error": error(p, lo, hi),
@@ -69,18 +71,22 @@ def main() -> int:
     ap.add_argument("--tolerance", type=float, default=0.15)
     args = ap.parse_args()
     table = rows(args.truth)
-    print(f"{'trace':34} {'role':11} {'predicted (range)':>24} {'measured untraced':>18} {'error':>7} "
+    print(f"{'trace':36} {'GPU':5} {'role':11} {'predicted (range)':>24} {'measured untraced':>18} {'error':>7} "
           f"{'ceiling':>8} {'traced':>7}  reading")
     for r in table:
         flag = "" if abs(r["error"]) <= args.tolerance else "  <-- outside"
-        print(f"{r['trace']:34} {r['role']:11} {r['predicted']:7.2f}x ({r['low']:5.2f}-{r['high']:6.2f}) "
+        print(f"{r['trace']:36} {r['gpu']:5} {r['role']:11} {r['predicted']:7.2f}x ({r['low']:5.2f}-{r['high']:6.2f}) "
               f"{r['measured_lo']:7.2f}-{r['measured_hi']:6.2f}x {r['error'] * 100:+6.0f}% {r['ceiling']:7.2f}x "
               f"{r['traced']:6.2f}x  {r['reading']}{flag}")
     for tracer, limit in (("nsys", 0.15), ("torch", 0.25)):
-        checked = [r for r in table if r["role"] == "validation" and r["tracer"] == tracer]
-        within = [r for r in checked if abs(r["error"]) <= limit]
-        print(f"{tracer}: {len(within)} of {len(checked)} validation traces within {limit:.0%} of their measured "
-              f"range; median |error| {statistics.median(abs(r['error']) for r in checked) * 100:.1f}%")
+        for gpu in sorted({r["gpu"] for r in table}):
+            checked = [r for r in table if r["role"] == "validation" and r["tracer"] == tracer and r["gpu"] == gpu]
+            if not checked:
+                continue
+            within = [r for r in checked if abs(r["error"]) <= limit]
+            print(f"{tracer} on {gpu}: {len(within)} of {len(checked)} validation traces within {limit:.0%} of their "
+                  f"measured range; median |error| "
+                  f"{statistics.median(abs(r['error']) for r in checked) * 100:.1f}%")
     below = [r["trace"] for r in table if r["ceiling"] < r["traced"] - 1e-9]
     print("ceiling below the trace's own measured replay speedup:", ", ".join(below) or "none")
     return 0

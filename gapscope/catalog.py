@@ -279,11 +279,21 @@ class GraphCosts:
 
 
 #: By GPU name as the trace records it (a case-insensitive substring match, first wins); the
-#: last entry is the default for any other GPU, with a wider range.
+#: last entry is the default for any other GPU, with a wider range. The H200's from the ground
+#: truth's node-level replays, the H100's from traces/recipes/graph_sizes.py's untraced chains
+#: (docs/metrics.md, "Calibration").
 GPU_GRAPH_COSTS: tuple[tuple[str, GraphCosts], ...] = (
     ("H200", GraphCosts(260.0, 180.0, 600.0, 5_000.0, 7.0)),
+    ("H100", GraphCosts(140.0, 80.0, 400.0, 5_000.0, 7.0)),
     ("", GraphCosts(300.0, 150.0, 1_000.0, 5_000.0, 10.0)),
 )
+
+
+#: How much shorter an eager kernel can run inside a replay, for the graph ceiling (an upper
+#: bound): 1 us kernels took 92 ns less per node inside a 4,000-node replay than eager, turnaround
+#: included (H100, traced at graph level); CUPTI timed them 50 ns shorter (docs/metrics.md, "Graph
+#: ceiling"). The ceiling takes at most half of a row's busy time off this way.
+REPLAY_KERNEL_SAVING_NS = 100.0
 
 
 def graph_costs(gpu: str | None) -> GraphCosts:

@@ -365,9 +365,9 @@ def test_notebook_display_holds_the_by_name_table_and_the_verdicts(decode):
         i = tags.cells.index(name)
         assert tags.cells[i + 1] == count and share in tags.cells[i:i + 16] and reading in tags.cells[i:i + 16]
     # The answer first: the ranges that matter, what a replay would win and what it left out.
-    assert tags.items == ["eager (x1): host-bound: graphs ~10xpredicted 10x (9.9x-11x); ceiling 15x; measured replay "
+    assert tags.items == ["eager (x1): host-bound: graphs ~10xpredicted 10x (9.9x-11x); ceiling 16x; measured replay "
                           "12x (graph, traced)one-off gaps left out: 326 us (setup)",
-                          "decode_step (x64): host-bound: graphs ~5.4xpredicted 5.4x (5.2x-5.5x); ceiling 7.7x32 of "
+                          "decode_step (x64): host-bound: graphs ~5.4xpredicted 5.4x (5.2x-5.5x); ceiling 7.9x32 of "
                           "64 ran eager: +3.02 ms each; one-off gaps left out: 326 us (setup)",
                           "graph (x1): graphs: device turnaroundceiling 1.2x; graph launch 127 us (~5.55 us "
                           "untraced)"]

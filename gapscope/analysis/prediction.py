@@ -17,8 +17,9 @@ The model, per row, on its steady state (span and gap time without the one-off g
   turnaround) and from overlap against serial host work.
 
 The ceiling is span / (the least a replay of the traced program could take): the device's own
-time (busy plus the copies' own time, at most the time it spent behind copies: the hand-offs
-around a copy may shrink in a replay) or the host's stall time, whichever is longer.
+time (the kernels' busy time, less what a replay can save on each eager kernel, plus the copies'
+own time, at most the time it spent behind copies: the hand-offs around a copy may shrink in a replay) or the
+host's stall time, whichever is longer.
 Nothing a replay does goes below that, so it bounds every measured and predicted speedup of the
 row from above.
 """
@@ -146,8 +147,11 @@ def predict(cols: Mapping[str, np.ndarray], cats: np.ndarray, one_off: np.ndarra
     p_high = replay(t_high, syncs | (c["stall"] > 0))
 
     # The least a replay keeps of the copies: their own time, at most the gap time behind them (a
-    # memset between two kernels of one stream leaves hand-offs on both sides that a replay shortens).
-    ceiling_span = np.maximum(busy + np.minimum(col["memop_ns"], c["memop"]), c["stall"])
+    # memset between two kernels of one stream leaves hand-offs on both sides that a replay shortens);
+    # of the kernels, their busy time less what a replay can save on each eager one
+    # (catalog.REPLAY_KERNEL_SAVING_NS), at least half of it.
+    kernel_floor = np.maximum(busy - catalog.REPLAY_KERNEL_SAVING_NS * (eager_launches - memops), 0.5 * busy)
+    ceiling_span = np.maximum(kernel_floor + np.minimum(col["memop_ns"], c["memop"]), c["stall"])
     eager_rows = (span > 0) & ~((graph_kernels > GRAPH_SHARE * kernels) & (replays > 0))
 
     def ratio(a: np.ndarray, b: np.ndarray, rows: np.ndarray) -> np.ndarray:
