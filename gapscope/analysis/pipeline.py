@@ -43,7 +43,7 @@ from gapscope.analysis.attribution import (
     setup_sums,
 )
 from gapscope.analysis.host_timeline import DEFAULT_STALL_THRESHOLD_NS
-from gapscope.analysis.keys import narrowed, pair_code, small_codes, stream_key, unpack_stream_key
+from gapscope.analysis.keys import code_dtype, narrowed, pair_code, small_codes, stream_key, unpack_stream_key
 from gapscope.analysis.launches import launch_stats
 from gapscope.analysis.metrics import (
     STATS_FIELDS, ActivityArrays, GapList, kernel_counts, level_stats, level_table, member_kernels, rollup_stats,
@@ -720,11 +720,12 @@ def _with_kernel_counts(w: Linked, m: Memberships, range_name: np.ndarray, membe
     kernels = np.flatnonzero(acts.is_kernel)
     codes, labels, _ = w.frames.activity_labels(kernels)
     names, text_code = np.unique(np.asarray(labels, dtype=str), return_inverse=True)
-    label = np.full(acts.start.size, -1, dtype=np.int64)
+    label = np.full(acts.start.size, -1, dtype=code_dtype(names.size))
     label[kernels] = text_code.reshape(-1)[codes]
+    del codes
     names = names.tolist()
-    name_cols["kernel_counts"] = kernel_counts(label, names, m.act, range_name[member_range],
-                                               len(name_cols["name"]))
+    name_cols["kernel_counts"] = kernel_counts(label, names, m.act, member_range, len(name_cols["name"]),
+                                               row_of=range_name)
     device_cols["kernel_counts"] = kernel_counts(label, names, None, acts.device_code, acts.device_ids.size)
 
 
