@@ -20,7 +20,6 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from gapscope import heap
 from gapscope.errors import GapscopeError
 from gapscope.trace.column_cache import ColumnCache
 from gapscope.trace.cached_reads import cached_table, finish
@@ -149,7 +148,6 @@ class BulkReader:
         tasks = [(key, lo, hi) for key, (bounds, _) in plans.items() for lo, hi in bounds]
         workers = max(1, min(4, os.cpu_count() or 1, len(tasks)))
         chunks = {key: len(bounds) for key, (bounds, _) in plans.items()}
-        big = len(tasks) > len(reads)  # some table was split: a read of CHUNK_ROWS rows or more
         out = {}
         filling: dict[str, _Filling | None] = {}
         seen = dict.fromkeys(reads, 0)
@@ -167,9 +165,7 @@ class BulkReader:
                     filling[key] = fill = None
                 if fill is not None:
                     fill.add_table(table)
-                del table
-                if big:  # the driver's batches, freed as each chunk was copied, scattered over the heap
-                    heap.give_back_freed_pages()
+                del table  # the driver's batches: the next chunk's reuse their blocks
                 seen[key] += 1
                 if seen[key] < chunks[key]:
                     continue
