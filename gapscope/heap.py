@@ -7,14 +7,16 @@ at once (docs/performance.md). :func:`use_one_arena` makes every thread
 share one arena, as ``MALLOC_ARENA_MAX=1`` would; the command line and the many-trace workers
 call it, a program that imports gapscope as a library keeps its own settings.
 
-glibc also serves a block from its heap, not from a mapping of its own, once a block of that
-size has been freed (its mmap threshold rises, up to 32 MiB): from then on the arrays of a 1M-
-kernel trace (4-8 MB each) are carved out of the heap, and what they leave when freed stays
-resident between the blocks still live. :func:`map_large_blocks` fixes the threshold at
-:data:`MMAP_THRESHOLD`, so every such array is mapped and its pages go back the moment it is
-freed (larger traces' arrays are over 32 MiB and mapped anyway). :func:`tune_for_analysis` makes
-both settings. :func:`give_back_freed_pages` hands the heap's free pages back to the system during
-and after a large read and between the analysis's steps (:func:`give_back_for`).
+Every page the system maps anew is zeroed first (a system call's time, not the process's own),
+and the analysis allocates and frees arrays of one value per activity, or per membership, again
+and again: mapped each time and handed back each time, a 10M-kernel trace had some 14 GB of
+pages zeroed for a peak of 2 GB, and its system time was over a quarter of its CPU time
+(docs/performance.md, "Issue 42, wave 3 second pass"). :func:`map_large_blocks` and
+:func:`keep_freed_pages` make glibc serve every block under :data:`MMAP_THRESHOLD` from its heap
+and keep what is freed there for the next block, not hand it back: an array freed by one step is
+the next step's, its pages already mapped. :func:`tune_for_analysis` makes the three settings.
+:func:`give_back_freed_pages` hands the heap's free pages back to the system once an analysis is
+done (:func:`give_back_for`), for a program that goes on (the MCP server, the many-trace workers).
 
 Elsewhere (macOS, musl) both do nothing.
 """
@@ -24,13 +26,17 @@ from __future__ import annotations
 import ctypes
 import os
 
-#: glibc's mallopt parameters (malloc.h): the most arenas, the mmap threshold.
+#: glibc's mallopt parameters (malloc.h): the most arenas, the mmap threshold, the trim threshold.
 _M_ARENA_MAX = -8
 _M_MMAP_THRESHOLD = -3
-#: Blocks of this many bytes or more get a mapping of their own (glibc's default is 128 KiB,
-#: raised as blocks are freed): a lower peak than the default, at the cost of the page faults of
-#: mapping each block anew (docs/performance.md).
-MMAP_THRESHOLD = 4 << 20
+_M_TRIM_THRESHOLD = -1
+#: Blocks of this many bytes or more get a mapping of their own, handed back when freed (glibc's
+#: default is 128 KiB, raised up to 32 MiB as blocks are freed); smaller ones come from the heap.
+#: Above any one array of a 30M-kernel trace, so that every array freed is reused.
+MMAP_THRESHOLD = 1 << 30
+#: The free memory at the top of the heap that glibc hands back by itself once it passes this
+#: many bytes (its default: 128 KiB, or twice the mmap threshold as it rises).
+TRIM_THRESHOLD = 1 << 30
 
 
 def _libc() -> ctypes.CDLL | None:
@@ -47,16 +53,25 @@ def use_one_arena() -> bool:
 
 
 def map_large_blocks() -> bool:
-    """Give every malloc block of MMAP_THRESHOLD bytes or more its own mapping, returned to the
-    system when freed (unless the user set ``MALLOC_MMAP_THRESHOLD_``); whether it was set."""
+    """Give only malloc blocks of MMAP_THRESHOLD bytes or more a mapping of their own, returned
+    to the system when freed, every smaller one coming from the heap (unless the user set
+    ``MALLOC_MMAP_THRESHOLD_``); whether it was set."""
     return _mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD, "MALLOC_MMAP_THRESHOLD_")
+
+
+def keep_freed_pages() -> bool:
+    """Keep the heap's free memory for the blocks to come, up to TRIM_THRESHOLD bytes free at its
+    top, instead of handing it back as it is freed (unless the user set
+    ``MALLOC_TRIM_THRESHOLD_``); whether it was set."""
+    return _mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD, "MALLOC_TRIM_THRESHOLD_")
 
 
 def tune_for_analysis() -> None:
     """The heap settings of the command line and its workers: :func:`use_one_arena`,
-    :func:`map_large_blocks`. Call it before any other thread starts."""
+    :func:`map_large_blocks`, :func:`keep_freed_pages`. Call it before any other thread starts."""
     use_one_arena()
     map_large_blocks()
+    keep_freed_pages()
 
 
 def _mallopt(param: int, value: int, variable: str) -> bool:
@@ -72,9 +87,8 @@ def _mallopt(param: int, value: int, variable: str) -> bool:
 
 
 #: Traces of at least this many activity or call rows have the heap's free pages handed back after
-#: the read and between the analysis's steps (:func:`give_back_freed_pages`): from a million rows
-#: on that lowers the peak at no cost in time; below this many it changes nothing
-#: (docs/performance.md). Between the steps, see gapscope.analysis.pipeline.
+#: the read and once analyzed (:func:`give_back_freed_pages`); below this many it changes nothing
+#: (docs/performance.md).
 TRIM_ROWS = 1 << 18
 
 
@@ -86,9 +100,9 @@ def give_back_for(rows: int) -> None:
 
 
 def give_back_freed_pages() -> None:
-    """Hand the C heap's free pages back to the system (glibc's ``malloc_trim``). The driver's
-    Arrow batches are freed in pieces, scattered over the heap: about 110 bytes per row read
-    that would otherwise stay resident."""
+    """Hand the C heap's free pages back to the system (glibc's ``malloc_trim``). Pages handed
+    back are zeroed again when the heap reuses them: not during an analysis's steps, whose arrays
+    reuse what the steps before freed."""
     libc = _libc()
     trim = getattr(libc, "malloc_trim", None) if libc is not None else None
     if trim is not None:

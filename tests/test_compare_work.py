@@ -245,6 +245,28 @@ def test_host_time_rose_only_when_the_host_did_more(base1: dict[str, Any]) -> No
     assert (eager["wall_ns"], eager["api_calls"]) == (43_821_757, 1330)
 
 
+@pytest.mark.parametrize("block", [1, 7, 1000])
+def test_kernel_counts_counted_in_blocks_are_the_rows_own(monkeypatch, block: int) -> None:
+    """by_name's and devices' kernel_counts counted a few memberships at a time (the counts of a
+    (row, name) pair met in several blocks summed): every name's kernels per range name from the
+    export's rows, and each device's kernels per name (every kernel of cmp_base_1 is on device 0)."""
+    from gapscope.analysis import metrics
+    from gapscope.analysis.pipeline import analyze
+
+    monkeypatch.setattr(metrics, "COUNT_BLOCK", block)
+    path = TRACES / "cmp_base_1.sqlite"
+    result = analyze(path).to_dict()
+    for name in ("eager", "decode_step", "graph"):
+        want = _loop_mix(path, name)
+        assert _by_name(result, name)["kernel_counts"] == sorted(([n, c] for n, c in want.items()),
+                                                                 key=lambda p: (-p[1], p[0]))
+    names = R.activity_names(str(path))
+    trace = R.Trace(str(path))
+    every = Counter(names[a["i"]] for a in trace.acts if a["kind"] == "kernel")
+    assert [d["kernel_counts"] for d in result["devices"]] == [
+        sorted(([n, c] for n, c in every.items()), key=lambda p: (-p[1], p[0]))]
+
+
 def test_kernel_counts_and_host_calls_are_the_rows_own(base1: dict[str, Any]) -> None:
     """by_name's kernel_counts and every range's api_calls and api_ns, from the export's rows:
     the kernels each range launched, by short name, and the CUDA calls (quiet ones left out)

@@ -177,36 +177,36 @@ def _sqlite_frames(path: Path) -> dict:
 
 
 def test_sqlite_frames_the_same_read_in_many_chunks_and_batches(monkeypatch):
-    """The bulk read of a large export (many rowid chunks, each many Arrow batches joined in one
-    copy, the heap trimmed after each chunk, as each column is joined and after the read) forced on a shipped trace: the same frames, row for row, as
-    its one-chunk, one-batch read."""
+    """The bulk read of a large export (many rowid chunks, each many Arrow batches copied into
+    its table's columns; the heap not trimmed: the next chunk's batches reuse its blocks) forced
+    on a shipped trace: the same frames, row for row, as its one-chunk, one-batch read."""
     from gapscope.trace import sqlite_reads
 
     whole = _sqlite_frames(SQLITE)
     chunks, trims = [], []
     from gapscope import heap
 
-    chunk, trim, concat, joined = sqlite_reads.BulkReader._chunk, heap.give_back_freed_pages, sqlite_reads._concat, []
+    chunk, trim, filled, joined = sqlite_reads.BulkReader._chunk, heap.give_back_freed_pages, \
+        sqlite_reads._Filling.columns, []
     monkeypatch.setattr(sqlite_reads, "CHUNK_ROWS", 300)
     monkeypatch.setattr(sqlite_reads, "BATCH_ROWS", 7)
     monkeypatch.setattr(heap, "TRIM_ROWS", 0)
     monkeypatch.setattr(sqlite_reads.BulkReader, "_chunk", lambda self, r, lo, hi, typed: (
         chunks.append(r.table), chunk(self, r, lo, hi, typed=typed))[1])
     monkeypatch.setattr(heap, "give_back_freed_pages", lambda: (trims.append(1), trim())[1])
-    monkeypatch.setattr(sqlite_reads, "_concat", lambda parts, r: (joined.append(len(r.names)), concat(parts, r))[1])
+    monkeypatch.setattr(sqlite_reads._Filling, "columns", lambda self: (joined.append(len(self._r.names)),
+                                                                        filled(self))[1])
     assert _sqlite_frames(SQLITE) == whole
     conn = sqlite3.connect(f"file:{SQLITE}?mode=ro&immutable=1", uri=True)
     lo, hi = conn.execute("SELECT min(rowid), max(rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
     conn.close()
     assert chunks.count("CUPTI_ACTIVITY_KIND_KERNEL") == -(-(hi - lo + 1) // 300) > 1
-    # The heap trimmed as each chunk came in (the read was split), before each column of a table
-    # is joined, and once after the read.
     # Kernels and copies (frames.ACTIVITY_COLUMNS and name_id), calls, NVTX events, stream waits,
     # the stream and context tables (the stream kinds).
     assert joined == [len(ACTIVITY_COLUMNS) + 1] * 2 + [len(API_COLUMNS), len(NVTX_COLUMNS), len(SYNC_COLUMNS),
                                                         len(STREAM_SOURCE), len(CONTEXT_SOURCE)] \
         == [8, 8, 5, 6, 4, 6, 6]
-    assert len(trims) == len(chunks) + sum(joined) + 1
+    assert trims == []
     assert len(whole["activities"]["start"]) == 1649 and len(whole["api"]["start"]) == 3681
 
 

@@ -97,32 +97,59 @@ def test_time_keys_in_place_equal_the_formula():
 
 
 def test_reader_keeps_ids_32_bit_batch_by_batch_and_64_bit_when_one_does_not_fit():
-    """SYNTHETIC Arrow batches through the SQLite reader's column conversion: a narrow column's
-    batches come out int32 when they fit, and the joined column is int64 with the same values
-    as soon as one batch holds an id at or past NARROW_LIMIT; other columns stay int64, copied
-    out of the batches (a view would keep the driver's whole batch alive)."""
+    """SYNTHETIC Arrow batches through the SQLite reader's column filling: a narrow column comes
+    out int32 when every batch fits, and int64 with the same values as soon as one batch holds an
+    id at or past NARROW_LIMIT (the rows before it kept); other columns stay int64; each column
+    is one array of its own (no view of the driver's batches), cut to the rows read although
+    allocated for more."""
     import pyarrow as pa
 
-    from gapscope.trace.sqlite_reads import Read, _concat, _fast_columns
+    from gapscope.trace.sqlite_reads import Read, _checked, _Filling
 
     r = Read("T", (("corr", "correlationId"), ("start", "start")), narrow=frozenset({"corr"}))
     fits = [[-1, 0, 7], [NARROW_LIMIT - 1]]
     table = pa.table({"corr": pa.chunked_array(fits, pa.int64()), "start": pa.chunked_array([[1, 2, 3], [4]], pa.int64())})
-    cols = _fast_columns(table, r)
-    assert [p.dtype for p in cols["corr"][0]] == [np.int32, np.int32]
-    # Other columns: one int64 copy of the chunk's batches, holding none of the driver's memory.
-    start = cols["start"][0]
-    assert start.dtype == np.int64 and start.base is None and start.tolist() == [1, 2, 3, 4]
-    joined = _concat([cols], r)
+    fill = _Filling(r, 10)
+    fill.add_table(_checked(table, r))
+    joined = fill.columns()
     assert joined["corr"][0].dtype == np.int32 and joined["corr"][0].tolist() == [-1, 0, 7, NARROW_LIMIT - 1]
+    start = joined["start"][0]
+    assert start.dtype == np.int64 and start.base is None and start.tolist() == [1, 2, 3, 4]
+    assert joined["corr"][1] is None and joined["start"][1] is None
     wide = [[3, 4], [NARROW_LIMIT], [5]]
     table = pa.table({"corr": pa.chunked_array(wide, pa.int64()), "start": pa.chunked_array([[1, 2], [3], [4]], pa.int64())})
-    parts = [_fast_columns(table, r), _fast_columns(pa.table({"corr": pa.array([9], pa.int64()),
-                                                              "start": pa.array([5], pa.int64())}), r)]
-    joined = _concat(parts, r)
+    fill = _Filling(r, 3)  # fewer rows than the chunks give: the arrays grow
+    fill.add_table(table)
+    fill.add_table(pa.table({"corr": pa.array([9], pa.int64()), "start": pa.array([5], pa.int64())}))
+    joined = fill.columns()
     assert joined["corr"][0].dtype == np.int64
     assert joined["corr"][0].tolist() == [3, 4, NARROW_LIMIT, 5, 9]
     assert joined["start"][0].tolist() == [1, 2, 3, 4, 5]
+
+
+def test_reader_fills_null_cells_and_typed_chunks_in_order():
+    """SYNTHETIC chunks: a NULL cell reads -1 with Cell.NULL at its row, a column of NULLs only
+    (Arrow's null type) -1 and Cell.NULL throughout, and a typed chunk's own Cell codes land at
+    its rows; columns with no damaged cell have no codes."""
+    import pyarrow as pa
+
+    from gapscope.trace.sqlite_reads import Read, _checked, _Filling
+    from gapscope.trace.validation import Cell
+
+    r = Read("T", (("corr", "correlationId"), ("start", "start"), ("end", "end")), narrow=frozenset({"corr"}))
+    fill = _Filling(r, 100)
+    fill.add_table(_checked(pa.table({"corr": pa.chunked_array([[1, None], [3]], pa.int64()),
+                                      "start": pa.chunked_array([[10, 11], [12]], pa.int64()),
+                                      "end": pa.nulls(3)}), r))
+    fill.add_columns({"corr": (np.array([4, -1]), np.array([0, 2], dtype=np.uint8)),
+                      "start": (np.array([13, 14]), None), "end": (np.array([20, 21]), None)})
+    joined = fill.columns()
+    assert joined["corr"][0].tolist() == [1, -1, 3, 4, -1] and joined["corr"][0].dtype == np.int32
+    assert joined["corr"][1].tolist() == [0, Cell.NULL, 0, 0, Cell.NOT_INTEGER]
+    assert joined["start"][0].tolist() == [10, 11, 12, 13, 14] and joined["start"][1] is None
+    assert joined["end"][0].tolist() == [-1, -1, -1, 20, 21]
+    assert joined["end"][1].tolist() == [Cell.NULL] * 3 + [0, 0]
+    assert _checked(pa.table({"corr": pa.array([1.5]), "start": pa.array([1]), "end": pa.array([2])}), r) is None
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -111,6 +111,42 @@ def test_grouped_quantiles_equal_a_per_group_computation(high, key, seed):
     assert (scale == 0) == (key == "lexsort")
 
 
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("seed", range(4))
+def test_grouped_quantiles_of_many_groups_in_runs_sort_each_group_in_its_row(monkeypatch, dtype, seed):
+    """SYNTHETIC: 150 groups (one with no value, one with one, sizes from 1 to some 200) whose
+    values come in runs of a group, the runs of one group scattered (as a level's gaps come window
+    by window), values up to the dtype's largest: each group's values are sorted in a row of its
+    own (sorted_in_rows, placed a few values at a time), and the quantiles are the same floats as
+    sorting each group's values alone; values in no runs fall back to the combined key."""
+    from gapscope.analysis import intervals
+
+    monkeypatch.setattr(intervals, "ROW_BLOCK", 37)
+    rng = np.random.default_rng(seed)
+    n_groups = 150
+    runs = [(g, int(rng.integers(1, 12))) for g in range(1, n_groups) for _ in range(int(rng.integers(1, 20)))]
+    runs.append((2, 1))
+    runs = [r for r in runs if r[0] != 1] + [(1, 1)]  # group 1 has one value, group 0 none
+    order = rng.permutation(len(runs))
+    groups = np.concatenate([np.full(runs[i][1], runs[i][0]) for i in order])
+    top = np.iinfo(dtype).max
+    values = rng.integers(0, top, groups.size, dtype=dtype, endpoint=True)
+    values[:5] = top  # the padding's value among the real ones
+    qs = (0.0, 0.25, 0.5, 0.9, 0.99, 1.0)
+    in_rows = []
+    real = intervals.sorted_in_rows
+    monkeypatch.setattr(intervals, "sorted_in_rows", lambda *a: (in_rows.append(1), real(*a))[1])
+    got = intervals.grouped_quantiles(groups, values, n_groups, qs)
+    assert in_rows == [1]
+    assert np.array_equal(got, quantiles_by_hand(groups, values, n_groups, qs), equal_nan=True)
+    assert np.isnan(got[0]).all() and not np.isnan(got[1:]).any()
+    scattered = rng.permutation(groups)  # runs of about one value: the combined key
+    got = intervals.grouped_quantiles(scattered, values, n_groups, qs)
+    assert real(scattered, values, np.bincount(scattered, minlength=n_groups),
+                np.flatnonzero(np.bincount(scattered, minlength=n_groups))) is None
+    assert np.array_equal(got, quantiles_by_hand(scattered, values, n_groups, qs), equal_nan=True)
+
+
 def test_grouped_quantiles_select_instead_of_sorting_for_few_large_groups(monkeypatch):
     """Three groups of 70,000 values each (SELECT_RATIO times more values than needed positions):
     the keys are partitioned around the positions the quantiles read instead of sorted, and the

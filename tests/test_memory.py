@@ -385,17 +385,50 @@ def test_one_malloc_arena_unless_the_user_chose(monkeypatch):
     assert heap.use_one_arena() is glibc
 
 
-def test_large_blocks_mapped_unless_the_user_chose(monkeypatch):
-    """The command line gives blocks of 4 MiB or more their own mappings (gapscope.heap); a
-    MALLOC_MMAP_THRESHOLD_ the user set is left to glibc."""
+def test_blocks_come_from_the_heap_and_stay_there_unless_the_user_chose(monkeypatch):
+    """The command line serves every block under heap.MMAP_THRESHOLD from the heap and keeps what
+    is freed there for the next block (gapscope.heap): a 64 MiB block is no mapping of its own
+    (glibc's mallinfo2), and once freed its bytes are still the heap's, free. A
+    MALLOC_MMAP_THRESHOLD_ or MALLOC_TRIM_THRESHOLD_ the user set is left to glibc."""
     import ctypes
     import platform
 
     from gapscope import heap
 
-    assert heap.MMAP_THRESHOLD == 4 * 2**20
     monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "131072")
-    assert heap.map_large_blocks() is False
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "131072")
+    assert heap.map_large_blocks() is False and heap.keep_freed_pages() is False
     monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_")
-    glibc = platform.libc_ver()[0] == "glibc" and hasattr(ctypes.CDLL(None), "mallopt")
-    assert heap.map_large_blocks() is glibc
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_")
+    libc = ctypes.CDLL(None)
+    glibc = platform.libc_ver()[0] == "glibc" and hasattr(libc, "mallopt")
+    assert heap.map_large_blocks() is glibc and heap.keep_freed_pages() is glibc
+    assert heap.MMAP_THRESHOLD > 64 << 20
+    if not hasattr(libc, "mallinfo2"):  # glibc before 2.33, or no glibc: the settings were all there is
+        return
+
+    class MallInfo(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                    "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+    libc.mallinfo2.restype = MallInfo
+    libc.malloc.restype = ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+    before = libc.mallinfo2()
+    block = libc.malloc(64 << 20)
+    assert libc.mallinfo2().hblkhd == before.hblkhd  # no mapping of its own
+    libc.free(block)
+    assert libc.mallinfo2().fordblks >= 64 << 20  # kept, free, for the next block
+
+
+def test_an_analysis_hands_the_heap_back_once_at_its_end(monkeypatch):
+    """Between its steps an analysis keeps the heap's free pages for the next step's arrays;
+    it hands them back once (heap.give_back_freed_pages), when its result is built."""
+    from gapscope import heap
+    from gapscope.analysis import pipeline
+
+    calls = []
+    monkeypatch.setattr(heap, "TRIM_ROWS", 0)
+    monkeypatch.setattr(heap, "give_back_freed_pages", lambda: calls.append(1))
+    pipeline.analyze(TRACES / "torch_decode.sqlite")
+    assert calls == [1]

@@ -171,6 +171,67 @@ def sort_within_groups(groups: np.ndarray, values: np.ndarray, n_groups: int,
 #: millions of keys cost most of the percentiles' time at 10M kernels.
 SELECT_MAX_POSITIONS = 1024
 SELECT_RATIO = 64
+#: grouped_quantiles sorts each group's values in a row of its own (:func:`sorted_in_rows`)
+#: instead of one combined key when there are at least ROW_GROUPS groups with values and the
+#: groups come in runs of RUN_VALUES values or more on average (a level's gaps, window by window;
+#: the memberships, in window order): many groups, one per range instance.
+ROW_GROUPS = 64
+RUN_VALUES = 4
+#: Values :func:`sorted_in_rows` places into their rows at a time.
+ROW_BLOCK = 1 << 20
+
+
+def sorted_in_rows(groups: np.ndarray, values: np.ndarray, count: np.ndarray, present: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray] | None:
+    """(rows, first): each group's integer values sorted, group ``g``'s at ``rows[first[g]:
+    first[g] + count[g]]``; None when the groups do not come in runs (RUN_VALUES values a run on
+    average) or the values are not integers. Each group has a row of the power of two at or above
+    its count, padded with the dtype's largest value (sorted after every value, so never read),
+    the rows of one width side by side: one 2-D sort per width, along the rows (short rows sort
+    in sorting networks), instead of one sort of every value. The values are placed run by run:
+    a stable sort of the runs' groups finds where each run goes in its group's row (O(runs log
+    runs)), and the values are copied ROW_BLOCK at a time."""
+    n = values.size
+    if not np.issubdtype(values.dtype, np.integer):
+        return None
+    change = np.flatnonzero(groups[1:] != groups[:-1]) + 1
+    if (change.size + 1) * RUN_VALUES > n:
+        return None
+    starts = np.concatenate(([0], change))
+    ends = np.concatenate((change, [n]))
+    del change
+    run_group = groups[starts].astype(np.int64)
+    # Each present group's row: the rows sorted by width, each width's side by side.
+    width = np.left_shift(1, np.ceil(np.log2(count[present])).astype(np.int64))
+    by_width = np.argsort(width, kind="stable")
+    first = np.zeros(count.size, dtype=np.int64)
+    w = width[by_width]
+    first[present[by_width]] = np.cumsum(w) - w
+    total = int(w.sum())
+    # Where each run begins in its group's row: after the group's earlier runs.
+    order = np.argsort(run_group, kind="stable")
+    length = (ends - starts)[order]
+    before = np.cumsum(length) - length  # over the runs in group order
+    group_sorted = run_group[order]
+    new_group = np.concatenate(([True], group_sorted[1:] != group_sorted[:-1]))
+    in_group = before - np.maximum.accumulate(np.where(new_group, before, 0))
+    run_at = np.empty(starts.size, dtype=np.int64)
+    run_at[order] = first[group_sorted] + in_group
+    del order, length, before, group_sorted, new_group, in_group
+    shift = run_at - starts  # a value's place in the rows minus its own position
+    rows = np.full(total, np.iinfo(values.dtype).max, dtype=values.dtype)
+    for a in range(0, n, ROW_BLOCK):
+        b = min(n, a + ROW_BLOCK)
+        r0 = int(np.searchsorted(starts, a, side="right")) - 1
+        r1 = int(np.searchsorted(starts, b, side="left"))
+        covered = np.minimum(ends[r0:r1], b) - np.maximum(starts[r0:r1], a)
+        rows[np.repeat(shift[r0:r1], covered) + np.arange(a, b)] = values[a:b]
+    lo = 0
+    for size in np.unique(w).tolist():  # widths in increasing order, as the rows lie
+        hi = lo + int(np.count_nonzero(w == size)) * size
+        rows[lo:hi].reshape(-1, size).sort(axis=1)
+        lo = hi
+    return rows, first
 
 
 def grouped_quantiles(
@@ -183,7 +244,8 @@ def grouped_quantiles(
     values = np.asarray(values)
     if values.size == 0:
         return out
-    count = np.bincount(np.asarray(groups), minlength=n_groups)
+    groups = np.asarray(groups)
+    count = np.bincount(groups, minlength=n_groups)
     offset = np.concatenate(([0], np.cumsum(count)[:-1]))
     present = np.flatnonzero(count)
     n = count[present]
@@ -196,11 +258,20 @@ def grouped_quantiles(
         needed = np.unique(np.concatenate([base + b for b in (*lo, *hi)]))
         if values.size < SELECT_RATIO * needed.size:
             needed = None
-    count, key, scale = sort_within_groups(groups, values, n_groups, spare_groups, kth=needed, count=count)
-    shift = present.astype(np.int64) * scale  # each group's part of its keys
+    in_rows = sorted_in_rows(groups, values, count, present) \
+        if needed is None and present.size >= ROW_GROUPS else None
+    if in_rows is not None:
+        rows, first = in_rows
+        base = first[present]
 
-    def value(at: np.ndarray) -> np.ndarray:
-        return (key[at].astype(np.int64) - shift).astype(np.float64)  # as floats, as numpy's quantile takes them
+        def value(at: np.ndarray) -> np.ndarray:
+            return rows[at].astype(np.float64)  # as floats, as numpy's quantile takes them
+    else:
+        count, key, scale = sort_within_groups(groups, values, n_groups, spare_groups, kth=needed, count=count)
+        shift = present.astype(np.int64) * scale  # each group's part of its keys
+
+        def value(at: np.ndarray) -> np.ndarray:
+            return (key[at].astype(np.int64) - shift).astype(np.float64)  # as floats, as numpy's quantile takes them
 
     for j in range(len(qs)):
         v_lo = value(base + lo[j])

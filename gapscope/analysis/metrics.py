@@ -242,21 +242,42 @@ def rollup_stats(
     )[list(STATS_FIELDS)]
 
 
+#: Memberships :func:`kernel_counts` counts at a time.
+COUNT_BLOCK = 1 << 20
+
+
 def kernel_counts(labels: np.ndarray, names: list[str], member_act: np.ndarray | None, member_row: np.ndarray,
-                  n_rows: int) -> np.ndarray:
+                  n_rows: int, row_of: np.ndarray | None = None) -> np.ndarray:
     """Per output row, its kernels counted by name: a list of ``[name, count]`` pairs, most
     frequent first (then by name), as an object array of ``n_rows`` lists (docs/schema.md,
     ``kernel_counts``). ``labels``: each activity's name code into ``names``, which are sorted
     (-1: not a kernel);
-    ``member_act`` None: every activity is a member of ``member_row`` (one per activity)."""
-    if member_act is None:
-        codes, rows = labels, np.asarray(member_row, dtype=np.int64)
-    else:
-        codes, rows = labels[member_act], np.asarray(member_row, dtype=np.int64)
-    keep = codes >= 0
-    codes, rows = codes[keep].astype(np.int64), rows[keep]
+    ``member_act`` None: every activity is a member of ``member_row`` (one per activity);
+    ``row_of``: the output row of each ``member_row`` value (a membership's range to its name),
+    when given. Counted COUNT_BLOCK memberships at a time, each block's distinct (row, name)
+    pairs summed with the others': no temporary over every membership."""
     n_names = max(len(names), 1)
-    pair, counts = np.unique(rows * n_names + codes, return_counts=True)
+    n = np.asarray(member_row).size
+    pairs, pair_counts = [], []
+    for lo in range(0, n, COUNT_BLOCK):
+        rows = member_row[lo:lo + COUNT_BLOCK]
+        if row_of is not None:
+            rows = row_of[rows]
+        codes = labels[lo:lo + COUNT_BLOCK] if member_act is None else labels[member_act[lo:lo + COUNT_BLOCK]]
+        keep = codes >= 0
+        key = rows[keep].astype(np.int64)
+        key *= n_names
+        key += codes[keep]
+        pair, counts = np.unique(key, return_counts=True)
+        pairs.append(pair)
+        pair_counts.append(counts)
+    pair = np.concatenate(pairs) if pairs else np.zeros(0, dtype=np.int64)
+    counts = np.concatenate(pair_counts) if pair_counts else np.zeros(0, dtype=np.int64)
+    if len(pairs) > 1 and pair.size:  # a pair met in several blocks: its counts summed
+        order = np.argsort(pair, kind="stable")
+        pair, counts = pair[order], counts[order]
+        first = np.flatnonzero(np.r_[True, pair[1:] != pair[:-1]])
+        pair, counts = pair[first], np.add.reduceat(counts, first)
     row, code = pair // n_names, pair % n_names
     text = np.asarray(names, dtype=object)
     order = np.lexsort((code, -counts, row))  # codes follow the names' order

@@ -43,7 +43,7 @@ from gapscope.analysis.attribution import (
     setup_sums,
 )
 from gapscope.analysis.host_timeline import DEFAULT_STALL_THRESHOLD_NS
-from gapscope.analysis.keys import narrowed, pair_code, small_codes, stream_key, unpack_stream_key
+from gapscope.analysis.keys import code_dtype, narrowed, pair_code, small_codes, stream_key, unpack_stream_key
 from gapscope.analysis.launches import launch_stats
 from gapscope.analysis.metrics import (
     STATS_FIELDS, ActivityArrays, GapList, kernel_counts, level_stats, level_table, member_kernels, rollup_stats,
@@ -338,11 +338,11 @@ def _with_verdicts(columns: dict[str, Any], graph_level: bool) -> None:
 
 class _Memory:
     """The analysis's memory hand-backs, all of them: the frame columns it has read for good are
-    dropped from ``frames`` (with ``release_ids``: TraceFrames.release), and between its large
-    steps the C heap's free pages go back to the system (gapscope.heap, from heap.TRIM_ROWS
-    activities on): a step's window- and block-sized temporaries are freed scattered over the
-    heap, and the pages they leave would stay resident under the next step's peak
-    (docs/performance.md). The steps' own arrays go when the step that made them returns."""
+    dropped from ``frames`` (with ``release_ids``: TraceFrames.release), and once the result is
+    built the C heap's free pages go back to the system (gapscope.heap, from heap.TRIM_ROWS
+    activities on). Not between the steps: each step's arrays reuse the heap's blocks the steps
+    before freed, where pages handed back would be zeroed again (docs/performance.md). The steps'
+    own arrays go when the step that made them returns."""
 
     def __init__(self, frames: TraceFrames, release_ids: bool) -> None:
         self.frames = frames
@@ -355,7 +355,7 @@ class _Memory:
             self.frames.release(columns)
 
     def give_back(self) -> None:
-        """Hand the heap's free pages back, between two large steps."""
+        """Hand the heap's free pages back, the analysis done."""
         heap.give_back_for(self.rows)
 
 
@@ -599,7 +599,6 @@ def _levels_windowed(w: Linked, m: Memberships, o: LevelOptions, plan: windows.W
     :func:`_levels_kept`, in less memory. ``plan``: the windows (Memberships.in_windows), the
     memberships given in its order."""
     pairs, devices, streams, longest, launch_rows = _windows_beside(w, m, o, plan, memory, device_gaps)
-    memory.give_back()  # the attribution's indexes (some 40 bytes an activity) went with the windows
     top_gaps = _top_gaps(w, o, longest[0] if longest is not None else None)
     pair_stats, device_stats, stream_stats = _level_tables(w, m, pairs, devices, streams)
     pair_gap_lengths = pairs.lengths()
@@ -625,14 +624,12 @@ def _windows_beside(w: Linked, m: Memberships, o: LevelOptions, plan: windows.Wi
     if serial:
         # The launch statistics first, on their own: beside the attribution's build and the
         # first windows their temporaries (some 50 bytes a call) made a large trace's peak.
-        memory.give_back()
         launch_rows = _launch_rows(w, m, o)
     with ThreadPoolExecutor(1 if serial else 2) as pool:
         attributor = _attributor(pool, w, o, plan.order)
         if serial and attributor is not None:
             attributor.result()  # built before the windows' own set-up, not beside it
             memory.drop(READ_BY_ATTRIBUTION)  # the launch statistics and the timeline have read them
-            memory.give_back()
         # Beside the windows, once the indexes are built.
         launches = None if serial else pool.submit(_launch_rows, w, m, o, attributor)
         measured = windows.measure(w.acts, m.act, m.pair, plan, w.n_pairs, w.pair_range, w.n_ranges, w.replays,
@@ -720,11 +717,12 @@ def _with_kernel_counts(w: Linked, m: Memberships, range_name: np.ndarray, membe
     kernels = np.flatnonzero(acts.is_kernel)
     codes, labels, _ = w.frames.activity_labels(kernels)
     names, text_code = np.unique(np.asarray(labels, dtype=str), return_inverse=True)
-    label = np.full(acts.start.size, -1, dtype=np.int64)
+    label = np.full(acts.start.size, -1, dtype=code_dtype(names.size))
     label[kernels] = text_code.reshape(-1)[codes]
+    del codes
     names = names.tolist()
-    name_cols["kernel_counts"] = kernel_counts(label, names, m.act, range_name[member_range],
-                                               len(name_cols["name"]))
+    name_cols["kernel_counts"] = kernel_counts(label, names, m.act, member_range, len(name_cols["name"]),
+                                               row_of=range_name)
     device_cols["kernel_counts"] = kernel_counts(label, names, None, acts.device_code, acts.device_ids.size)
 
 
@@ -849,9 +847,7 @@ def run_analysis(
     memory.drop(READ_BY_LEVELS)
     # 3. The range pairs rolled up per range instance and per range name.
     range_name, name_keys = _name_groups(w.table.frame)
-    memory.give_back()
     range_stats, name_stats = _rollups(w, members, lv.pairs, lv.pair_gap_lengths, range_name, len(name_keys))
-    memory.give_back()
     # 4. Each section's rows, with their replays, categories, verdicts and communication. Before
     # the rows are built: the match's temporaries never sit beside every range's row.
     comm = communication.find(frames)
@@ -872,6 +868,7 @@ def run_analysis(
         **sections, launch=lv.launch_rows, top_gaps=lv.top_gaps,
         answer=answer.build(sections["by_name"], sections["devices"], sections["payoff"], lv.launch_rows, trace),
     )
+    memory.give_back()  # the steps' temporaries, for a program that goes on
     return AnalysisArrays(
         frames=frames, acts=w.acts, launch=w.launch, ranges=w.table, name_of_range=range_name,
         member_range=member_range, member_act=members.act, member_pair=members.pair,

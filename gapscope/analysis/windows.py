@@ -27,15 +27,10 @@ from gapscope.analysis.intervals import RunningTimelines, WindowGaps
 from gapscope.analysis.keys import code_dtype, index_dtype, narrowed, narrowed_to_fit
 from gapscope.analysis.metrics import ActivityArrays, GapList
 from gapscope.analysis.replays import Replays
-from gapscope.heap import give_back_freed_pages
 
 #: Activities per window: some 10-20 MB of temporaries each, two windows at a time (one found
 #: on a thread while the other is attributed); smaller windows only add Python overhead.
 WINDOW_ACTIVITIES = 1 << 16
-#: Windows measured between two hand-backs of the heap's free pages (heap.give_back_freed_pages):
-#: each window's temporaries are blocks under heap.MMAP_THRESHOLD, freed scattered over the heap,
-#: and the pages they leave would stay resident to the end of the measurement.
-TRIM_WINDOWS = 16
 #: Overrides WINDOW_ACTIVITIES (the tests force windows of a few activities with it).
 WINDOW_ENV = "GAPSCOPE_WINDOW_ACTIVITIES"
 
@@ -320,9 +315,7 @@ def measure(acts: ActivityArrays, member_act: np.ndarray, member_pair: np.ndarra
                 devices.gap_lists.append(d_gaps)
             for sums, g in ((devices, d_gaps), (pairs, p_gaps), (streams, s_gaps)):
                 sums.keep(g.row, g.length)  # kept to the end, for the percentiles
-            del lv, d_gaps, p_gaps, s_gaps
-            if w % TRIM_WINDOWS == TRIM_WINDOWS - 1:
-                give_back_freed_pages()  # the windows' temporaries are freed scattered over the heap
+            del lv, d_gaps, p_gaps, s_gaps  # the next window's temporaries reuse their blocks
     longest = _merged(cand) if attributed else None
     return pairs, devices, streams, longest
 

@@ -20,7 +20,6 @@ import numpy as np
 import pandas as pd
 
 from gapscope.errors import GapscopeError
-from gapscope import heap
 from gapscope.trace.cached_reads import entry_of
 from gapscope.trace.cuda_api import QUIET_CALLS
 from gapscope.trace.frames import (
@@ -111,7 +110,6 @@ class NsysSqlite:
             frames = _load_frames(conn, reader, self.meta, syncs, all_calls, self)
         finally:
             reader.close()
-        heap.give_back_for(max(len(frames.activities), len(frames.api)))
         return frames
 
     def row_counts(self) -> RowCounts:

@@ -20,11 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from gapscope import heap
 from gapscope.errors import GapscopeError
 from gapscope.trace.column_cache import ColumnCache
 from gapscope.trace.cached_reads import cached_table, finish
-from gapscope.trace.frames import narrow_ids
+from gapscope.trace.frames import NARROW_LIMIT
 from gapscope.trace.sqlite_source import Source, read_error, sql_rows
 from gapscope.trace.validation import Cell
 
@@ -93,9 +92,8 @@ MAX_CHUNKS = 16
 #: hundreds of pieces).
 BATCH_ROWS = 16_384
 
-#: A frame's columns: values (one array, or a chunk's pieces in order, which _concat joins), and
-#: the Cell code per row (None where every cell was read).
-Columns = dict[str, tuple[np.ndarray | list[np.ndarray], np.ndarray | None]]
+#: A frame's columns: values, and the Cell code per row (None where every cell was read).
+Columns = dict[str, tuple[np.ndarray, np.ndarray | None]]
 
 
 def _adbc_dbapi():
@@ -146,38 +144,53 @@ class BulkReader:
         Integer columns come back as int64 (-1 where the cell held no integer), text as object."""
         if not self._adbc:
             return {key: _frame(self._sqlite_columns(r), r) for key, r in reads.items()}
-        tasks = [(key, lo, hi) for key, r in reads.items() for lo, hi in _bounds(self._conn, r)]
+        plans = {key: _chunks(self._conn, r, self._most_rows) for key, r in reads.items()}
+        tasks = [(key, lo, hi) for key, (bounds, _) in plans.items() for lo, hi in bounds]
         workers = max(1, min(4, os.cpu_count() or 1, len(tasks)))
-        chunks = {key: sum(1 for k, _, _ in tasks if k == key) for key in reads}
-        big = len(tasks) > len(reads)  # some table was split: a read of CHUNK_ROWS rows or more
+        chunks = {key: len(bounds) for key, (bounds, _) in plans.items()}
         out = {}
-        waiting: dict[str, list[Columns | None]] = {}
+        filling: dict[str, _Filling | None] = {}
+        seen = dict.fromkeys(reads, 0)
         with ThreadPoolExecutor(workers) as pool:
-            # Chunks come back in task order, a table's together: each table is joined (and its
-            # chunks let go) as soon as its last chunk is in, while the next ones are read.
-            for (key, _, _), part in zip(tasks, pool.map(
+            # Chunks come back in task order, a table's together: each is copied into its table's
+            # columns (allocated once, for the most rows the read can give) and let go, while the
+            # next ones are read; a table is done when its last chunk is in.
+            for (key, _, _), table in zip(tasks, pool.map(
                     lambda t: self._chunk(reads[t[0]], t[1], t[2], typed=False), tasks)):
-                mine = waiting.setdefault(key, [])
-                mine.append(part)
-                del part
-                if big:  # the driver's batches, freed as each chunk became columns, scattered over the heap
-                    heap.give_back_freed_pages()
-                if len(mine) < chunks[key]:
-                    continue
-                del waiting[key]
                 r = reads[key]
-                if any(p is None for p in mine):  # values of the wrong type somewhere: read it typed
-                    mine = [self._chunk(r, lo, hi, typed=True) for k, lo, hi in tasks if k == key]
-                out[key] = _frame(_concat(mine, r), r)
-                del mine
+                if key not in filling:
+                    filling[key] = _Filling(r, plans[key][1])
+                fill = filling[key]
+                if fill is not None and table is None:  # values of the wrong type somewhere: read it typed
+                    filling[key] = fill = None
+                if fill is not None:
+                    fill.add_table(table)
+                del table  # the driver's batches: the next chunk's reuse their blocks
+                seen[key] += 1
+                if seen[key] < chunks[key]:
+                    continue
+                del filling[key]
+                if fill is None:
+                    fill = _Filling(r, plans[key][1])
+                    for k, lo, hi in tasks:
+                        if k == key:
+                            fill.add_columns(self._chunk(r, lo, hi, typed=True))
+                out[key] = _frame(fill.columns(), r)
+                del fill
         return out
 
-    def _chunk(self, r: Read, lo: int | None, hi: int | None, *, typed: bool) -> Columns | None:
-        """One chunk's columns; None when a fast read met a value of another type than its
-        column's (or failed at all: the typed read then says why, or reads it)."""
+    @property
+    def _most_rows(self) -> int:
+        """The most rows any table of the export can hold: one per 16 bytes of the file."""
+        return self._source.path.stat().st_size // 16
+
+    def _chunk(self, r: Read, lo: int | None, hi: int | None, *, typed: bool):
+        """One chunk: read typed, its columns; read as is, its Arrow table, or None when it met a
+        value of another type than its column's (or failed at all: the typed read then says why,
+        or reads it)."""
         try:
             table = self._fetch(r.sql(lo, hi, typed=typed))
-            return _typed_columns(table, r) if typed else _fast_columns(table, r)
+            return _typed_columns(table, r) if typed else _checked(table, r)
         except GapscopeError:
             raise
         except Exception as exc:
@@ -236,54 +249,139 @@ class BulkReader:
 def _bounds(conn: sqlite3.Connection, r: Read) -> list[tuple[int | None, int | None]]:
     """Rowid ranges ``[lo, hi)`` that together cover every row of the read's table, whatever
     its rowids (negative, huge, sparse): at most MAX_CHUNKS of them, an open range at each end."""
+    return _chunks(conn, r, 0)[0]
+
+
+def _chunks(conn: sqlite3.Connection, r: Read, most: int) -> tuple[list[tuple[int | None, int | None]], int]:
+    """(:func:`_bounds`, the rows the read can give at most): its table's rowid span, and at most
+    ``most`` (a damaged table's rowids can span far more rows than the file holds)."""
     lo, hi = sql_rows(conn, f"SELECT (SELECT min(rowid) FROM {r.table}), (SELECT max(rowid) FROM {r.table})")[0]
     if lo is None or hi is None:
-        return [(None, None)]
+        return [(None, None)], 0
     width = hi - lo + 1  # a Python int: no overflow for any pair of int64 rowids
+    rows = min(width, most)
     n = min(MAX_CHUNKS, -(-width // CHUNK_ROWS))
     if n <= 1:
-        return [(None, None)]
+        return [(None, None)], rows
     cuts = [lo + i * (width // n) for i in range(1, n)]
-    return [(None, cuts[0]), *zip(cuts[:-1], cuts[1:]), (cuts[-1], None)]
+    return [(None, cuts[0]), *zip(cuts[:-1], cuts[1:]), (cuts[-1], None)], rows
 
 
-def _fast_columns(table, r: Read) -> Columns | None:
-    """Columns of a chunk read as is; None when a column came back as another type than
-    integers (or valid UTF-8 text), which only a damaged table gives."""
+def _checked(table, r: Read):
+    """A chunk read as is, or None when a column came back as another type than integers (or
+    valid UTF-8 text), which only a damaged table gives."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
-    out: Columns = {}
     for name, col in zip(r.names, table.columns):
         t = col.type
-        if pa.types.is_null(t):
-            out[name] = (np.full(len(col), None if name in TEXT_COLUMNS else -1,
-                                 dtype=object if name in TEXT_COLUMNS else np.int64),
-                         np.full(len(col), Cell.NULL, dtype=np.uint8))
-        elif name in TEXT_COLUMNS:
-            if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
-                return None
-            try:
-                col.validate(full=True)
-            except pa.ArrowInvalid:
-                return None
-            out[name] = (col.to_pandas().to_numpy(dtype=object), None)
-        elif pa.types.is_integer(t):
-            cells = None
-            if col.null_count:
-                values = pc.fill_null(col, -1).to_numpy().astype(np.int64, copy=False)
-                cells = pc.is_null(col).to_numpy(zero_copy_only=False).astype(np.uint8) * np.uint8(Cell.NULL)
-            elif name in r.narrow:  # 32-bit copies of each batch where it fits
-                values = [narrow_ids(c.to_numpy().astype(np.int64, copy=False)) for c in col.chunks]
-            else:
-                # One copy of the chunk's batches: a view would hold the driver's whole batch
-                # (every column of it is freed at once) until the table is joined.
-                values = np.concatenate([c.to_numpy() for c in col.chunks]).astype(np.int64, copy=False) \
-                    if col.num_chunks else np.zeros(0, dtype=np.int64)
-            out[name] = (values, cells)
-        else:
+        if pa.types.is_null(t) or (pa.types.is_integer(t) and name not in TEXT_COLUMNS):
+            continue
+        if name not in TEXT_COLUMNS or not (pa.types.is_string(t) or pa.types.is_large_string(t)):
             return None
-    return out
+        try:
+            col.validate(full=True)
+        except pa.ArrowInvalid:
+            return None
+    return table
+
+
+class _Filling:
+    """One read's columns, filled chunk after chunk (in the read's order) into arrays allocated
+    once, for the most rows the read can give (:func:`_chunks`: pages never written cost no
+    memory), and cut to the rows read at the end: no chunk is held as columns of its own and no
+    column is joined from pieces. Id columns (``Read.narrow``) are int32 until a value does not
+    fit (frames.narrow_ids), then int64; other integer columns int64; text is kept as each chunk's
+    object array and joined at the end (only NVTX names). A read that gives more rows than its
+    bound (a join that repeats rows) grows the arrays."""
+
+    def __init__(self, r: Read, most: int) -> None:
+        self._r = r
+        self._size = max(int(most), 0)
+        self._rows = 0
+        self._values: dict[str, np.ndarray] = {
+            name: np.empty(self._size, dtype=np.int32 if name in r.narrow else np.int64)
+            for name in r.names if name not in TEXT_COLUMNS}
+        self._text: dict[str, list[np.ndarray]] = {name: [] for name in r.names if name in TEXT_COLUMNS}
+        self._cells: dict[str, np.ndarray] = {}
+
+    def _room(self, rows: int) -> int:
+        """Where ``rows`` more rows go, the arrays grown to hold them."""
+        at = self._rows
+        if at + rows > self._size:
+            self._size = max(at + rows, 2 * self._size)
+            for values in (*self._values.values(), *self._cells.values()):
+                values.resize(self._size, refcheck=False)  # realloc: the new part zeros, the rows kept
+        self._rows += rows
+        return at
+
+    def _cell(self, name: str) -> np.ndarray:
+        if name not in self._cells:
+            self._cells[name] = np.zeros(self._size, dtype=np.uint8)
+        return self._cells[name]
+
+    def _put(self, name: str, at: int, values: np.ndarray) -> None:
+        out = self._values[name]
+        if out.dtype == np.int32 and values.dtype != np.int32 and values.size and \
+                (int(values.min()) < -1 or int(values.max()) >= NARROW_LIMIT):  # an id past 32 bits: int64 from now
+            wide = np.empty(self._size, dtype=np.int64)
+            wide[:at] = out[:at]
+            self._values[name] = out = wide
+        out[at:at + values.size] = values
+
+    def add_table(self, table) -> None:
+        """Copy a chunk's Arrow table (:func:`_checked`) in, batch by batch."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        n = table.num_rows
+        at = self._room(n)
+        for name, col in zip(self._r.names, table.columns):
+            if pa.types.is_null(col.type):
+                if name in TEXT_COLUMNS:
+                    self._text[name].append(np.full(n, None, dtype=object))
+                else:
+                    self._values[name][at:at + n] = -1
+                self._cell(name)[at:at + n] = Cell.NULL
+            elif name in TEXT_COLUMNS:
+                self._text[name].append(col.to_pandas().to_numpy(dtype=object))
+            else:
+                pos = at
+                for c in col.chunks:
+                    if c.null_count:
+                        self._cell(name)[pos:pos + len(c)] = pc.is_null(c).to_numpy(zero_copy_only=False)
+                        self._cell(name)[pos:pos + len(c)] *= np.uint8(Cell.NULL)
+                        c = pc.fill_null(c, -1)
+                    self._put(name, pos, c.to_numpy())
+                    pos += len(c)
+
+    def add_columns(self, columns: Columns) -> None:
+        """Copy a chunk's columns (:func:`_typed_columns`) in."""
+        n = len(columns[self._r.names[0]][0]) if self._r.names else 0
+        at = self._room(n)
+        for name in self._r.names:
+            values, cells = columns[name]
+            if name in TEXT_COLUMNS:
+                self._text[name].append(values)
+            else:
+                self._put(name, at, values)
+            if cells is not None:
+                self._cell(name)[at:at + n] = cells
+
+    def columns(self) -> Columns:
+        """The read's columns, cut to the rows read (realloc: the pages past them go back)."""
+        out: Columns = {}
+        for name in self._r.names:
+            if name in TEXT_COLUMNS:
+                pieces = self._text.pop(name)
+                values = np.concatenate(pieces) if pieces else np.zeros(0, dtype=object)
+            else:
+                values = self._values.pop(name)
+                values.resize(self._rows, refcheck=False)
+            cells = self._cells.pop(name, None)
+            if cells is not None:
+                cells.resize(self._rows, refcheck=False)
+            out[name] = (values, cells)
+        return out
 
 
 def _typed_columns(table, r: Read) -> Columns:
@@ -325,42 +423,6 @@ def _decoded(raw: list) -> tuple[np.ndarray, np.ndarray | None]:
                 cells[i] = Cell.NOT_TEXT
         values[i] = v
     return values, cells if cells.any() else None
-
-
-def _concat(parts: list[Columns], r: Read) -> Columns:
-    """The chunks' columns joined, each column's chunks let go as soon as it is joined (so a
-    read holds its chunks and one joined column, not two copies of the table). A column's
-    pieces (the 32-bit ids are one block per batch, under the mmap threshold) go back to the
-    system before the next column is joined (heap.give_back_for), not at the next hand-back
-    after the table; with the whole chunks copied out of the driver's batches
-    (:func:`_fast_columns`), the join starts from less resident memory (docs/performance.md)."""
-    out: Columns = {}
-    rows = sum(_length(p[r.names[0]][0]) for p in parts) if r.names else 0
-    for name in r.names:
-        heap.give_back_for(rows)
-        taken = [p.pop(name) for p in parts]
-        values = [v if isinstance(v, list) else [v] for v, _ in taken]
-        codes = [c for _, c in taken]
-        del taken
-        cells = None
-        if any(c is not None for c in codes):
-            cells = np.concatenate([np.zeros(sum(x.size for x in v), np.uint8) if c is None else c
-                                    for v, c in zip(values, codes)])
-        pieces = [x for v in values for x in v]
-        del values
-        if not pieces:
-            joined = np.zeros(0, dtype=object if name in TEXT_COLUMNS else np.int64)
-        elif len(pieces) == 1 and pieces[0].base is None:
-            joined = pieces[0]
-        else:  # also copies a lone view out of the driver's buffers, which then go; 64-bit if any piece is
-            joined = np.concatenate(pieces)
-        out[name] = (joined, cells)
-    return out
-
-
-def _length(values: np.ndarray | list[np.ndarray]) -> int:
-    """The rows of a chunk's column (one array, or its pieces)."""
-    return sum(v.size for v in values) if isinstance(values, list) else values.size
 
 
 def _frame(columns: Columns, r: Read) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
