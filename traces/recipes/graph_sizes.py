@@ -11,7 +11,8 @@ kernel while the host queues R replays (or the n eager launches) behind it, so C
 them time the device alone, launch cost excluded: the replay's device time per replay (T) and the
 eager kernels' back-to-back time (Q). Then, under torch.profiler (CUPTI), the kernels' own
 durations: eager (k_eager) and inside a replay (k_graph), and the gaps inside a replay (g). The
-turnaround a replay adds per boundary is t = (T - n x k_eager) / (n - 1).
+turnaround a replay adds per boundary is t = (T - n x k_eager) / (n - 1). Also the wall time per
+replay from a drained queue (W: graph_truth.py's way of timing a graph step).
 
 `cores`: each core's time per step of 200 tiny adds (in-process, sched_setaffinity), fastest
 first, for pinning the recordings.
@@ -101,6 +102,17 @@ def held(work, repeats: int, hold_cycles: int) -> tuple[float, float, float]:
     return e1.elapsed_time(e2) / 1e3 / repeats, host, e0.elapsed_time(e1) / 1e3
 
 
+def walled(work, repeats: int) -> float:
+    """Wall seconds per repeat of `work`, from a drained queue to the last one's end (graph_truth's
+    way of timing a graph step: the launch of the first replay included)."""
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        work()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / repeats
+
+
 def kernel_durations(chain: Chain, graph: torch.cuda.CUDAGraph) -> dict:
     """CUPTI's kernel durations (ns) eager and inside a replay, and the gaps inside a replay."""
     acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
@@ -153,6 +165,7 @@ def sweep(out: str, traced: bool, replays: int | None) -> int:
             e_reps = 1 if replays else max(1, min(20, 8000 // n))
             hold_e = int(max(hold, n * e_reps * 7e-6 * 2e9 * 2))  # ~7 us of host per eager launch
             Q = [held(chain.body, e_reps, hold_e) for _ in range(3)]
+            W = [walled(g.replay, reps) for _ in range(3)]
             torch.cuda.nvtx.range_pop()
             k = kernel_durations(chain, g) if traced else {}
             t_dev = statistics.median(x[0] for x in T)
@@ -160,14 +173,18 @@ def sweep(out: str, traced: bool, replays: int | None) -> int:
             row = {"kind": kind, "n": n, "replays": reps, "replay_s": [x[0] for x in T],
                    "replay_host_queue_s": [x[1] for x in T], "hold_s": [x[2] for x in T],
                    "eager_queued_s": [x[0] for x in Q], "eager_host_queue_s": [x[1] for x in Q],
-                   "eager_hold_s": [x[2] for x in Q], **k}
+                   "eager_hold_s": [x[2] for x in Q], "replay_wall_s": W, **k}
             covered = all(x[1] < x[2] for x in T + Q)
             row["hold_covered_queueing"] = covered
             if "k_eager_ns" in k:
                 row["turnaround_ns"] = (t_dev * 1e9 - n * k["k_eager_ns"]) / max(n - 1, 1)
+                # the mean: a mixed chain's kernels differ, their sum is n x the mean
+                row["turnaround_mean_ns"] = (t_dev * 1e9 - n * k["k_eager_mean_ns"]) / max(n - 1, 1)
                 row["eager_queued_turnaround_ns"] = (q_dev * 1e9 - n * k["k_eager_ns"]) / max(n - 1, 1)
             rows.append(row)
-            print(f"{kind:7} n {n:5d}  replay {t_dev * 1e6:9.1f} us ({t_dev * 1e9 / n:7.1f} ns/node)  "
+            w = statistics.median(W)
+            print(f"{kind:7} n {n:5d}  replay {t_dev * 1e6:9.1f} us ({t_dev * 1e9 / n:7.1f} ns/node, wall "
+                  f"{w * 1e9 / n:7.1f})  "
                   f"eager queued {q_dev * 1e9 / n:7.1f} ns/kernel  k_eager {k.get('k_eager_ns', 0):6.0f}  "
                   f"k_graph {k.get('k_graph_ns', 0):6.0f}  inside gap {k.get('inside_gap_mean_ns') or 0:6.0f}  "
                   f"t {row.get('turnaround_ns', float('nan')):6.0f} ns  covered {covered}", flush=True)
