@@ -498,11 +498,57 @@ class BigGraph(Case):
         torch.cuda.synchronize()
 
 
+class HFLlama(Case):
+    """A Hugging Face model's own forward as a decode step: a workload outside the injected
+    causes, to check the prediction on (issue 37: other real workloads, the same way)."""
+
+    name = "hf_llama"
+    what = ("Hugging Face LlamaForCausalLM (random init: 4 layers, hidden 1024, 16 heads, vocab "
+            "32,000, bf16), one token per step, batch 1, against a StaticCache of 256 (its forward, "
+            "the next token's argmax, the position advanced on the device)")
+    START = 64  # the decode begins after a prompt of this many positions
+
+    def setup(self) -> None:
+        import transformers
+        from transformers import LlamaConfig, LlamaForCausalLM, StaticCache
+
+        torch.manual_seed(0)
+        cuda = self.dev.type == "cuda"
+        dt = torch.bfloat16 if cuda else torch.float32
+        hidden, layers = (1024, 4) if cuda else (64, 2)
+        cfg = LlamaConfig(vocab_size=32000 if cuda else 512, hidden_size=hidden,
+                          intermediate_size=hidden * 11 // 4, num_hidden_layers=layers,
+                          num_attention_heads=16 if cuda else 4, num_key_value_heads=16 if cuda else 4,
+                          max_position_embeddings=512)
+        self.model = LlamaForCausalLM(cfg).to(self.dev, dt).eval()
+        try:  # transformers 5: the cache is sized on its first update
+            self.cache = StaticCache(config=cfg, max_cache_len=256)
+        except TypeError:  # transformers 4
+            self.cache = StaticCache(config=cfg, max_batch_size=1, max_cache_len=256, device=self.dev,
+                                     dtype=dt)
+        self.what += f"; transformers {transformers.__version__}"
+        self.tok = torch.randint(3, cfg.vocab_size, (1, 1), device=self.dev)
+        self.pos = torch.full((1,), self.START, dtype=torch.long, device=self.dev)
+
+    def reset(self) -> None:
+        self.pos.fill_(self.START)
+
+    def body(self) -> None:
+        out = self.model(input_ids=self.tok, past_key_values=self.cache, cache_position=self.pos,
+                         position_ids=self.pos.unsqueeze(0), use_cache=True)
+        self.tok.copy_(out.logits[:, -1:].argmax(-1))
+        self.pos.add_(1)
+
+    def capture(self) -> None:
+        super().capture()
+        self.reset()
+
+
 def make_cases(dev: torch.device) -> dict[str, Case]:
     cases = [Tiny(dev), PyHost(dev), Sleep(dev), SyncEach(dev), Gemm(dev), Medium(dev),
              Streams(dev), Copies(dev), Decode(dev, 1, 1024, "decode_b1"),
              Decode(dev, 256, 2048, "decode_b256"), TritonAdd(dev), OneOff(dev), Fallback(dev),
-             Rerecord(dev), BigGraph(dev)]
+             Rerecord(dev), BigGraph(dev), HFLlama(dev)]
     return {c.name: c for c in cases}
 
 

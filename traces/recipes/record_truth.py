@@ -6,6 +6,8 @@ PART a: untraced timings of every case (timings_a.json), the torch.profiler trac
         case (one process), then the nsys node-level recordings of the first cases.
 PART e: the graph-size sweep (graph_sizes.py), decode_b1 six times under three pinnings,
         biggraph and decode_b1 at graph level (see main).
+PART g: hf_llama (a Hugging Face model's forward as the decode step) at node level twice, at graph
+        level and under torch.profiler, each with the same process's untraced timings.
 PART c: every case again, each trace beside untraced timings of the same process before and
         after it (`--timed 3`; nsys with --capture-range=cudaProfilerApi around the traced pass):
         node level, torch.profiler, graph level; then timings_c.json.
@@ -267,6 +269,29 @@ def main() -> int:
             rec.nsys(name, "node", rec.truth("run", "--case", "decode_b1", "--timed", "3", "--profiler-api",
                                              "--wall-out", str(rec.pack / f"{name}_wall.json")),
                      cap=75, capture=True, pin=p4)
+    elif part == "g":
+        # A workload outside the injected causes (graph_truth.py's hf_llama: a Hugging Face
+        # model's own forward as a decode step): at node level twice (separate processes), at
+        # graph level and under torch.profiler, each with its own untraced timings; four cores.
+        ranking = rec.raw / "cores.json"
+        rec.run("cores", 60, ["python3", str(HERE / "graph_sizes.py"), "cores", "--out", str(ranking)],
+                env)
+        ranked = json.loads(ranking.read_text())["ranked"] if ranking.is_file() else []
+        rec.say("cores, fastest first: " + " ".join(map(str, ranked)))
+        p4 = ["taskset", "-c", ",".join(map(str, ranked[:4]))] if ranked else []
+        for name, level in (("hf_llama_1", "node"), ("hf_llama_graphlevel", "graph"), ("hf_llama_2", "node")):
+            rec.nsys(name, level, rec.truth("run", "--case", "hf_llama", "--timed", "3", "--profiler-api",
+                                            "--wall-out", str(rec.pack / f"{name}_wall.json")),
+                     cap=120, capture=True, pin=p4)
+        cmd = p4 + rec.truth("run", "--case", "hf_llama", "--tracer", "torch", "--timed", "3",
+                             "--trace-out", str(rec.pack / "hf_llama.pt.trace.json.gz"),
+                             "--wall-out", str(rec.pack / "hf_llama_torch_wall.json"))
+        if rec.run("hf_llama_torch", 120, cmd, env):
+            rec.say("command hf_llama.pt.trace.json.gz: " + shlex.join(
+                p4 + rec.truth("run", "--case", "hf_llama", "--tracer", "torch", "--timed", "3",
+                               "--trace-out", "hf_llama.pt.trace.json.gz", "--wall-out",
+                               "hf_llama_torch_wall.json")))
+        rec.pack_up()
     elif part == "c":
         # Every trace with the same process's untraced timings before and after it (--timed):
         # nsys records only the traced pass (--capture-range=cudaProfilerApi).
