@@ -170,6 +170,21 @@ def test_the_estimate_counts_every_table_of_each_format(trace, fmt):
         assert memory.LINES[fmt][kind].per_call > 0
 
 
+@pytest.mark.parametrize("trace,fmt", [("torch_decode_small.sqlite", "nsys-sqlite"), *COLUMNAR],
+                         ids=lambda v: str(v))
+def test_more_activities_need_more_on_every_path(trace, fmt):
+    """The activity columns are held whatever the calls: a million more activity rows, the calls
+    the same, raise every path's estimate by its line's bytes per activity, some on every line
+    (a line fitted over call-heavy tilings alone can put it all on the calls)."""
+    activities, api, syncs, nvtx = plain_counts(TRACES / trace)
+    for kind, flags in FLAGS.items():
+        counts = RowCounts(fmt, activities, api, syncs, nvtx)
+        more = RowCounts(fmt, activities + 1_000_000, api, syncs, nvtx)
+        assert memory.needed_bytes(more, **flags) == line_estimate(fmt, kind, activities + 1_000_000, api, syncs,
+                                                                   nvtx) > memory.needed_bytes(counts, **flags)
+        assert memory.LINES[fmt][kind].per_activity > 0
+
+
 def test_a_pytorch_profiler_trace_is_estimated_from_its_bytes():
     path = TRACES / "torch_decode_small.pt.trace.json.gz"
     size = len(gzip.decompress(path.read_bytes()))  # 2,184,108 bytes
