@@ -144,6 +144,16 @@ def environment(rec: Recorder) -> None:
     rec.say(sh(f"cd {HERE} && sha256sum graph_truth.py record_truth.py torch_decode.py"))
 
 
+def ranked_cores(rec: Recorder, env: dict) -> list[int]:
+    """The host's cores, fastest first for a tiny eager loop (graph_sizes.py cores), said in the
+    provenance; empty when the ranking failed."""
+    ranking = rec.raw / "cores.json"
+    rec.run("cores", 60, ["python3", str(HERE / "graph_sizes.py"), "cores", "--out", str(ranking)], env)
+    ranked = json.loads(ranking.read_text())["ranked"] if ranking.is_file() else []
+    rec.say("cores, fastest first: " + " ".join(map(str, ranked)))
+    return ranked
+
+
 def main() -> int:
     global NSYS
     part, out = sys.argv[1], Path(sys.argv[2]).resolve()
@@ -215,11 +225,7 @@ def main() -> int:
         # fastest cores as in part d, four fastest, none), each with its own untraced timings:
         # how much of part d's decode_b1 tracer cost came from the pinning; then biggraph and
         # decode_b1 at graph level (four cores).
-        ranking = rec.raw / "cores.json"
-        rec.run("cores", 60, ["python3", str(HERE / "graph_sizes.py"), "cores", "--out", str(ranking)],
-                env)
-        ranked = json.loads(ranking.read_text())["ranked"] if ranking.is_file() else []
-        rec.say("cores, fastest first: " + " ".join(map(str, ranked)))
+        ranked = ranked_cores(rec, env)
         pins = {"p2": ranked[:2], "p4": ranked[:4], "free": []}
         pin = {k: (["taskset", "-c", ",".join(map(str, v))] if v else []) for k, v in pins.items()}
         sweep = rec.pack / "graph_sizes.json"
@@ -244,11 +250,7 @@ def main() -> int:
         # Part e's sweep and graph-level recordings again on the H200 (part e ran on an H100),
         # the sweep also under nsys at node level (the inside-replay gaps nsys records, by chain
         # length), and decode_b1 twice more at node level (four cores).
-        ranking = rec.raw / "cores.json"
-        rec.run("cores", 60, ["python3", str(HERE / "graph_sizes.py"), "cores", "--out", str(ranking)],
-                env)
-        ranked = json.loads(ranking.read_text())["ranked"] if ranking.is_file() else []
-        rec.say("cores, fastest first: " + " ".join(map(str, ranked)))
+        ranked = ranked_cores(rec, env)
         p4 = ["taskset", "-c", ",".join(map(str, ranked[:4]))] if ranked else []
         sweep = rec.pack / "graph_sizes_f.json"
         cmd = (["taskset", "-c", str(ranked[0])] if ranked else []) + [
@@ -273,11 +275,7 @@ def main() -> int:
         # A workload outside the injected causes (graph_truth.py's hf_llama: a Hugging Face
         # model's own forward as a decode step): at node level twice (separate processes), at
         # graph level and under torch.profiler, each with its own untraced timings; four cores.
-        ranking = rec.raw / "cores.json"
-        rec.run("cores", 60, ["python3", str(HERE / "graph_sizes.py"), "cores", "--out", str(ranking)],
-                env)
-        ranked = json.loads(ranking.read_text())["ranked"] if ranking.is_file() else []
-        rec.say("cores, fastest first: " + " ".join(map(str, ranked)))
+        ranked = ranked_cores(rec, env)
         p4 = ["taskset", "-c", ",".join(map(str, ranked[:4]))] if ranked else []
         for name, level in (("hf_llama_1", "node"), ("hf_llama_graphlevel", "graph"), ("hf_llama_2", "node")):
             rec.nsys(name, level, rec.truth("run", "--case", "hf_llama", "--timed", "3", "--profiler-api",
