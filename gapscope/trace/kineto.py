@@ -33,7 +33,7 @@ import decimal
 import gc
 import operator
 import re
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import compress, repeat
@@ -46,11 +46,26 @@ import pandas as pd
 from gapscope.errors import GapscopeError
 from gapscope.trace.cuda_api import QUIET_CALLS, base_name
 from gapscope.trace.frames import (
-    ACTIVITY_COLUMNS, NVTX_PUSH_POP, SYNC_COLUMNS, ActivityKind, ClosedTraceError, RowCounts, TraceFrames,
-    TraceMeta, build_frames,
+    ACTIVITY_COLUMNS,
+    NVTX_PUSH_POP,
+    SYNC_COLUMNS,
+    ActivityKind,
+    ClosedTraceError,
+    RowCounts,
+    TraceFrames,
+    TraceMeta,
+    build_frames,
 )
 from gapscope.trace.kineto_json import (
-    INFLATE_ERRORS, MAX_DEPTH, Event, Stream, TooLarge, check_not_sparse, exact_ns, json_size, open_source,
+    INFLATE_ERRORS,
+    MAX_DEPTH,
+    Event,
+    Stream,
+    TooLarge,
+    check_not_sparse,
+    exact_ns,
+    json_size,
+    open_source,
 )
 from gapscope.trace.validation import TIME_LIMIT_NS, Cell
 
@@ -169,89 +184,120 @@ def _present(values: list[Any]) -> np.ndarray:
     return np.fromiter(map(operator.is_not, values, repeat(None)), dtype=bool, count=len(values))
 
 
+class _Names(dict):
+    """Name ids: a name gets the next id when first seen (:meth:`__missing__`, once per distinct
+    name), its text in :attr:`strings`; the ids of CUDA graph memcpy-node kernel names
+    (GRAPH_COPY_KERNEL) in :attr:`copies`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.strings: list[str] = []
+        self.copies: list[int] = []
+
+    def __missing__(self, name: str) -> int:
+        i = self[name] = len(self.strings)
+        self.strings.append(name)
+        if name.startswith("memcpy") and GRAPH_COPY_KERNEL.fullmatch(name):
+            self.copies.append(i)
+        return i
+
+
 class _Reader:
     """The columns of the events kept, piece by piece (each piece's columns are arrays; they
     are joined once, at the end)."""
 
     def __init__(self) -> None:
-        self.ids: defaultdict[str, int] = defaultdict()
-        self.ids.default_factory = self.ids.__len__  # a new name gets the next id
+        self.ids = _Names()
         self.parts: dict[int, list[dict[str, np.ndarray]]] = {0: [], 1: [], 2: [], 3: []}
         self.syncs_seen = self.copy_kernels = self.cut_names = 0
         self.skipped: Counter = Counter()
 
     def add(self, piece: list[Event]) -> None:
         """Keep the events of one piece that the frames read (``ph`` X of a category read), as
-        columns: every field taken once for all of them, then split by class."""
+        columns: times and names taken once for all of them, the other fields for each class
+        (GPU work, calls, ranges, syncs) from its own events, then split by class."""
         kept = list(compress(piece, map(_READ_CATS.__contains__, map(_CAT, piece))))
         if not kept:
             return
-        is_x = list(map(operator.eq, map(_PH, kept), repeat("X")))
-        if not all(is_x):
-            kept = list(compress(kept, is_x))
+        phs = list(map(_PH, kept))
+        if phs.count("X") != len(phs):
+            kept = list(compress(kept, map(operator.eq, phs, repeat("X"))))
             if not kept:
                 return
         n = len(kept)
         cats = list(map(_CAT, kept))
-        try:  # every field at once; a kept event without args has none of args' fields
-            ts, dur, pid, tid, names, dev, stream, corr = (list(f) for f in zip(*map(_FIELDS, kept)))
-        except AttributeError:
-            ts, dur, pid, tid, names, args = (list(f) for f in zip(*map(_FIELDS_NO_ARGS, kept)))
-            dev, stream, corr = (list(map(getattr, args, repeat(k), repeat(None)))
-                                 for k in ("device", "stream", "correlation"))
         cls = np.fromiter(map(_CLASS.__getitem__, cats), dtype=np.int8, count=n)
-        times, times_bad, times_missing = exact_ns(ts + dur)
+        times, times_bad, times_missing = exact_ns(list(map(_TS, kept)) + list(map(_DUR, kept)))
         start, start_bad, dur_ns, dur_bad = times[:n], times_bad[:n], times[n:], times_bad[n:]
-        has_ts = ~times_missing[:n]
         dur_bad &= ~times_missing[n:]  # no dur: 0
         huge = (np.abs(start) > _TIME_SPAN) | (np.abs(dur_ns) > _TIME_SPAN)
         end = np.where(huge, 0, start + np.where(huge, 0, dur_ns))
-        cols: dict[str, Any] = {"start": start, "start!": start_bad, "end": end,
-                                "end!": start_bad | dur_bad | huge}
-        required = has_ts.copy()
-        gpu_like = (cls == 0) | (cls == 3)
-        cpu_like = (cls == 1) | (cls == 2)
-        cols["device"], cols["device!"], no_dev = _ints(dev, 0)
-        cols["stream"], cols["stream!"], no_stream = _ints(stream, 0)
-        cols["corr"], cols["corr!"], _ = _ints(corr, -1)
-        cols["pid"], cols["pid!"], no_pid = _ints(pid, 0)
-        cols["tid"], cols["tid!"], no_tid = _ints(tid, 0)
-        required &= ~(gpu_like & (no_dev | no_stream)) & ~(cpu_like & (no_pid | no_tid))
+        times_of = {"start": start, "start!": start_bad, "end": end, "end!": start_bad | dur_bad | huge}
+        required = ~times_missing[:n]
+        names = list(map(_NAME, kept))
         if not set(map(type, names)) <= {str}:
             names = [("[unnamed]" if k == 2 else "?") if v is None else v if type(v) is str else str(v)
                      for v, k in zip(names, cls.tolist())]
-        if max(map(len, names), default=0) > MAX_NAME:  # no real name is that long: cut, and say so
+        if max(map(len, names)) > MAX_NAME:  # no real name is that long: cut, and say so
             self.cut_names += sum(len(v) > MAX_NAME for v in names)
             names = [v if len(v) <= MAX_NAME else v[:MAX_NAME] + "…" for v in names]
-        if (cls == 3).any():
-            sync = cls == 3
-            self.syncs_seen += int(sync.sum())
+        counts = np.bincount(cls, minlength=4)
+        fields: dict[int, tuple[np.ndarray | None, dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]]] = {}
+        for c in np.flatnonzero(counts).tolist():  # a class's fields are present on all its events, mostly
+            where = None if counts[c] == n else np.flatnonzero(cls == c)
+            events = kept if where is None else list(map(kept.__getitem__, where.tolist()))
+            got = {}
+            if c != 2:
+                args = list(map(_ARGS, events))
+                for key, none in _ARG_FIELDS[c]:
+                    try:
+                        values = list(map(_ARG_GETTERS[key], args))
+                    except AttributeError:  # an event without args
+                        values = list(map(getattr, args, repeat(key), repeat(None)))
+                    got[key] = _ints(values, none)
+            if c in (1, 2):
+                got["pid"] = _ints(list(map(_PID, events)), 0)
+                got["tid"] = _ints(list(map(_TID, events)), 0)
+            a, b = ("device", "stream") if c in (0, 3) else ("pid", "tid")
+            lacking = got[a][2] | got[b][2]
+            if lacking.any():
+                required[lacking if where is None else where[lacking]] = False
+            fields[c] = (where, got)
+        if counts[3]:
+            self.syncs_seen += int(counts[3])
             wait = np.fromiter(map(operator.eq, names, repeat(STREAM_WAIT)), dtype=bool, count=n)
-            cls[sync & ~wait] = -1
+            cls[(cls == 3) & ~wait] = -1
         if not required.all():
             for cat, k in Counter(compress(cats, (~required & (cls >= 0)).tolist())).items():
                 self.skipped[cat] += k
             cls[~required] = -1
-        kind = np.fromiter(map(_KIND.get, cats, repeat(-1)), dtype=np.int64, count=n)
-        maybe = np.flatnonzero((kind == ActivityKind.KERNEL) & (cls == 0)
-                               & np.fromiter(map(str.startswith, names, repeat("memcpy")), dtype=bool, count=n))
-        copies = [i for i in maybe.tolist() if GRAPH_COPY_KERNEL.fullmatch(names[i])]
-        if copies:
-            kind[copies] = ActivityKind.MEMCPY
-            self.copy_kernels += len(copies)
-        cols["kind"] = kind
         named = (cls == 0) | (cls == 1)
         if named.all():
-            cols["name_id"] = np.fromiter(map(self.ids.__getitem__, names), dtype=np.int64, count=n)
+            name_id = np.fromiter(map(self.ids.__getitem__, names), dtype=np.int64, count=n)
         else:
-            cols["name_id"] = np.full(n, -1, dtype=np.int64)
-            cols["name_id"][named] = np.fromiter(map(self.ids.__getitem__, compress(names, named.tolist())),
-                                                 dtype=np.int64, count=int(named.sum()))
-        for c, wanted in _PART_COLUMNS.items():
+            name_id = np.full(n, -1, dtype=np.int64)
+            name_id[named] = np.fromiter(map(self.ids.__getitem__, compress(names, named.tolist())),
+                                         dtype=np.int64, count=int(named.sum()))
+        for c, (where, got) in fields.items():
             mask = cls == c
             if not mask.any():
                 continue
-            part = {k: cols[k][mask] for k in wanted if k != "name"}
+            sub = mask if where is None else mask[where]
+            part = {k: v[mask] for k, v in times_of.items()} if c != 3 else \
+                {"start": start[mask], "start!": start_bad[mask]}
+            for key, (values, bad, _) in got.items():
+                col = "corr" if key == "correlation" else key
+                part[col], part[col + "!"] = values[sub], bad[sub]
+            if c in (0, 1):
+                part["name_id"] = name_id[mask]
+            if c == 0:
+                kind = np.fromiter(map(_KIND.__getitem__, compress(cats, mask.tolist())), dtype=np.int64,
+                                   count=part["start"].size)
+                if self.ids.copies:  # graph memcpy-node kernels: memcpys
+                    copies = (kind == ActivityKind.KERNEL) & np.isin(part["name_id"], self.ids.copies)
+                    kind[copies] = ActivityKind.MEMCPY
+                    self.copy_kernels += int(copies.sum())
+                part["kind"] = kind
             if c == 2:
                 part["name"] = np.array(list(compress(names, mask.tolist())), dtype=object)
             self.parts[c].append(part)
@@ -269,15 +315,18 @@ class _Reader:
             "nvtx": {"start": r.pop("start!"), "end": r.pop("end!"), "tid": r.pop("pid!") | r.pop("tid!")},
             "syncs": {"start": w.pop("start!"), "device": w.pop("device!"), "stream": w.pop("stream!")},
         }
-        return _Events(gpu=g, calls=k, ranges=r, waits=w, bad=bad, strings=list(self.ids),
+        return _Events(gpu=g, calls=k, ranges=r, waits=w, bad=bad, strings=self.ids.strings,
                        syncs_seen=self.syncs_seen, copy_kernels=self.copy_kernels, cut_names=self.cut_names,
                        skipped=self.skipped,
                        head=head, rebased_ns=rebased)
 
 
-_CAT, _PH, _NAME, _ARGS = (operator.attrgetter(f) for f in ("cat", "ph", "name", "args"))
-_FIELDS = operator.attrgetter("ts", "dur", "pid", "tid", "name", "args.device", "args.stream", "args.correlation")
-_FIELDS_NO_ARGS = operator.attrgetter("ts", "dur", "pid", "tid", "name", "args")
+_CAT, _PH, _NAME, _ARGS, _TS, _DUR, _PID, _TID = (operator.attrgetter(f) for f in (
+    "cat", "ph", "name", "args", "ts", "dur", "pid", "tid"))
+_ARG_GETTERS = {k: operator.attrgetter(k) for k in ("device", "stream", "correlation")}
+#: The ``args`` fields read of each class (GPU work, calls, -, syncs), and the value of one absent.
+_ARG_FIELDS = {0: (("device", 0), ("stream", 0), ("correlation", -1)), 1: (("correlation", -1),),
+               3: (("device", 0), ("stream", 0))}
 #: The longest name kept whole (a C++ kernel signature runs to some 10,000 characters); a longer
 #: one is cut, with a warning, so that no table of names grows with a damaged trace's strings.
 MAX_NAME = 1 << 16

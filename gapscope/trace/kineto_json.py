@@ -324,36 +324,50 @@ _INTS = msgspec.json.Decoder(list[int])
 
 def _kineto_ns(raws: list[Any]) -> np.ndarray | None:
     """Nanoseconds of numbers all written as Kineto writes them (``123.456``: digits, a dot,
-    three digits) or all as plain non-negative integers of microseconds, in bulk: msgspec reads
-    the whole parts as one JSON array of integers, numpy adds the three decimals. None when any
-    value is written otherwise (exact_ns reads them column-wise then)."""
+    three digits; at most :data:`_KINETO_DIGITS` before the dot) or all as plain non-negative
+    integers of microseconds, in bulk: numpy reads the digits of every value at once (the
+    integers: msgspec, as one JSON array). None when any value is written otherwise (exact_ns
+    reads them column-wise then)."""
     n = len(raws)
     joined = b",".join(raws)
     if b"-" in joined or b"e" in joined or b"E" in joined or b"+" in joined:
         return None
     dots = joined.count(b".")
-    try:
-        if dots == 0:
+    if dots == 0:
+        try:
             whole = np.array(_INTS.decode(b"[" + joined + b"]"), dtype=np.int64)
-            return whole * 1000 if whole.size == n and int(whole.max()) < 9_000_000_000_000_000 else None
-        if dots != n:
+        except (msgspec.DecodeError, msgspec.ValidationError, OverflowError, ValueError):
             return None
-        b = np.frombuffer(joined, dtype=np.uint8)
-        at = np.flatnonzero(b == 46)
-        if at.size != n or int(at[-1]) + 3 != b.size - 1:
-            return None
-        frac = b[at[:, None] + np.arange(1, 4)]
-        after = b[np.minimum(at + 4, b.size - 1)]
-        if not (((frac >= 48) & (frac <= 57)).all() and ((after[:-1] == 44).all())):
-            return None
-        keep = np.ones(b.size, dtype=bool)
-        keep[at[:, None] + np.arange(4)] = False
-        whole = np.array(_INTS.decode(b"[" + b[keep].tobytes() + b"]"), dtype=np.int64)
-    except (msgspec.DecodeError, msgspec.ValidationError, OverflowError, ValueError):
+        return whole * 1000 if whole.size == n and int(whole.max()) < 9_000_000_000_000_000 else None
+    if dots != n:
         return None
-    if whole.size != n or int(whole.max()) >= 9_000_000_000_000_000:
+    b = np.frombuffer(joined, dtype=np.uint8)
+    at = np.flatnonzero(b == 46)
+    if int(at[-1]) + 3 != b.size - 1:
         return None
+    frac = b[at[:, None] + np.arange(1, 4)]
+    after = b[np.minimum(at + 4, b.size - 1)]
+    if not (((frac >= 48) & (frac <= 57)).all() and ((after[:-1] == 44).all())):
+        return None
+    first = np.empty(n, dtype=np.int64)  # where each value's whole part begins: after the comma
+    first[0] = 0
+    first[1:] = at[:-1] + 5
+    length = at - first
+    width = int(length.max())
+    if int(length.min()) < 1 or width > _KINETO_DIGITS:
+        return None
+    at_digit = at[:, None] - np.arange(width, 0, -1)  # the width bytes before each dot
+    digits = b[np.maximum(at_digit, 0)].astype(np.int64) - 48
+    digits[at_digit < first[:, None]] = 0  # bytes of the value before
+    if not ((digits >= 0) & (digits <= 9)).all():
+        return None
+    whole = digits @ 10 ** np.arange(width - 1, -1, -1, dtype=np.int64)
     return whole * 1000 + (frac.astype(np.int64) - 48) @ np.array([100, 10, 1], dtype=np.int64)
+
+
+#: The most digits before the dot :func:`_kineto_ns` reads (microseconds below 10**15: the
+#: nanoseconds stay inside int64); a longer number is read column-wise.
+_KINETO_DIGITS = 15
 
 
 def _slow(text: bytes, scale: int) -> int | None:
