@@ -532,6 +532,12 @@ class HFLlama(Case):
 
     def reset(self) -> None:
         self.pos.fill_(self.START)
+        # transformers 5.2x keeps each static layer's write position in a tensor of its own (it
+        # ignores cache_position): put it back in place, so a captured graph sees the same address.
+        for layer in getattr(self.cache, "layers", ()):
+            n = getattr(layer, "cumulative_length", None)
+            if isinstance(n, torch.Tensor):
+                n.fill_(self.START)
 
     def body(self) -> None:
         out = self.model(input_ids=self.tok, past_key_values=self.cache, cache_position=self.pos,
