@@ -1,0 +1,87 @@
+"""What torch.profiler costs an eager step, per recorded operator and per kernel launch (issue 37's
+torch.profiler calibration), measured in one process with untraced and traced passes alternated,
+so that a drift of the host's speed falls on both alike.
+
+    python3 profiler_cost.py --cases tiny,decode_b1,hf_llama --rounds 5 --out profiler_cost.json
+
+Each round: `steps` eager steps untraced, then the same under torch.profiler (CPU and CUDA
+activities, as graph_truth.py records), each timed from a drained queue. The traced pass's
+events give the operators (cpu_op) and kernel launch calls (cuda_runtime/cuda_driver launches)
+per step. Prints per case: untraced and traced step (medians over rounds), and the difference
+per operator and per launch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import graph_truth as gt  # noqa: E402
+
+
+def timed(case: gt.Case, steps: int) -> float:
+    case.reset()
+    gt.sync(case.dev)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        case.eager_step()
+    gt.sync(case.dev)
+    return (time.perf_counter() - t0) / steps
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cases", default="tiny,decode_b1,hf_llama")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--out", default="profiler_cost.json")
+    args = ap.parse_args()
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    acts = [torch.profiler.ProfilerActivity.CPU]
+    if dev.type == "cuda":
+        acts.append(torch.profiler.ProfilerActivity.CUDA)
+    cases = gt.make_cases(dev)
+    result = {"env": gt.environment(), "rounds": args.rounds, "steps": args.steps, "cases": {}}
+    for name in args.cases.split(","):
+        case = cases[name]
+        case.setup()
+        with torch.inference_mode():
+            for _ in range(3):
+                timed(case, 3)
+            un, tr = [], []
+            for _ in range(args.rounds):
+                un.append(timed(case, args.steps))
+                with torch.profiler.profile(activities=acts, record_shapes=False) as prof:
+                    tr.append(timed(case, args.steps))
+        ev = prof.events()
+        ops = sum(1 for e in ev if e.device_type == torch.autograd.DeviceType.CPU
+                  and not e.name.startswith(("cuda", "cu")))
+        launches = sum(1 for e in ev if "LaunchKernel" in e.name or e.name == "cuLaunchKernel"
+                       or "LaunchCooperative" in e.name)
+        calls = sum(1 for e in ev if e.name.startswith(("cuda", "cu")))
+        u, t = statistics.median(un), statistics.median(tr)
+        row = {"untraced_step_s": un, "traced_step_s": tr, "untraced_median_s": u,
+               "traced_median_s": t, "ops_per_step": ops / args.steps,
+               "launches_per_step": launches / args.steps, "api_calls_per_step": calls / args.steps}
+        row["per_op_us"] = (t - u) / max(1, row["ops_per_step"]) * 1e6
+        row["per_launch_us"] = (t - u) / max(1, row["launches_per_step"]) * 1e6
+        result["cases"][name] = row
+        print(f"{name:10s} untraced {u * 1e6:8.1f} us  traced {t * 1e6:8.1f} us  "
+              f"ops {row['ops_per_step']:6.0f}  launches {row['launches_per_step']:5.0f}  "
+              f"api {row['api_calls_per_step']:5.0f}  per op {row['per_op_us']:5.2f} us  "
+              f"per launch {row['per_launch_us']:6.2f} us  rounds untraced "
+              + " ".join(f"{x * 1e6:.0f}" for x in un) + " traced "
+              + " ".join(f"{x * 1e6:.0f}" for x in tr), flush=True)
+    Path(args.out).write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
