@@ -15,8 +15,8 @@ import pandas as pd
 
 from gapscope import catalog
 from gapscope.trace.frames import (
-    ACTIVITY_COLUMNS, API_COLUMNS, NVTX_COLUMNS, STREAM_COLUMNS, SYNC_COLUMNS, ActivityKind, Names, TraceFrames,
-    TraceMeta, build_frames, empty_frame,
+    ACTIVITY_COLUMNS, API_COLUMNS, NARROW_COLUMNS, NVTX_COLUMNS, STREAM_COLUMNS, SYNC_COLUMNS, ActivityKind, Names,
+    TraceFrames, TraceMeta, build_frames, empty_frame,
 )
 from gapscope.trace.validation import Cell
 
@@ -90,6 +90,11 @@ STREAM_REQUIRED = ("processId", "contextId", "streamId", "flag")
 CONTEXT_REQUIRED = ("processId", "contextId", "deviceId")
 #: Columns without which an activity table cannot be read.
 ACTIVITY_REQUIRED = ("start", "end", "deviceId", "streamId")
+
+#: The frame columns every nsys reader keeps in 32 bits as it reads them, while their values fit:
+#: frames.NARROW_COLUMNS but ``proc``, which is read as the whole globalPid and becomes its process
+#: part (``>> 24``) only once assembled. Times and thread ids stay int64.
+READ_NARROW = {key: frozenset(columns) - {"proc"} for key, columns in NARROW_COLUMNS.items()}
 
 
 def name_column(columns: Iterable[str], kind: ActivityKind) -> str | None:
