@@ -174,7 +174,8 @@ def assemble_frames(meta: TraceMeta, got: Mapping[str, pd.DataFrame], names: Nam
                     warnings: Iterable[str] = (), cells: Mapping[str, Mapping[str, np.ndarray]] | None = None,
                     ) -> TraceFrames:
     """The frames from what a reader read: ``got`` maps each activity table it read to its rows
-    (frames.ACTIVITY_COLUMNS, plus name_id when names were read), and ``api``, ``nvtx``,
+    (frames.ACTIVITY_COLUMNS, plus name_id when names were read), or ``activities`` to every
+    activity table's rows stacked in ACTIVITY_TABLES' order with their ``kind``, and ``api``, ``nvtx``,
     ``syncs`` to theirs, ``proc`` still the whole globalPid, and ``stream_info`` and
     ``contexts`` to the rows of the stream and context tables (:func:`stream_kinds`); absent
     keys give empty frames.
@@ -189,6 +190,8 @@ def assemble_frames(meta: TraceMeta, got: Mapping[str, pd.DataFrame], names: Nam
             df["kind"] = np.full(len(df), int(kind), dtype=np.int8)
             parts.append(df)
             part_cells.append(cells.get(table, {}))
+    if "activities" in got:  # stacked by the reader, with its kind column
+        parts, part_cells = [got["activities"]], [cells.get("activities", {})]
     if not parts:
         parts = [empty_frame((*ACTIVITY_COLUMNS, "kind", "name_id"))]
     sizes = [len(p) for p in parts]
