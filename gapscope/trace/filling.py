@@ -1,7 +1,8 @@
-"""One table's columns filled a record batch at a time into numpy arrays allocated once, so that a
-reader never holds a whole table as Arrow and as numpy at once, nor joins batches at the end.
+"""A frame's columns filled a record batch at a time into numpy arrays allocated once, so that the
+columnar reader (gapscope.trace.nsys_columnar) never holds a whole table as Arrow and as numpy at
+once, nor joins batches or tables at the end.
 
-A :class:`Filling` is sized from the rows the table holds (a Parquet footer, an Arrow stream's
+A :class:`Filling` is sized from the rows its tables hold (a Parquet footer, an Arrow stream's
 batch headers); each batch's columns are converted and copied into place, only the rows a keep
 mask selects (calls and records the analysis drops are never stored), and the arrays are cut to
 the rows kept at the end (``realloc``: the tail goes back to the heap, pages never written were
