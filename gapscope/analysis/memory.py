@@ -55,9 +55,11 @@ KINDS = ("levels", "merge", "gaps", "all_calls")
 #: the heap change"). Measured under gapscope.heap's settings: the heap keeps what each step frees
 #: until the result is built, so a path's peak is its peak step's arrays on top of the blocks the
 #: steps before it freed that it cannot reuse (the timeline export and the NVTX-heavy traces most).
-#: The parquetdir `levels` and `merge` lines were fitted with at least the SQLite `levels` line's
-#: 40 bytes per activity (the activity columns are held whatever the calls; fitted freely, the
-#: calls stood in for them: 0 and 30 bytes, a trace without calls read as the base alone).
+#: The parquetdir `levels` line was fitted with at least the SQLite `levels` line's 40 bytes per
+#: activity (the activity columns are held whatever the calls; fitted freely, the calls stood in
+#: for them: 10 bytes, a trace without calls read as little more than the base). The parquetdir
+#: and arrowdir lines were refitted after their readers went batch at a time (issue 42;
+#: docs/performance.md, "Columnar readers batch at a time").
 LINES: dict[str, dict[str, Line]] = {
     "nsys-sqlite": {
         "levels": Line(220_000_000, 40, 60, 2200),
@@ -66,16 +68,16 @@ LINES: dict[str, dict[str, Line]] = {
         "all_calls": Line(220_000_000, 1050, 90, 2560),
     },
     "nsys-parquet": {
-        "levels": Line(360_000_000, 50, 140, 2110),
-        "merge": Line(570_000_000, 50, 140, 1780),
-        "gaps": Line(490_000_000, 310, 130, 2450),
-        "all_calls": Line(260_000_000, 1030, 110, 2560),
+        "levels": Line(290_000_000, 50, 50, 2290),
+        "merge": Line(320_000_000, 230, 40, 2110),
+        "gaps": Line(340_000_000, 460, 40, 2610),
+        "all_calls": Line(290_000_000, 1040, 80, 2510),
     },
     "nsys-arrow": {
-        "levels": Line(190_000_000, 100, 90, 2130),
-        "merge": Line(400_000_000, 130, 90, 2040),
-        "gaps": Line(300_000_000, 380, 80, 2380),
-        "all_calls": Line(290_000_000, 940, 150, 2460),
+        "levels": Line(210_000_000, 50, 50, 2160),
+        "merge": Line(250_000_000, 250, 30, 2190),
+        "gaps": Line(320_000_000, 460, 30, 2690),
+        "all_calls": Line(310_000_000, 980, 120, 2460),
     },
     "kineto": {
         "levels": Line(190_000_000, 220, 0, 0),

@@ -230,7 +230,10 @@ def build_frames(meta: TraceMeta, *, activities: pd.DataFrame, api: pd.DataFrame
     for key, columns in NARROW_COLUMNS.items():
         frame = getattr(frames, key)
         for c in columns:
-            frame[c] = narrow_ids(frame[c].to_numpy())
+            values = frame[c].to_numpy()
+            narrowed = narrow_ids(values)
+            if narrowed is not values:  # setting a column copies it: only those that change
+                frame[c] = narrowed
     kind = frames.activities["kind"].to_numpy()
     if not ((kind == ActivityKind.KERNEL) | (kind == ActivityKind.GRAPH)).any():
         raise GapscopeError(f"{meta.path}: the trace holds no kernel executions: nothing to analyze")

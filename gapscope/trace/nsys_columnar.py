@@ -4,9 +4,13 @@ per table), nsys 2024 on.
 
 The tables and columns are those of the SQLite export (gapscope.trace.nsys_schema), in the same
 row order, so a report gives the same frames from any of its three exports. Only the columns the
-analysis needs are read: Parquet through ``pyarrow.parquet`` (column projection), Arrow
-memory-mapped (the table's buffers are the file's pages, nothing is copied until a column is
-converted). Files are only ever opened for reading.
+analysis needs are read, a record batch at a time (gapscope.trace.filling: each table's columns
+allocated once for its rows, from the Parquet footer or the Arrow batch headers, and filled batch
+by batch, the calls and records the analysis drops never stored, ids in 32 bits where they fit):
+Parquet through ``pyarrow.parquet`` (column projection, :data:`BATCH_ROWS` rows decoded at a
+time), Arrow memory-mapped (the batches' buffers are the file's pages, nothing is copied until a
+slice of a column is converted). No table is held whole, as Arrow or as numpy. Files are only
+ever opened for reading.
 
 Every column is checked against the type the reader expects before it is used (:data:`INTEGER`
 or :data:`TEXT` columns, :meth:`NsysColumnar._schema`): a table the reader needs that lacks a
@@ -22,7 +26,8 @@ closed, then raises ClosedTraceError.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
@@ -35,16 +40,16 @@ from gapscope.inputs import READS
 from gapscope.text import printable
 from gapscope.trace.cuda_api import QUIET_CALLS
 from gapscope.trace.frames import (
-    ACTIVITY_COLUMNS, NVTX_COLUMNS, NVTX_DOMAIN_CREATE, NVTX_PUSH_POP, NVTX_START_END, ActivityKind,
-    ClosedTraceError, RowCounts, TraceFrames, TraceMeta,
+    ACTIVITY_COLUMNS, NARROW_LIMIT, NVTX_COLUMNS, NVTX_DOMAIN_CREATE, NVTX_PUSH_POP, NVTX_START_END,
+    ActivityKind, ClosedTraceError, RowCounts, TraceFrames, TraceMeta,
 )
 from gapscope.trace.nsys_schema import (
     ACTIVITY_REQUIRED, ACTIVITY_SOURCE, ACTIVITY_TABLES, API_SOURCE, CONTEXT_REQUIRED, CONTEXT_SOURCE, CONTEXT_TABLE,
     ENV_TABLE, EVENT_CLASS_BACKTRACE, GPU_INFO, GPU_TABLE, GRAPH_TABLE, KERNEL_TABLE, META_TABLES, NVTX_TABLE,
-    RUNTIME_TABLE, STREAM_REQUIRED, STREAM_SOURCE, STREAM_TABLE, STRINGS_TABLE, SYNC_SOURCE, SYNC_TABLE,
-    SYNC_TYPE_STREAM_WAIT_EVENT, assemble_frames, gpu_info_names, name_column,
+    READ_NARROW, RUNTIME_TABLE, STREAM_REQUIRED, STREAM_SOURCE, STREAM_TABLE, STRINGS_TABLE, SYNC_SOURCE,
+    SYNC_TABLE, SYNC_TYPE_STREAM_WAIT_EVENT, assemble_frames, gpu_info_names, name_column,
 )
-from gapscope.trace.validation import Cell
+from gapscope.trace.filling import Filling, batch_ints
 
 #: The table that records the session's end (stopTime, duration), which bounds valid times.
 SESSION_TABLE = "ANALYSIS_DETAILS"
@@ -53,6 +58,14 @@ SESSION_TABLE = "ANALYSIS_DETAILS"
 SUFFIXES = {"nsys-parquet": ".parquet", "nsys-arrow": ".arrow"}
 #: What each format is, in words, for messages.
 WORDS = {"nsys-parquet": "nsys parquetdir export", "nsys-arrow": "nsys arrowdir export"}
+#: Rows converted at a time: a Parquet read decodes this many rows of its columns at once (its
+#: columns side by side on pyarrow's threads), an Arrow batch larger than this is taken in slices
+#: of it (the temporaries of one slice, not of the table). 256Ki and 1Mi rows measured no faster
+#: at 10M kernels, and hold more at once.
+BATCH_ROWS = 1 << 16
+#: A batch's columns by name, and what a table's read keeps of them (None: every row).
+Columns = dict[str, pa.Array]
+Keep = Callable[[Columns], "np.ndarray | None"]
 
 
 class NsysColumnar:
@@ -85,15 +98,16 @@ class NsysColumnar:
                 f"{self.path}: no CUDA kernels in this export (no {KERNEL_TABLE}{self._suffix}); record "
                 "with `nsys profile -t cuda,nvtx` and make sure the program launches GPU work")
         self._schema(meta_table, text=("name", "value"), required=("name", "value"))
-        meta = self._read(meta_table, ("name", "value"))
-        values = dict(zip(self._texts(meta_table, meta, "name")[0], self._texts(meta_table, meta, "value")[0]))
+        meta = self._fill(meta_table, texts=("name", "value"))
+        values = dict(zip(meta.texts("name").objects().tolist(), meta.texts("value").objects().tolist()))
         gpu_names: dict[int, str] = {}
         if GPU_TABLE in tables and {"id", "name"} <= set(self._columns(GPU_TABLE)):
             self._schema(GPU_TABLE, ints=("id",), text=("name",))
-            gpus = self._read(GPU_TABLE, ("id", "name"))
-            ids, nulls = self._ints(GPU_TABLE, gpus, "id")
-            names = self._texts(GPU_TABLE, gpus, "name")[0]
-            gpu_names = {i: n or "" for i, n, null in zip(ids.tolist(), names, nulls.tolist()) if not null}
+            gpus = self._fill(GPU_TABLE, ("id",), texts=("name",))
+            ids, cells = gpus.ints("id")
+            names = gpus.texts("name").objects().tolist()
+            gpu_names = {i: n or "" for i, n, null in zip(ids.tolist(), names, _nulls(cells, len(ids)).tolist())
+                         if not null}
         if not gpu_names and ENV_TABLE in tables and {"name", "value"} <= set(self._columns(ENV_TABLE)):
             env = self._read(ENV_TABLE, ("name", "value"))
             info = [v for n, v in zip(env.column("name").to_pylist(), env.column("value").to_pylist())
@@ -113,8 +127,9 @@ class NsysColumnar:
         found = []
         for column in ("stopTime", "duration"):
             if column in have and _is_integer(have[column]):
-                values, nulls = _ints(self._read(SESSION_TABLE, (column,)).column(column))
-                found += [v for v, null in zip(values.tolist(), nulls.tolist()) if not null and v > 0]
+                values, cells = self._fill(SESSION_TABLE, (column,)).ints(column)
+                found += [v for v, null in zip(values.tolist(), _nulls(cells, len(values)).tolist())
+                          if not null and v > 0]
         return max(found) if found else None
 
     # -- files ------------------------------------------------------------------------------
@@ -171,7 +186,7 @@ class NsysColumnar:
         return have
 
     def _read(self, table: str, columns: Sequence[str]) -> pa.Table:
-        """Just these columns of a table (they must exist)."""
+        """Just these columns of a small table, whole (they must exist)."""
         try:
             if self.format == "nsys-parquet":
                 import pyarrow.parquet as pq
@@ -184,44 +199,72 @@ class NsysColumnar:
             read.validate(full=True)
         except (pa.ArrowException, OSError, KeyError) as exc:
             raise self._failed(table, exc) from None
-        if read.column_names != list(columns):  # a column named twice in the file
-            raise GapscopeError(f"{self._file(table)}: unknown export schema: {table} does not hold "
-                                f"{', '.join(columns)} once each")
+        self._once_each(table, read.column_names, columns)
         return read
 
-    def _frame(self, table: str, source: dict[str, str], required: Sequence[str] = (),
+    def _once_each(self, table: str, got: Sequence[str], columns: Sequence[str]) -> None:
+        """An unknown schema where the file names one of ``columns`` twice (``got``: the file's
+        columns that bear their names)."""
+        if sorted(got) != sorted(columns):
+            raise GapscopeError(f"{self._file(table)}: unknown export schema: {table} does not hold "
+                                f"{', '.join(columns)} once each")
+
+    def _batches(self, table: str, columns: Sequence[str]) -> Iterator[Columns]:
+        """These columns of a table (they must exist), :data:`BATCH_ROWS` rows at a time, each
+        batch checked whole (offsets and lengths, text's UTF-8) before a value is touched: a
+        damaged Arrow file's buffers are the file's pages as they are."""
+        columns = list(columns)
+        try:
+            with ExitStack() as files:
+                if self.format == "nsys-parquet":
+                    import pyarrow.parquet as pq
+
+                    parquet = files.enter_context(pq.ParquetFile(self._file(table), memory_map=True))
+                    self._once_each(table, [n for n in parquet.schema_arrow.names if n in columns], columns)
+                    batches = parquet.iter_batches(batch_size=BATCH_ROWS, columns=columns)
+                else:
+                    batches = (part for batch in _arrow_reader(self._file(table)) for part in _slices(batch))
+                for batch in batches:
+                    if self.format == "nsys-arrow":
+                        self._once_each(table, [n for n in batch.schema.names if n in columns], columns)
+                        batch = batch.select(columns)
+                    batch.validate(full=True)
+                    yield dict(zip(columns, batch.columns))
+        except (pa.ArrowException, OSError, KeyError) as exc:
+            raise self._failed(table, exc) from None
+
+    def _fill(self, table: str, ints: Mapping[str, str] | Sequence[str] = (), *, texts: Sequence[str] = (),
+              narrow: Collection[str] = frozenset(), also: Sequence[str] = (), keep: Keep | None = None,
+              into: Filling | None = None) -> Filling:
+        """A table's columns (gapscope.trace.filling) read batch by batch: ``ints`` (frame column
+        -> table column, or the table's column names; one the table lacks reads as -1) and
+        ``texts`` stored, ``narrow``: those of ``ints`` in 32 bits while they fit; ``also`` read
+        besides for ``keep``, which says which rows of each batch to store. ``into``: a filling
+        that more tables go into, one after the other (sized for all of them)."""
+        ints = dict(ints) if isinstance(ints, Mapping) else {c: c for c in ints}
+        fill = into or Filling(self._rows(table), list(ints), narrow=narrow, texts=texts)
+        have = self._columns(table)
+        source = {key: col for key, col in ints.items() if col in have}
+        for batch in self._batches(table, list(dict.fromkeys([*source.values(), *texts, *also]))):
+            rows = len(next(iter(batch.values())))
+            try:
+                fill.add({key: batch[col] for key, col in source.items()} | {c: batch[c] for c in texts}, rows,
+                         keep(batch) if keep else None)
+            except TypeError as exc:
+                raise GapscopeError(f"{self._file(table)}: unknown export schema: {table}.{exc}") from None
+        return fill
+
+    def _frame(self, table: str, source: dict[str, str], required: Sequence[str] = (), *,
+               narrow: Collection[str] = frozenset(), also: Sequence[str] = (), keep: Keep | None = None,
                ) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
-        """A frame with one int64 column per key of ``source`` (frame column -> table column);
-        a table column the export lacks reads as -1, a required one is an unknown schema; and the
-        gapscope.trace.validation Cell codes of the columns that hold NULLs."""
-        have = self._schema(table, ints=[c for c in source.values() if c], required=required)
-        present = [c for c in dict.fromkeys(source.values()) if c in have]
-        read = self._read(table, present)
-        n = read.num_rows
-        columns, cells = {}, {}
-        for key, col in source.items():
-            if col in have:
-                columns[key], nulls = self._ints(table, read, col)
-                if nulls.any():
-                    cells[key] = np.where(nulls, np.uint8(Cell.NULL), np.uint8(Cell.OK))
-            else:
-                columns[key] = np.full(n, -1, np.int64)
-        return pd.DataFrame(columns, copy=False), cells
-
-    def _ints(self, table: str, read: pa.Table, column: str) -> tuple[np.ndarray, np.ndarray]:
-        """An integer column as int64 (NULL as -1) and where it is NULL."""
-        try:
-            return _ints(read.column(column))
-        except (TypeError, pa.ArrowException) as exc:
-            raise GapscopeError(f"{self._file(table)}: unknown export schema: {table}.{column} {exc}") from None
-
-    def _texts(self, table: str, read: pa.Table, column: str) -> tuple[list[str | None], np.ndarray | None]:
-        """A text column as str (None where NULL), bytes that are not UTF-8 read as U+FFFD, and
-        where that happened (None when nowhere)."""
-        try:
-            return _texts(read.column(column))
-        except (TypeError, pa.ArrowException) as exc:
-            raise GapscopeError(f"{self._file(table)}: unknown export schema: {table}.{column} {exc}") from None
+        """A frame with one integer column per key of ``source`` (frame column -> table column;
+        int64, or int32 for the keys in ``narrow`` while their values fit), the rows ``keep``
+        selects (:meth:`_fill`); a table column the export lacks reads as -1, a required one is
+        an unknown schema; and the gapscope.trace.validation Cell codes of the columns that hold
+        NULLs."""
+        have = self._schema(table, ints=[c for c in (*source.values(), *also) if c], required=required)
+        fill = self._fill(table, source, narrow=narrow, also=[c for c in also if c in have], keep=keep)
+        return _frame_of(fill, source)
 
     def row_counts(self) -> RowCounts:
         """The rows of the GPU activity tables (kernels, graph executions, copies, memsets), of
@@ -253,14 +296,8 @@ class NsysColumnar:
         self._live()
         got: dict[str, pd.DataFrame] = {}
         cells: dict[str, dict[str, np.ndarray]] = {}
-        for table, kind in ACTIVITY_TABLES.items():
-            if table in self._tables:
-                source = dict(ACTIVITY_SOURCE)
-                # Every row's name id (a table without a name column gives -1: no such column).
-                source["name_id"] = name_column(self._columns(table), kind) or ""
-                df, cells[table] = self._frame(table, source, ACTIVITY_REQUIRED)
-                df.insert(0, "row", np.arange(len(df), dtype=np.int64))
-                got[table] = df[[*ACTIVITY_COLUMNS, "name_id"]]
+        if ACTIVITY_TABLES.keys() & self._tables:
+            got["activities"], cells["activities"] = self._activities()
         if RUNTIME_TABLE in self._tables:
             got["api"], cells["api"] = self._api(all_calls)
         if NVTX_TABLE in self._tables:
@@ -271,64 +308,103 @@ class NsysColumnar:
             self._stream_kinds(got, cells)
         return assemble_frames(self.meta, got, self, cells={k: v for k, v in cells.items() if v})
 
+    def _activities(self) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
+        """The GPU activity tables' rows, stacked as nsys_schema.assemble_frames stacks them (in
+        ACTIVITY_TABLES' order), each table's batches filled straight into the one frame's
+        columns: no table is held apart and joined. ``row`` is the row's number in its table;
+        ``name_id`` its name column (nsys_schema.name_column; -1 for a table without one)."""
+        sources, sizes = {}, {}
+        for table, kind in ACTIVITY_TABLES.items():
+            if table in self._tables:
+                source = {**ACTIVITY_SOURCE, "name_id": name_column(self._columns(table), kind) or ""}
+                self._schema(table, ints=[c for c in source.values() if c], required=ACTIVITY_REQUIRED)
+                sources[table], sizes[table] = source, self._rows(table)
+        keys = [*ACTIVITY_SOURCE, "name_id"]
+        fill = Filling(sum(sizes.values()), keys, narrow=READ_NARROW["activities"])
+        for table, source in sources.items():
+            self._fill(table, source, into=fill)
+        total = fill.rows
+        row = np.empty(total, dtype=np.int32 if max(sizes.values()) <= NARROW_LIMIT else np.int64)
+        kind = np.empty(total, dtype=np.int8)
+        at = 0
+        for table, n in sizes.items():  # a table's rows are all read: no activity row is left out here
+            row[at:at + n] = np.arange(n)
+            kind[at:at + n] = ACTIVITY_TABLES[table]
+            at += n
+        frame, cells = _frame_of(fill, keys, row=row, kind=kind)
+        return frame[[*ACTIVITY_COLUMNS, "name_id", "kind"]], cells
+
     def _api(self, all_calls: bool) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
+        """The CUDA API calls, backtrace rows and (unless ``all_calls``) quiet calls left out batch
+        by batch, as the SQLite reader's WHERE leaves them out."""
         have = self._columns(RUNTIME_TABLE)
-        source = dict(API_SOURCE)
-        if "eventClass" in have:
-            source["event_class"] = "eventClass"
-        df, cells = self._frame(RUNTIME_TABLE, source, ("start", "end", "globalTid"))
-        keep = np.ones(len(df), dtype=bool)
-        if "event_class" in df:  # as SQL's `eventClass IS NOT 67`: a NULL class (-1 here) is kept
-            cells.pop("event_class", None)
-            keep &= df.pop("event_class").to_numpy() != EVENT_CLASS_BACKTRACE
-        if not all_calls and self._strings_present():
-            quiet = self._quiet_ids()
+        name = API_SOURCE["name_id"]
+        quiet = self._quiet_ids() if not all_calls and self._strings_present() else np.zeros(0, np.int64)
+
+        def keep(columns: Columns) -> np.ndarray | None:
+            n = len(next(iter(columns.values())))
+            out = None
+            if "eventClass" in columns:  # as SQL's `eventClass IS NOT 67`: a NULL class (-1 here) is kept
+                out = batch_ints(columns["eventClass"])[0] != EVENT_CLASS_BACKTRACE
             if quiet.size:  # a NULL nameId is kept (and warned about as damaged), as the SQLite reader keeps it
-                keep &= ~np.isin(df["name_id"].to_numpy(), quiet) | (cells.get("name_id", 0) != 0)
-        return _kept_rows(df, cells, keep)
+                ids, nulls = batch_ints(columns[name]) if name in columns else (np.full(n, -1), None)
+                loud = ~np.isin(ids, quiet)
+                if nulls is not None:
+                    loud |= nulls
+                out = loud if out is None else out & loud
+            return out
+
+        return self._frame(RUNTIME_TABLE, API_SOURCE, ("start", "end", "globalTid"), narrow=READ_NARROW["api"],
+                           also=[c for c in ("eventClass",) if c in have], keep=keep)
 
     def _nvtx(self) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
+        """The NVTX ranges and domain creations (other event types left out batch by batch), each
+        name its text, else its textId's string (SQL's ``COALESCE(text, StringIds.value)``)."""
         have = self._schema(NVTX_TABLE, ints=("start", "end", "globalTid", "eventType", "domainId", "textId"),
                             text=("text",), required=("start", "eventType", "globalTid"))
-        wanted = [c for c in ("start", "end", "globalTid", "eventType", "domainId", "text", "textId") if c in have]
-        t = self._read(NVTX_TABLE, wanted)
-        event_type, _ = self._ints(NVTX_TABLE, t, "eventType")
-        t = t.filter(pa.array(np.isin(event_type, [NVTX_PUSH_POP, NVTX_START_END, NVTX_DOMAIN_CREATE])))
-        n = t.num_rows
-        text, bad_text = self._texts(NVTX_TABLE, t, "text") if "text" in have else ([None] * n, None)
-        if "textId" in have and self._strings_present():
-            strings = self._string_table()
-            ids, id_nulls = self._ints(NVTX_TABLE, t, "textId")
-            missing = [i for i, s in enumerate(text) if s is None]  # COALESCE(text, StringIds.value)
-            for i in missing:
-                if not id_nulls[i]:
-                    text[i] = strings.get(int(ids[i]))
         columns = {"start": "start", "end": "end", "tid": "globalTid", "event_type": "eventType",
                    "domain_id": "domainId"}
+        by_id = "textId" in have and self._strings_present()
+        ints = [c for c in (*columns.values(), *(["textId"] if by_id else [])) if c in have]
+        kinds = np.array([NVTX_PUSH_POP, NVTX_START_END, NVTX_DOMAIN_CREATE])
+        fill = self._fill(NVTX_TABLE, ints, texts=[c for c in ("text",) if c in have],
+                          keep=lambda batch: np.isin(batch_ints(batch["eventType"])[0], kinds))
+        n = fill.rows
         out, cells = {}, {}
         for key, col in columns.items():
             if col in have:
-                out[key], nulls = self._ints(NVTX_TABLE, t, col)
-                if nulls.any():
-                    cells[key] = np.where(nulls, np.uint8(Cell.NULL), np.uint8(Cell.OK))
+                out[key], codes = fill.ints(col)
+                if codes is not None:
+                    cells[key] = codes
             else:
                 out[key] = np.full(n, -1 if key == "end" else 0, np.int64)
-        out["name"] = np.array(text, dtype=object) if n else np.zeros(0, dtype=object)
-        if bad_text is not None:
-            cells["name"] = np.where(bad_text, np.uint8(Cell.NOT_TEXT), np.uint8(Cell.OK))
+        names = np.full(n, None, dtype=object)
+        if "text" in have:
+            text = fill.texts("text")
+            names = text.objects()
+            bad = text.cells()
+            if bad is not None:
+                cells["name"] = bad
+        if by_id:
+            ids, id_cells = fill.ints("textId")
+            missing = ~_nulls(id_cells, n)
+            if "text" in have:
+                missing &= text.nulls()
+            if missing.any():  # each distinct textId looked up once
+                distinct, at = np.unique(ids[missing], return_inverse=True)
+                strings = self._string_table()
+                found = np.empty(distinct.size, dtype=object)
+                found[:] = [strings.get(i) for i in distinct.tolist()]
+                names[missing] = found[at]
+        out["name"] = names
         return pd.DataFrame(out, copy=False)[list(NVTX_COLUMNS)], cells
 
     def _syncs(self) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
-        have = self._columns(SYNC_TABLE)
-        source = dict(SYNC_SOURCE)
-        if "syncType" in have:
-            source["sync_type"] = "syncType"
-        df, cells = self._frame(SYNC_TABLE, source, ("start", "deviceId", "streamId"))
-        if "sync_type" not in df:
-            return df, cells
-        cells.pop("sync_type", None)  # as SQL's `syncType = 2`: a NULL type (-1 here) is no wait
-        waits = df.pop("sync_type").to_numpy() == SYNC_TYPE_STREAM_WAIT_EVENT
-        return _kept_rows(df, cells, waits)
+        """The stream-wait records (as SQL's ``syncType = 2``: a NULL type is no wait)."""
+        if "syncType" not in self._columns(SYNC_TABLE):
+            return self._frame(SYNC_TABLE, SYNC_SOURCE, ("start", "deviceId", "streamId"))
+        return self._frame(SYNC_TABLE, SYNC_SOURCE, ("start", "deviceId", "streamId"), also=("syncType",),
+                           keep=lambda batch: batch_ints(batch["syncType"])[0] == SYNC_TYPE_STREAM_WAIT_EVENT)
 
     def _stream_kinds(self, got: dict[str, pd.DataFrame], cells: dict[str, dict[str, np.ndarray]]) -> None:
         """The stream and context tables' rows into ``got`` (nsys_schema.stream_kinds), as the
@@ -359,10 +435,11 @@ class NsysColumnar:
         """StringIds as a dict (a NULL value as None; a row whose id is NULL left out)."""
         if self._strings is None:
             if self._strings_present():
-                t = self._read(STRINGS_TABLE, ("id", "value"))
-                ids, nulls = self._ints(STRINGS_TABLE, t, "id")
-                values = self._texts(STRINGS_TABLE, t, "value")[0]
-                self._strings = {i: v for i, v, null in zip(ids.tolist(), values, nulls.tolist()) if not null}
+                fill = self._fill(STRINGS_TABLE, ("id",), texts=("value",))
+                ids, cells = fill.ints("id")
+                values = fill.texts("value").objects().tolist()
+                self._strings = {i: v for i, v, null in zip(ids.tolist(), values, _nulls(cells, len(ids)).tolist())
+                                 if not null}
             else:
                 self._strings = {}
         return self._strings
@@ -396,7 +473,7 @@ class NsysColumnar:
             col = name_column(self._columns(table), kind)
             if col:
                 self._schema(table, ints=(col,))
-                self._name_ids[kind] = self._ints(table, self._read(table, (col,)), col)[0]
+                self._name_ids[kind] = self._fill(table, (col,)).ints(col)[0].astype(np.int64)
             else:
                 self._name_ids[kind] = np.full(0, -1, dtype=np.int64)
         ids = self._name_ids[kind]
@@ -419,59 +496,26 @@ def _is_text(t: pa.DataType) -> bool:
             or pa.types.is_large_binary(t) or pa.types.is_null(t))
 
 
-def _ints(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """An integer column as int64 with nulls as -1 (unsigned values wrap as SQLite stores them),
-    and where it is NULL."""
-    if pa.types.is_null(col.type):
-        return np.full(len(col), -1, dtype=np.int64), np.ones(len(col), dtype=bool)
-    if pa.types.is_dictionary(col.type):
-        col = col.cast(col.type.value_type)
-    if not (pa.types.is_integer(col.type) or pa.types.is_boolean(col.type)):
-        raise TypeError(f"holds {col.type} where integers belong")
-    nulls = np.zeros(len(col), dtype=bool)
-    if col.null_count:
-        nulls = np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool)
-    if col.type != pa.int64():
-        col = col.cast(pa.int64(), safe=False)
-    if col.null_count:
-        col = pc.fill_null(col, -1)
-    return np.asarray(col.to_numpy(), dtype=np.int64), nulls
+def _frame_of(fill: Filling, keys: Iterable[str], **more: np.ndarray) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
+    """A frame of a filling's integer columns ``keys`` and the columns ``more``, made at once (a
+    column set into a frame is copied), and the Cell codes of the columns that hold NULLs."""
+    columns, cells = dict(more), {}
+    for key in keys:
+        columns[key], codes = fill.ints(key)
+        if codes is not None:
+            cells[key] = codes
+    return pd.DataFrame(columns, copy=False), cells
 
 
-def _texts(col: pa.ChunkedArray | pa.Array) -> tuple[list[str | None], np.ndarray | None]:
-    """A text column as str (None where NULL), bytes that are not UTF-8 read with U+FFFD in their
-    place, and where that happened (None when nowhere)."""
-    if pa.types.is_null(col.type):
-        return [None] * len(col), None
-    if pa.types.is_dictionary(col.type):
-        col = col.cast(col.type.value_type)
-    if not _is_text(col.type):
-        raise TypeError(f"holds {col.type} where text belongs")
-    raw = col.cast(pa.large_binary())
-    try:
-        return raw.cast(pa.large_string()).to_pylist(), None  # checks that every value is UTF-8
-    except (pa.ArrowInvalid, UnicodeDecodeError):
-        values = raw.to_pylist()
-        bad = np.zeros(len(values), dtype=bool)
-        out: list[str | None] = []
-        for i, v in enumerate(values):  # only for a column that holds bytes that are not UTF-8
-            if v is None:
-                out.append(None)
-                continue
-            try:
-                out.append(v.decode("utf-8"))
-            except UnicodeDecodeError:
-                out.append(v.decode("utf-8", "replace"))
-                bad[i] = True
-        return out, bad
+def _nulls(cells: np.ndarray | None, n: int) -> np.ndarray:
+    """Where a column read through gapscope.trace.filling is NULL, from its Cell codes."""
+    return np.zeros(n, dtype=bool) if cells is None else cells != 0
 
 
-def _kept_rows(df: pd.DataFrame, cells: dict[str, np.ndarray], keep: np.ndarray,
-               ) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
-    """The rows ``keep`` selects, of the frame and of its Cell codes."""
-    if keep.all():
-        return df, cells
-    return df[keep].reset_index(drop=True), {k: v[keep] for k, v in cells.items()}
+def _slices(batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
+    """A record batch in slices of at most BATCH_ROWS rows (views: nothing is copied)."""
+    for at in range(0, max(batch.num_rows, 1), BATCH_ROWS):
+        yield batch.slice(at, BATCH_ROWS)
 
 
 def _arrow_reader(path: Path):

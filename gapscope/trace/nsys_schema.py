@@ -15,8 +15,8 @@ import pandas as pd
 
 from gapscope import catalog
 from gapscope.trace.frames import (
-    ACTIVITY_COLUMNS, API_COLUMNS, NVTX_COLUMNS, STREAM_COLUMNS, SYNC_COLUMNS, ActivityKind, Names, TraceFrames,
-    TraceMeta, build_frames, empty_frame,
+    ACTIVITY_COLUMNS, API_COLUMNS, NARROW_COLUMNS, NVTX_COLUMNS, STREAM_COLUMNS, SYNC_COLUMNS, ActivityKind, Names,
+    TraceFrames, TraceMeta, build_frames, empty_frame,
 )
 from gapscope.trace.validation import Cell
 
@@ -90,6 +90,11 @@ STREAM_REQUIRED = ("processId", "contextId", "streamId", "flag")
 CONTEXT_REQUIRED = ("processId", "contextId", "deviceId")
 #: Columns without which an activity table cannot be read.
 ACTIVITY_REQUIRED = ("start", "end", "deviceId", "streamId")
+
+#: The frame columns every nsys reader keeps in 32 bits as it reads them, while their values fit:
+#: frames.NARROW_COLUMNS but ``proc``, which is read as the whole globalPid and becomes its process
+#: part (``>> 24``) only once assembled. Times and thread ids stay int64.
+READ_NARROW = {key: frozenset(columns) - {"proc"} for key, columns in NARROW_COLUMNS.items()}
 
 
 def name_column(columns: Iterable[str], kind: ActivityKind) -> str | None:
@@ -169,7 +174,8 @@ def assemble_frames(meta: TraceMeta, got: Mapping[str, pd.DataFrame], names: Nam
                     warnings: Iterable[str] = (), cells: Mapping[str, Mapping[str, np.ndarray]] | None = None,
                     ) -> TraceFrames:
     """The frames from what a reader read: ``got`` maps each activity table it read to its rows
-    (frames.ACTIVITY_COLUMNS, plus name_id when names were read), and ``api``, ``nvtx``,
+    (frames.ACTIVITY_COLUMNS, plus name_id when names were read), or ``activities`` to every
+    activity table's rows stacked in ACTIVITY_TABLES' order with their ``kind``, and ``api``, ``nvtx``,
     ``syncs`` to theirs, ``proc`` still the whole globalPid, and ``stream_info`` and
     ``contexts`` to the rows of the stream and context tables (:func:`stream_kinds`); absent
     keys give empty frames.
@@ -184,6 +190,8 @@ def assemble_frames(meta: TraceMeta, got: Mapping[str, pd.DataFrame], names: Nam
             df["kind"] = np.full(len(df), int(kind), dtype=np.int8)
             parts.append(df)
             part_cells.append(cells.get(table, {}))
+    if "activities" in got:  # stacked by the reader, with its kind column
+        parts, part_cells = [got["activities"]], [cells.get("activities", {})]
     if not parts:
         parts = [empty_frame((*ACTIVITY_COLUMNS, "kind", "name_id"))]
     sizes = [len(p) for p in parts]

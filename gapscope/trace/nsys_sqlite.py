@@ -23,13 +23,14 @@ from gapscope.errors import GapscopeError
 from gapscope.trace.cached_reads import entry_of
 from gapscope.trace.cuda_api import QUIET_CALLS
 from gapscope.trace.frames import (
-    ACTIVITY_COLUMNS, API_COLUMNS, NARROW_COLUMNS, NVTX_COLUMNS, NVTX_DOMAIN_CREATE, NVTX_PUSH_POP,
+    ACTIVITY_COLUMNS, API_COLUMNS, NVTX_COLUMNS, NVTX_DOMAIN_CREATE, NVTX_PUSH_POP,
     NVTX_START_END, SYNC_COLUMNS, ActivityKind, ClosedTraceError, RowCounts, TraceFrames, TraceMeta,
 )
 from gapscope.trace.nsys_schema import (
     ACTIVITY_REQUIRED, ACTIVITY_TABLES, CONTEXT_REQUIRED, CONTEXT_SOURCE, CONTEXT_TABLE, ENV_TABLE,
-    EVENT_CLASS_BACKTRACE, GPU_INFO, GRAPH_TABLE, KERNEL_TABLE, NVTX_TABLE, RUNTIME_TABLE, STREAM_REQUIRED,
-    STREAM_SOURCE, STREAM_TABLE, SYNC_TABLE, SYNC_TYPE_STREAM_WAIT_EVENT, assemble_frames, gpu_info_names,
+    EVENT_CLASS_BACKTRACE, GPU_INFO, GRAPH_TABLE, KERNEL_TABLE, NVTX_TABLE, READ_NARROW, RUNTIME_TABLE,
+    STREAM_REQUIRED, STREAM_SOURCE, STREAM_TABLE, SYNC_TABLE, SYNC_TYPE_STREAM_WAIT_EVENT, assemble_frames,
+    gpu_info_names,
 )
 from gapscope.trace.sqlite_reads import BulkReader, Read, integer_sql
 from gapscope.trace.sqlite_source import Source, check_file, columns_of, sql_rows, tables_of
@@ -280,11 +281,6 @@ def _name_column(cols: set[str], kind: ActivityKind) -> str:
     if kind is ActivityKind.GRAPH:
         return _col(cols, "graphId")
     return "-1"
-
-
-#: The columns each read keeps in 32 bits as it goes: frames.NARROW_COLUMNS but ``proc``, which
-#: is read as the whole globalPid and becomes its process part (``>> 24``) only once assembled.
-READ_NARROW = {key: frozenset(columns) - {"proc"} for key, columns in NARROW_COLUMNS.items()}
 
 
 def _activity_read(conn: sqlite3.Connection, table: str, kind: ActivityKind) -> Read:
