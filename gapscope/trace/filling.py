@@ -7,7 +7,7 @@ batch headers); each batch's columns are converted and copied into place, only t
 mask selects (calls and records the analysis drops are never stored), and the arrays are cut to
 the rows kept at the end (``realloc``: the tail goes back to the heap, pages never written were
 never resident). Integer columns come out as int64, NULL as -1; id columns (``narrow``) as int32
-while every value fits (gapscope.trace.frames.NARROW_LIMIT), as build_frames keeps them, int64 from
+while every value fits (gapscope.trace.frames.fits_narrow), as build_frames keeps them, int64 from
 the first batch that does not. Where a column held NULLs, its gapscope.trace.validation Cell
 codes come out beside it. Text columns are dictionary-encoded batch by batch and their
 dictionaries unified at the end: each distinct text becomes one Python str, each row an int32 id
@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gapscope.trace.frames import NARROW_LIMIT
+from gapscope.trace.frames import fits_narrow
 from gapscope.trace.validation import Cell
 
 #: What a batch's text column is held as until the end: int32 ids into its own distinct values.
@@ -52,13 +52,6 @@ def batch_ints(arr: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
     elif values.dtype == np.bool_:
         values = values.astype(np.int64)
     return values, None
-
-
-def _fits_narrow(values: np.ndarray) -> bool:
-    """Whether every value lies in ``[-1, NARROW_LIMIT)`` (frames.narrow_ids' range)."""
-    if values.dtype in (np.uint8, np.uint16) or not values.size:
-        return True
-    return int(values.min()) >= -1 and int(values.max()) < NARROW_LIMIT
 
 
 @dataclass
@@ -126,7 +119,7 @@ class Filling:
             if keep is not None:
                 values = values[keep]
                 nulls = None if nulls is None else nulls[keep]
-            if out.dtype == np.int32 and not _fits_narrow(values):
+            if out.dtype == np.int32 and not fits_narrow(values):
                 wide = np.empty(self._size, dtype=np.int64)  # an id past 32 bits: int64 from now
                 wide[:at] = out[:at]
                 self._values[name] = out = wide

@@ -190,12 +190,18 @@ NARROW_COLUMNS = {
 NARROW_LIMIT = 2**30
 
 
+def fits_narrow(values: np.ndarray) -> bool:
+    """Whether every value of an id column lies in ``[-1, NARROW_LIMIT)`` (-1: none), the range
+    an id keeps in 32 bits (8- and 16-bit unsigned values always do: no scan)."""
+    if values.dtype in (np.uint8, np.uint16) or not values.size:
+        return True
+    return int(values.min()) >= -1 and int(values.max()) < NARROW_LIMIT
+
+
 def narrow_ids(values: np.ndarray) -> np.ndarray:
-    """An id column as int32 when every value lies in ``[-1, NARROW_LIMIT)`` (-1: none), else
-    as it is (no copy either way when it is int32 already)."""
-    if values.size and (int(values.min()) < -1 or int(values.max()) >= NARROW_LIMIT):
-        return values
-    return values.astype(np.int32, copy=False)
+    """An id column as int32 when it :func:`fits_narrow`, else as it is (no copy either way when
+    it is int32 already)."""
+    return values.astype(np.int32, copy=False) if fits_narrow(values) else values
 
 
 def build_frames(meta: TraceMeta, *, activities: pd.DataFrame, api: pd.DataFrame, nvtx: pd.DataFrame,

@@ -23,7 +23,7 @@ import pandas as pd
 from gapscope.errors import GapscopeError
 from gapscope.trace.column_cache import ColumnCache
 from gapscope.trace.cached_reads import cached_table, finish
-from gapscope.trace.frames import NARROW_LIMIT
+from gapscope.trace.frames import fits_narrow
 from gapscope.trace.sqlite_source import Source, read_error, sql_rows
 from gapscope.trace.validation import Cell
 
@@ -321,8 +321,8 @@ class _Filling:
 
     def _put(self, name: str, at: int, values: np.ndarray) -> None:
         out = self._values[name]
-        if out.dtype == np.int32 and values.dtype != np.int32 and values.size and \
-                (int(values.min()) < -1 or int(values.max()) >= NARROW_LIMIT):  # an id past 32 bits: int64 from now
+        # An id past 32 bits: int64 from now.
+        if out.dtype == np.int32 and values.dtype != np.int32 and not fits_narrow(values):
             wide = np.empty(self._size, dtype=np.int64)
             wide[:at] = out[:at]
             self._values[name] = out = wide
