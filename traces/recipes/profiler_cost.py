@@ -17,23 +17,12 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import graph_truth as gt  # noqa: E402
-
-
-def timed(case: gt.Case, steps: int) -> float:
-    case.reset()
-    gt.sync(case.dev)
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        case.eager_step()
-    gt.sync(case.dev)
-    return (time.perf_counter() - t0) / steps
 
 
 def main() -> int:
@@ -54,12 +43,12 @@ def main() -> int:
         case.setup()
         with torch.inference_mode():
             for _ in range(3):
-                timed(case, 3)
+                gt.time_phase(case, case.eager_step, 3)
             un, tr = [], []
             for _ in range(args.rounds):
-                un.append(timed(case, args.steps))
+                un.append(gt.time_phase(case, case.eager_step, args.steps))
                 with torch.profiler.profile(activities=acts, record_shapes=False) as prof:
-                    tr.append(timed(case, args.steps))
+                    tr.append(gt.time_phase(case, case.eager_step, args.steps))
         ev = prof.events()
         ops = sum(1 for e in ev if e.device_type == torch.autograd.DeviceType.CPU
                   and not e.name.startswith(("cuda", "cu")))
