@@ -8,9 +8,14 @@ profiler in the same process (eager step time / replayed step time, each of the 
 repeats before and after the traced pass: the range min..max), the graph ceiling beside the
 speedup the trace itself measured (traced eager span / traced graph span), and whether the
 prediction lies within the tolerance of the measured range. Coverage cases (fallback, rerecord:
-their graph phase is not a full replay) and the calibration case (tiny on the H200: the tracer's
-calibration came from its loop) are listed apart; tiny on any other GPU is validation.
-Prints a table; exits 0 (the numbers are the point, not a pass/fail).
+their graph phase is not a full replay) and the calibration case (tiny under nsys on the H200:
+nsys's calibration came from its loop) are listed apart; every other trace is validation.
+
+Then torch.profiler's cost itself: for each program of `h100_profiler_cost_h.json` whose traced
+pass is kept (`h100_cost_CASE.pt.trace.json.gz`, 10 eager steps), the tracer overhead gapscope
+takes off that trace per step beside the cost measured with traced and untraced passes
+alternated in the same process (medians of six rounds, and the rounds' range).
+Prints the tables; exits 0 (the numbers are the point, not a pass/fail).
 """
 
 from __future__ import annotations
@@ -25,8 +30,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 ROLES = {"fallback": "coverage", "rerecord": "coverage"}
-#: The tracer calibration (gapscope.catalog.TRACERS) was fitted on this case on this GPU.
-CALIBRATION = ("tiny", "H200")
+#: nsys's calibration (gapscope.catalog.TRACERS) was fitted on this case on this GPU (torch.profiler's
+#: on traced and untraced passes alternated: the table after the first).
+CALIBRATION = ("tiny", "nsys", "H200")
 
 
 def measured(timing: dict) -> tuple[float, float]:
@@ -56,7 +62,8 @@ def rows(truth: Path) -> list[dict]:
         p = eager["graph_predicted_speedup"]
         gpu = next(iter(result.trace.get("gpus", {}).values()), "?") if result.trace else "?"
         gpu = gpu.replace("NVIDIA ", "").split()[0]
-        role = "calibration" if (timing["case"], gpu) == CALIBRATION else ROLES.get(timing["case"], "validation")
+        role = "calibration" if (timing["case"], timing["tracer"], gpu) == CALIBRATION \
+            else ROLES.get(timing["case"], "validation")
         out.append({
             "trace": name, "case": timing["case"], "tracer": timing["tracer"],
             "gpu": gpu, "level": timing["graph_trace"] or "-", "role": role,
@@ -93,7 +100,35 @@ def main() -> int:
                   f"{statistics.median(abs(r['error']) for r in checked) * 100:.1f}%")
     below = [r["trace"] for r in table if r["ceiling"] < r["traced"] - 1e-9]
     print("ceiling below the trace's own measured replay speedup:", ", ".join(below) or "none")
+    tracer_cost(args.truth)
     return 0
+
+
+def tracer_cost(truth: Path) -> None:
+    """torch.profiler's cost per step as the model takes it off each kept traced pass, beside the
+    alternated measurement of the same process."""
+    from gapscope.analysis import analyze
+
+    path = truth / "h100_profiler_cost_h.json"
+    if not path.is_file():
+        return
+    data = json.loads(path.read_text())
+    steps = data["steps"]
+    print(f"\ntorch.profiler's cost per eager step ({data['env']['gpu']}; {path.name}: {data['rounds']} rounds of "
+          f"{steps} steps, traced and untraced alternated)")
+    print(f"{'program':12} {'operators':>9} {'launches':>8} {'traced call':>11} {'model':>9} "
+          f"{'measured (rounds)':>24} {'error':>6}")
+    for case, c in data["cases"].items():
+        trace = truth / f"h100_cost_{case}.pt.trace.json.gz"
+        if not trace.is_file():
+            continue
+        device = analyze(trace).devices[0]
+        model = device["tracer_overhead_ns"] / steps / 1e3
+        rounds = [(t - u) * 1e6 for u, t in zip(c["untraced_step_s"], c["traced_step_s"])]
+        cost = (c["traced_median_s"] - c["untraced_median_s"]) * 1e6
+        call = statistics.median([x for x in c["launch_call_us"] if x])
+        print(f"{case:12} {c['ops_per_step']:9.1f} {c['launches_per_step']:8.1f} {call:9.2f}us {model:7.1f}us "
+              f"{cost:8.1f}us ({min(rounds):6.1f}-{max(rounds):6.1f}) {model / cost - 1:+6.0%}")
 
 
 if __name__ == "__main__":

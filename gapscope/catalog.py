@@ -238,27 +238,36 @@ _FORMAT_BY_NAME = {f.name: f for f in FORMATS}
 
 @dataclass(frozen=True)
 class Tracer:
-    """A profiler that writes traces, with the calibration of what it adds to the traced program.
+    """A profiler that writes traces, with the calibration of what it adds to the traced program
+    per eager launch (docs/metrics.md, "Predicted CUDA Graph speedup"):
 
-    A traced launch call lasts longer than an untraced one: the tracer's callbacks run inside it.
-    ``launch_call_ns`` is what an untraced launch call costs the host (the rest of a traced call's
-    duration is the tracer's); ``per_launch_ns`` is what the tracer adds per eager launch outside
-    the call (torch.profiler records every operator). ``*_low``/``*_high`` bound them for the
-    prediction's range. Measured on the H200 host (traces/README.md, "Ground truth")."""
+    * ``launch_call_ns``: what an untraced launch call costs the host, the rest of a traced call's
+      duration being the tracer's (None: the tracer's cost is not read from the calls' duration);
+    * ``per_launch_ns`` and ``per_op_ns``: what the tracer adds per kernel launch and per recorded
+      framework operator, on a host whose traced launch call lasts ``reference_call_ns`` (None:
+      the same on every host); on another host they scale with its traced launch call;
+    * ``*_low``/``*_high``: the bounds of the prediction's range (the untraced call's; the
+      per-launch and per-operator cost as a multiple of its value)."""
 
     name: str
     words: str
-    launch_call_ns: float
-    launch_call_low_ns: float
-    launch_call_high_ns: float
+    launch_call_ns: float | None
+    launch_call_low_ns: float | None
+    launch_call_high_ns: float | None
     per_launch_ns: float
-    per_launch_low_ns: float
-    per_launch_high_ns: float
+    per_op_ns: float
+    reference_call_ns: float | None
+    cost_low: float
+    cost_high: float
 
 
 TRACERS: dict[str, Tracer] = {
-    "nsys": Tracer("nsys", "Nsight Systems", 2_000.0, 1_000.0, 3_000.0, 0.0, 0.0, 0.0),
-    "torch": Tracer("torch", "torch.profiler", 2_000.0, 1_000.0, 3_000.0, 1_500.0, 0.0, 3_000.0),
+    # nsys: the traced launch call less an untraced one's 2 us (the H200's tiny loop).
+    "nsys": Tracer("nsys", "Nsight Systems", 2_000.0, 1_000.0, 3_000.0, 0.0, 0.0, None, 1.0, 1.0),
+    # torch.profiler: 0.88 us per operator and 1.41 us per kernel launch where the traced launch
+    # call lasts 4.27 us: traced and untraced passes alternated in one process on the H100 host
+    # (traces/truth/h100_profiler_cost_h.json, 11 programs; each measured 0.89-1.58x the fit).
+    "torch": Tracer("torch", "torch.profiler", None, None, None, 1_409.5, 881.5, 4_271.2, 0.85, 1.6),
 }
 
 # ---------------------------------------------------------------------------------------------

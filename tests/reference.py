@@ -916,29 +916,28 @@ def one_off(attr: Attribution, acts: list[dict], threshold: int = 1_000_000) -> 
     return out, left_out
 
 
-def predicted(row: dict, one_off_cats: dict[str, int], launch_call_ns: float, tracer: str,
-              turnaround_ns: float, instances: int = 1) -> dict[str, float]:
-    """The model of docs/metrics.md for one row, with the H200 calibration spelled out: an
-    untraced launch call costs 2.0 us (1.0 to 3.0), torch.profiler adds 1.5 us per eager launch
-    (0 to 3.0), a graph launch costs 5 us + 7 ns per node; ``turnaround_ns`` is the replay
-    turnaround per kernel boundary (measured on the trace's replays); a replay spends the eager
-    memop gap time behind copies, at least the copies' own time; the ceiling keeps of it only the
-    copies' own time, at most that gap time, and the kernels' busy time less 100 ns an eager kernel."""
+def predicted(row: dict, one_off_cats: dict[str, int], launch_call_ns: float, turnaround_ns: float,
+              instances: int = 1, overhead_ns: float | None = None) -> dict[str, float]:
+    """The model of docs/metrics.md for one row, with the H200 calibration spelled out: under nsys
+    the tracer adds per eager launch the traced launch call ``launch_call_ns`` less an untraced
+    one's 2.0 us (``overhead_ns``, when given, is the tracer's cost instead: a torch.profiler
+    trace's, which its test computes); a graph launch costs 5 us + 7 ns per node;
+    ``turnaround_ns`` is the replay turnaround per kernel boundary (measured on the trace's
+    replays); a replay spends the eager memop gap time behind copies, at least the copies' own
+    time; the ceiling keeps of it only the copies' own time, at most that gap time, and the
+    kernels' busy time less 100 ns an eager kernel."""
     cats = {c: row["gap_by_category_ns"][c] - one_off_cats[c] for c in CATEGORIES}
     span = row["gpu_span_ns"] - sum(one_off_cats.values())
     busy, kernels, memops = row["busy_ns"], row["kernels"], row["memops"]
     launches = max(kernels - row["graph_kernels"], 0) + memops
-
-    def eager(call_ns: float, per_launch: float) -> float:
-        over = launches * (max(launch_call_ns - call_ns, 0) + (per_launch if tracer == "torch" else 0))
-        floor = busy + cats["pipeline"] + cats["dependency"] + cats["memop"]
-        return max(span - min(cats["launch"] + cats["host"], over), floor)
+    over = launches * max(launch_call_ns - 2000, 0) if overhead_ns is None else overhead_ns
+    floor = busy + cats["pipeline"] + cats["dependency"] + cats["memop"]
+    e = max(span - min(cats["launch"] + cats["host"], over), floor)
 
     nodes = (kernels + memops) / instances
     host = instances * (5000 + 7 * nodes) + cats["stall"] + cats["setup"]
     device = busy + max(row["memop_ns"], cats["memop"]) + max(kernels - instances, 0) * turnaround_ns
     replay = device + host + cats["sync"] if cats["sync"] > 0 else max(device, host)
-    e = eager(2000, 1500)
     # an eager kernel may run up to 100 ns shorter inside a replay, the kernels at least half their time
     floor = max(busy - 100 * max(kernels - row["graph_kernels"], 0), busy / 2)
     ceiling_span = max(floor + min(row["memop_ns"], cats["memop"]), cats["stall"])

@@ -3,10 +3,12 @@
 
 The model, per row, on its steady state (span and gap time without the one-off gaps):
 
-* untraced eager time E: the span less what the tracer added to the host's launches (each eager
-  launch: the trace's mean kernel launch call less an untraced one), which only shortens the span
-  where the host was the bottleneck (launch and host gap time), and never below what the device
-  itself needs (busy time and device-side gaps);
+* untraced eager time E: the span less what the tracer added to the host's launches, which only
+  shortens the span where the host was the bottleneck (launch and host gap time), and never below
+  what the device itself needs (busy time and device-side gaps). Per eager launch the tracer adds
+  (catalog.TRACERS) the traced launch call's excess over an untraced one (nsys), or a cost per
+  launch and per recorded operator (the trace's operators per kernel launch call) scaled by the
+  host's speed, which the traced launch call gauges (torch.profiler);
 * replay time P: the device runs the same kernels back to back, each boundary costing the
   replay turnaround (measured on the trace's own replays, else the GPU's calibration), copies
   included with the hand-offs around them, the hand-offs between streams become graph edges;
@@ -48,13 +50,16 @@ class TraceCosts:
     gpu: GraphCosts
     #: gap time inside the trace's replays per boundary (nan: no replay traced at node level)
     turnaround_ns: float
+    #: the framework operators the tracer recorded per kernel launch call (0: none recorded)
+    operators_per_launch: float = 0.0
 
 
-def trace_costs(tracer: str, launch_rows: list[Mapping], gpu: str | None,
-                inside_ns: float, inside_boundaries: float) -> TraceCosts:
+def trace_costs(tracer: str, launch_rows: list[Mapping], gpu: str | None, inside_ns: float,
+                inside_boundaries: float, operators: int | None = None, launch_calls: int | None = None) -> TraceCosts:
     """The trace-wide inputs of the model from the trace's tracer (a key of catalog.TRACERS), its
-    launch statistics (the result's ``launch`` rows), the GPU's name and the gap time and
-    boundaries inside its replays."""
+    launch statistics (the result's ``launch`` rows), the GPU's name, the gap time and
+    boundaries inside its replays, and the framework operators the tracer recorded and its kernel
+    launch calls, captured ones included (None: the format records no operators)."""
     # Every eager kernel launch's tracer cost adds to the span, so the mean call is what counts.
     # Calls longer than the stall threshold are stalls (a module load inside a first call), left
     # out of each API's mean; copy calls are left out (a copy from pageable memory returns when
@@ -66,7 +71,10 @@ def trace_costs(tracer: str, launch_rows: list[Mapping], gpu: str | None,
     total = sum(c for _, c in calls)
     launch = sum(m * c for m, c in calls) / total if total else float("nan")
     turnaround = inside_ns / inside_boundaries if inside_boundaries > 0 else float("nan")
-    return TraceCosts(catalog.TRACERS[tracer], launch, catalog.graph_costs(gpu), turnaround)
+    # Operators per kernel launch call: a launch inside a graph capture had its operators
+    # recorded too, so every launch call counts, not only those that launched work.
+    per_launch = operators / launch_calls if operators and launch_calls else 0.0
+    return TraceCosts(catalog.TRACERS[tracer], launch, catalog.graph_costs(gpu), turnaround, per_launch)
 
 
 #: The model's output columns, in the JSON's order ...
@@ -101,9 +109,14 @@ def predict(cols: Mapping[str, np.ndarray], cats: np.ndarray, one_off: np.ndarra
 
     tr = costs.tracer
     d = 0.0 if np.isnan(costs.launch_call_ns) else costs.launch_call_ns
+    # The tracer's own work per launch and per operator runs at the host's speed: where its
+    # traced launch call lasts longer than the calibration host's, so does that work.
+    scale = d / tr.reference_call_ns if tr.reference_call_ns and d > 0 else 1.0
+    recorded = (tr.per_launch_ns + costs.operators_per_launch * tr.per_op_ns) * scale
 
-    def overhead(call_ns: float, per_launch: float) -> np.ndarray:
-        return eager_launches * (max(d - call_ns, 0.0) + per_launch)
+    def overhead(call_ns: float | None, factor: float) -> np.ndarray:
+        inside = max(d - call_ns, 0.0) if call_ns is not None else 0.0
+        return eager_launches * (inside + recorded * factor)
 
     host_side = c["launch"] + c["host"]
     device_floor = busy + c["pipeline"] + c["dependency"] + c["memop"]
@@ -111,10 +124,10 @@ def predict(cols: Mapping[str, np.ndarray], cats: np.ndarray, one_off: np.ndarra
     def eager(over: np.ndarray) -> np.ndarray:
         return np.maximum(span - np.minimum(host_side, over), device_floor)
 
-    over = overhead(tr.launch_call_ns, tr.per_launch_ns)
+    over = overhead(tr.launch_call_ns, 1.0)
     e_mid = eager(over)
-    e_low = eager(overhead(tr.launch_call_low_ns, tr.per_launch_high_ns))
-    e_high = eager(overhead(tr.launch_call_high_ns, tr.per_launch_low_ns))
+    e_low = eager(overhead(tr.launch_call_low_ns, tr.cost_high))
+    e_high = eager(overhead(tr.launch_call_high_ns, tr.cost_low))
 
     # The replay turnaround: the row's own replays, else the trace's, else the GPU's calibration.
     g = costs.gpu

@@ -42,6 +42,11 @@ class TraceMeta:
     #: The session's end as the trace records it (ns), if it does: bounds valid timestamps
     #: (gapscope.trace.validation).
     session_end_ns: int | None = None
+    #: The framework operators the tracer recorded (a PyTorch profiler trace's ``cpu_op``
+    #: events) and its kernel launch calls (those inside a graph capture too), by which the
+    #: prediction counts the tracer's cost; None for a format without operators.
+    operators: int | None = None
+    launch_calls: int | None = None
 
 
 @dataclass(frozen=True)

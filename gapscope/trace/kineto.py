@@ -44,7 +44,7 @@ import numpy as np
 import pandas as pd
 
 from gapscope.errors import GapscopeError
-from gapscope.trace.cuda_api import QUIET_CALLS, base_name
+from gapscope.trace.cuda_api import KERNEL_LAUNCH_CALLS, QUIET_CALLS, base_name
 from gapscope.trace.frames import (
     ACTIVITY_COLUMNS,
     NVTX_PUSH_POP,
@@ -80,6 +80,9 @@ GPU_CATEGORIES = {"kernel": ActivityKind.KERNEL, "gpu_memcpy": ActivityKind.MEMC
                   "Memcpy": ActivityKind.MEMCPY, "Memset": ActivityKind.MEMSET}
 #: Host-side CUDA (and HIP) call categories, with libkineto's 2022 names.
 CALL_CATEGORIES = ("cuda_runtime", "cuda_driver", "Runtime", "Driver")
+#: The framework's operators (aten::add_, ...), with libkineto's 2022 name: counted, not kept (the
+#: prediction's torch.profiler cost is per recorded operator, docs/metrics.md).
+OPERATOR_CATEGORIES = ("cpu_op", "Operator")
 #: Range categories: record_function and the profiler's own ProfilerStep#N.
 RANGE_CATEGORIES = ("user_annotation",)
 #: Kernels the CUDA driver runs for the memcpy nodes of a CUDA graph: Kineto records them as
@@ -150,6 +153,7 @@ class _Events:
     syncs_seen: int
     copy_kernels: int  # graph memcpy-node kernels read as memcpys
     cut_names: int  # names longer than MAX_NAME, cut
+    operators: int  # cpu_op events (the framework's operators), counted, not kept
     skipped: Counter
     head: dict[str, Any]
     rebased_ns: int = 0  # whole seconds taken off every time (a clock past the time limit)
@@ -209,14 +213,16 @@ class _Reader:
     def __init__(self) -> None:
         self.ids = _Names()
         self.parts: dict[int, list[dict[str, np.ndarray]]] = {0: [], 1: [], 2: [], 3: []}
-        self.syncs_seen = self.copy_kernels = self.cut_names = 0
+        self.syncs_seen = self.copy_kernels = self.cut_names = self.operators = 0
         self.skipped: Counter = Counter()
 
     def add(self, piece: list[Event]) -> None:
         """Keep the events of one piece that the frames read (``ph`` X of a category read), as
         columns: times and names taken once for all of them, the other fields for each class
         (GPU work, calls, ranges, syncs) from its own events, then split by class."""
-        kept = list(compress(piece, map(_READ_CATS.__contains__, map(_CAT, piece))))
+        cats = list(map(_CAT, piece))
+        self.operators += cats.count(OPERATOR_CATEGORIES[0]) + cats.count(OPERATOR_CATEGORIES[1])
+        kept = list(compress(piece, map(_READ_CATS.__contains__, cats)))
         if not kept:
             return
         phs = list(map(_PH, kept))
@@ -317,7 +323,7 @@ class _Reader:
         }
         return _Events(gpu=g, calls=k, ranges=r, waits=w, bad=bad, strings=self.ids.strings,
                        syncs_seen=self.syncs_seen, copy_kernels=self.copy_kernels, cut_names=self.cut_names,
-                       skipped=self.skipped,
+                       operators=self.operators, skipped=self.skipped,
                        head=head, rebased_ns=rebased)
 
 
@@ -466,12 +472,14 @@ class Kineto:
         head, _ = _read(self.path, head_only=True)
         self.meta = self._meta(head, {})
 
-    def _meta(self, head: dict[str, Any], gpus: dict[int, str]) -> TraceMeta:
+    def _meta(self, head: dict[str, Any], gpus: dict[int, str], operators: int | None = None,
+              launch_calls: int | None = None) -> TraceMeta:
         schema = head.get("schemaVersion")
         schema = schema if isinstance(schema, (int, str)) and not isinstance(schema, bool) else None
         return TraceMeta(path=str(self.path), format=FORMAT, nsys_version=None,
                          export_schema=None if schema is None else str(schema),
-                         tables=frozenset({"traceEvents"}), gpu_names=gpus)
+                         tables=frozenset({"traceEvents"}), gpu_names=gpus, operators=operators,
+                         launch_calls=launch_calls)
 
     # -- the file ---------------------------------------------------------------------------
     @property
@@ -493,7 +501,10 @@ class Kineto:
                                     f"profiler trace (gapscope reads {READS})")
             self._events = events
             names = [events.strings[i] for i in np.unique(events.calls["name_id"]).tolist()]
-            self.meta = self._meta(head, _gpu_names(head, events.gpu["device"], names))
+            launch_ids = [i for i, n in enumerate(events.strings) if base_name(n) in KERNEL_LAUNCH_CALLS]
+            launch_calls = int(np.isin(events.calls["name_id"], launch_ids).sum()) if launch_ids else 0
+            self.meta = self._meta(head, _gpu_names(head, events.gpu["device"], names), events.operators,
+                                   launch_calls)
         return self._events
 
     def row_counts(self) -> RowCounts:

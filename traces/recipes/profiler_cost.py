@@ -7,14 +7,19 @@ so that a drift of the host's speed falls on both alike.
 Each round: `steps` eager steps untraced, then the same under torch.profiler (CPU and CUDA
 activities, as graph_truth.py records), each timed from a drained queue. The traced pass's
 events give the operators (cpu_op) and kernel launch calls (cuda_runtime/cuda_driver launches)
-per step. Prints per case: untraced and traced step (medians over rounds), and the difference
-per operator and per launch.
+per step, and the traced kernel launch calls' mean duration (what the trace shows of the tracer's
+cost inside each call), every round. Prints per case: untraced and traced step (medians over
+rounds), and the difference per operator and per launch. `--trace-dir D` also writes each case's
+last traced pass as D/CASE.pt.trace.json.gz (10 steps: the trace the measurement belongs to).
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
+import os
+import shutil
 import statistics
 import sys
 from pathlib import Path
@@ -25,12 +30,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import graph_truth as gt  # noqa: E402
 
 
+#: The kernel launch calls whose traced duration is recorded (the ones the model reads).
+LAUNCH_CALLS = frozenset({"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx"})
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cases", default="tiny,decode_b1,hf_llama")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--out", default="profiler_cost.json")
+    ap.add_argument("--trace-dir", default=None, help="write each case's last traced pass here")
     args = ap.parse_args()
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     acts = [torch.profiler.ProfilerActivity.CPU]
@@ -44,11 +54,19 @@ def main() -> int:
         with torch.inference_mode():
             for _ in range(3):
                 gt.time_phase(case, case.eager_step, 3)
-            un, tr = [], []
+            un, tr, call_us = [], [], []
             for _ in range(args.rounds):
                 un.append(gt.time_phase(case, case.eager_step, args.steps))
                 with torch.profiler.profile(activities=acts, record_shapes=False) as prof:
                     tr.append(gt.time_phase(case, case.eager_step, args.steps))
+                durs = [e.cpu_time_total for e in prof.events() if e.name in LAUNCH_CALLS]
+                call_us.append(statistics.fmean(durs) if durs else None)
+        if args.trace_dir:
+            plain = os.path.join(args.trace_dir, f"{name}.pt.trace.json")
+            prof.export_chrome_trace(plain)
+            with open(plain, "rb") as src, gzip.open(plain + ".gz", "wb") as dst:
+                shutil.copyfileobj(src, dst)
+            os.remove(plain)
         ev = prof.events()
         ops = sum(1 for e in ev if e.device_type == torch.autograd.DeviceType.CPU
                   and not e.name.startswith(("cuda", "cu")))
@@ -56,15 +74,17 @@ def main() -> int:
                        or "LaunchCooperative" in e.name)
         calls = sum(1 for e in ev if e.name.startswith(("cuda", "cu")))
         u, t = statistics.median(un), statistics.median(tr)
+        call = statistics.median([c for c in call_us if c] or [0])
         row = {"untraced_step_s": un, "traced_step_s": tr, "untraced_median_s": u,
                "traced_median_s": t, "ops_per_step": ops / args.steps,
-               "launches_per_step": launches / args.steps, "api_calls_per_step": calls / args.steps}
+               "launches_per_step": launches / args.steps, "api_calls_per_step": calls / args.steps,
+               "launch_call_us": call_us}
         row["per_op_us"] = (t - u) / max(1, row["ops_per_step"]) * 1e6
         row["per_launch_us"] = (t - u) / max(1, row["launches_per_step"]) * 1e6
         result["cases"][name] = row
         print(f"{name:10s} untraced {u * 1e6:8.1f} us  traced {t * 1e6:8.1f} us  "
               f"ops {row['ops_per_step']:6.0f}  launches {row['launches_per_step']:5.0f}  "
-              f"api {row['api_calls_per_step']:5.0f}  per op {row['per_op_us']:5.2f} us  "
+              f"api {row['api_calls_per_step']:5.0f}  call {call:5.2f} us  per op {row['per_op_us']:5.2f} us  "
               f"per launch {row['per_launch_us']:6.2f} us  rounds untraced "
               + " ".join(f"{x * 1e6:.0f}" for x in un) + " traced "
               + " ".join(f"{x * 1e6:.0f}" for x in tr), flush=True)

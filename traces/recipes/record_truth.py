@@ -8,6 +8,10 @@ PART e: the graph-size sweep (graph_sizes.py), decode_b1 six times under three p
         biggraph and decode_b1 at graph level (see main).
 PART g: hf_llama (a Hugging Face model's forward as the decode step) at node level twice, at graph
         level and under torch.profiler, each with the same process's untraced timings.
+PART h: torch.profiler's cost measured apart (profiler_cost.py: traced and untraced passes alternated
+        in one process, each case's last traced pass kept), then every case under torch.profiler
+        beside the same process's untraced timings (one process per case); on an H200 the
+        graph-size sweep first. Four fastest cores; needs no nsys.
 PART c: every case again, each trace beside untraced timings of the same process before and
         after it (`--timed 3`; nsys with --capture-range=cudaProfilerApi around the traced pass):
         node level, torch.profiler, graph level; then timings_c.json.
@@ -290,6 +294,43 @@ def main() -> int:
                                "--trace-out", "hf_llama.pt.trace.json.gz", "--wall-out",
                                "hf_llama_torch_wall.json")))
         rec.pack_up()
+    elif part == "h":
+        # torch.profiler on a second host: what it costs each case, measured with traced and
+        # untraced passes alternated (the traces those passes wrote kept beside), then each case
+        # recorded under it with its own untraced timings, as part d did on the H200; on an H200,
+        # the graph-size sweep first (its turnaround calibration, which part f did not get to).
+        ranked = ranked_cores(rec, env)
+        p4 = ["taskset", "-c", ",".join(map(str, ranked[:4]))] if ranked else []
+        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                             capture_output=True, text=True).stdout
+        if "H200" in gpu:
+            sweep = rec.pack / "graph_sizes_h.json"
+            cmd = (["taskset", "-c", str(ranked[0])] if ranked else []) + [
+                "python3", str(HERE / "graph_sizes.py"), "sweep", "--out", str(sweep)]
+            if rec.run("graph_sizes", 120, cmd, env):
+                rec.say("command graph_sizes_h.json: " + shlex.join(cmd[:-1] + ["graph_sizes_h.json"]))
+            rec.pack_up()
+        cost_cases = "tiny,pyhost,sleep,sync,medium,streams,copies,decode_b1,decode_b256,oneoff,hf_llama"
+        traces = rec.pack / "cost_traces"
+        traces.mkdir(exist_ok=True)
+        cmd = p4 + ["python3", str(HERE / "profiler_cost.py"), "--cases", cost_cases, "--rounds", "6",
+                    "--steps", "10", "--out", str(rec.pack / "profiler_cost_h.json"),
+                    "--trace-dir", str(traces)]
+        if rec.run("profiler_cost", 200, cmd, env):
+            rec.say("command profiler_cost_h.json: " + shlex.join(cmd[:-4] + [
+                "--out", "profiler_cost_h.json", "--trace-dir", "cost_traces"]))
+        rec.pack_up()
+        for case in ("tiny", "decode_b1", "decode_b256", "sync", "copies", "streams", "medium", "pyhost",
+                     "sleep", "oneoff", "triton", "gemm", "biggraph", "fallback", "rerecord"):
+            cmd = p4 + rec.truth("run", "--case", case, "--tracer", "torch", "--timed", "3",
+                                 "--trace-out", str(rec.pack / f"{case}.pt.trace.json.gz"),
+                                 "--wall-out", str(rec.pack / f"{case}_torch_wall.json"))
+            if rec.run(f"{case}_torch", 60, cmd, env):
+                rec.say(f"command {case}.pt.trace.json.gz: " + shlex.join(
+                    p4 + rec.truth("run", "--case", case, "--tracer", "torch", "--timed", "3",
+                                   "--trace-out", f"{case}.pt.trace.json.gz", "--wall-out",
+                                   f"{case}_torch_wall.json")))
+            rec.pack_up()
     elif part == "c":
         # Every trace with the same process's untraced timings before and after it (--timed):
         # nsys records only the traced pass (--capture-range=cudaProfilerApi).
@@ -339,6 +380,14 @@ def main() -> int:
                   f"{d['graph_traced_step_s'] * 1e6:7.1f} | untraced e "
                   f"{d['untraced_eager_step_s'] * 1e6:8.1f} g {d['untraced_graph_step_s'] * 1e6:7.1f}"
                   f" {d['untraced_speedup']:6.2f}x spread {d['untraced_eager_spread'] * 100:3.0f}%")
+    cost = rec.pack / "profiler_cost_h.json"
+    if cost.is_file():
+        for case, c in json.loads(cost.read_text())["cases"].items():
+            calls = sorted(x for x in c["launch_call_us"] if x)
+            print(f"  cost {case:12} untraced {c['untraced_median_s'] * 1e6:8.1f} traced "
+                  f"{c['traced_median_s'] * 1e6:8.1f} us/step  ops {c['ops_per_step']:6.1f} launches "
+                  f"{c['launches_per_step']:6.1f}  call {calls[len(calls) // 2] if calls else 0:5.2f} us  "
+                  f"per op {c['per_op_us']:5.2f} us")
     for name in ("timings_a.json", "timings_b.json", "timings_c.json", "timings_d.json"):
         p = rec.pack / name
         if p.is_file():
