@@ -77,6 +77,19 @@ def trace_costs(tracer: str, launch_rows: list[Mapping], gpu: str | None, inside
     return TraceCosts(catalog.TRACERS[tracer], launch, catalog.graph_costs(gpu), turnaround, per_launch)
 
 
+def launch_cost_ns(tracer: Tracer, traced_call_ns: float, operators_per_launch: float,
+                   untraced_call_ns: float | None, factor: float = 1.0) -> float:
+    """What ``tracer`` added to the host per eager launch of a trace whose kernel launch calls
+    lasted ``traced_call_ns`` (mean) and which recorded ``operators_per_launch``: the traced call's
+    excess over ``untraced_call_ns`` (None: not counted), plus the tracer's cost per launch and per
+    operator times ``factor`` (its calibration's bound), scaled by the host's speed."""
+    inside = max(traced_call_ns - untraced_call_ns, 0.0) if untraced_call_ns is not None else 0.0
+    # The tracer's own work per launch and per operator runs at the host's speed: where its
+    # traced launch call lasts longer than the calibration host's, so does that work.
+    scale = traced_call_ns / tracer.reference_call_ns if tracer.reference_call_ns and traced_call_ns > 0 else 1.0
+    return inside + (tracer.per_launch_ns + operators_per_launch * tracer.per_op_ns) * scale * factor
+
+
 #: The model's output columns, in the JSON's order ...
 FIELDS = ("steady_span_ns", "one_off_ns", "tracer_overhead_ns", "eager_untraced_ns", "graph_predicted_ns",
           "graph_predicted_speedup", "graph_predicted_low", "graph_predicted_high",
@@ -109,14 +122,9 @@ def predict(cols: Mapping[str, np.ndarray], cats: np.ndarray, one_off: np.ndarra
 
     tr = costs.tracer
     d = 0.0 if np.isnan(costs.launch_call_ns) else costs.launch_call_ns
-    # The tracer's own work per launch and per operator runs at the host's speed: where its
-    # traced launch call lasts longer than the calibration host's, so does that work.
-    scale = d / tr.reference_call_ns if tr.reference_call_ns and d > 0 else 1.0
-    recorded = (tr.per_launch_ns + costs.operators_per_launch * tr.per_op_ns) * scale
 
     def overhead(call_ns: float | None, factor: float) -> np.ndarray:
-        inside = max(d - call_ns, 0.0) if call_ns is not None else 0.0
-        return eager_launches * (inside + recorded * factor)
+        return eager_launches * launch_cost_ns(tr, d, costs.operators_per_launch, call_ns, factor)
 
     host_side = c["launch"] + c["host"]
     device_floor = busy + c["pipeline"] + c["dependency"] + c["memop"]

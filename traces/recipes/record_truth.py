@@ -12,6 +12,9 @@ PART h: torch.profiler's cost measured apart (profiler_cost.py: traced and untra
         in one process, each case's last traced pass kept), then every case under torch.profiler
         beside the same process's untraced timings (one process per case); on an H200 the
         graph-size sweep first. Four fastest cores; needs no nsys.
+PART i: torch.profiler's cost again (profiler_cost.py, no traces kept), on the host's four fastest
+        cores and on its four slowest, in one call: whether the cost follows the traced launch
+        call, as the model scales it; on an H200 the graph-size sweep first.
 PART c: every case again, each trace beside untraced timings of the same process before and
         after it (`--timed 3`; nsys with --capture-range=cudaProfilerApi around the traced pass):
         node level, torch.profiler, graph level; then timings_c.json.
@@ -331,6 +334,28 @@ def main() -> int:
                                    "--trace-out", f"{case}.pt.trace.json.gz", "--wall-out",
                                    f"{case}_torch_wall.json")))
             rec.pack_up()
+    elif part == "i":
+        # The cost model's host scaling, out of sample: the same programs' torch.profiler cost on
+        # the fastest and the slowest cores of one host (their traced launch calls differ).
+        ranked = ranked_cores(rec, env)
+        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                             capture_output=True, text=True).stdout
+        if "H200" in gpu:
+            sweep = rec.pack / "graph_sizes_i.json"
+            cmd = (["taskset", "-c", str(ranked[0])] if ranked else []) + [
+                "python3", str(HERE / "graph_sizes.py"), "sweep", "--out", str(sweep)]
+            if rec.run("graph_sizes", 120, cmd, env):
+                rec.say("command graph_sizes_i.json: " + shlex.join(cmd[:-1] + ["graph_sizes_i.json"]))
+            rec.pack_up()
+        cost_cases = "tiny,pyhost,sleep,sync,medium,streams,copies,decode_b1,decode_b256,oneoff,hf_llama"
+        for label, cores in (("slow", ranked[-4:]), ("fast", ranked[:4])):
+            pin = ["taskset", "-c", ",".join(map(str, cores))] if cores else []
+            out_name = f"profiler_cost_i_{label}.json"
+            cmd = pin + ["python3", str(HERE / "profiler_cost.py"), "--cases", cost_cases, "--rounds", "6",
+                         "--steps", "10", "--out", str(rec.pack / out_name)]
+            if rec.run(f"profiler_cost_{label}", 150, cmd, env):
+                rec.say(f"command {out_name}: " + shlex.join(cmd[:-1] + [out_name]))
+            rec.pack_up()
     elif part == "c":
         # Every trace with the same process's untraced timings before and after it (--timed):
         # nsys records only the traced pass (--capture-range=cudaProfilerApi).
@@ -380,8 +405,8 @@ def main() -> int:
                   f"{d['graph_traced_step_s'] * 1e6:7.1f} | untraced e "
                   f"{d['untraced_eager_step_s'] * 1e6:8.1f} g {d['untraced_graph_step_s'] * 1e6:7.1f}"
                   f" {d['untraced_speedup']:6.2f}x spread {d['untraced_eager_spread'] * 100:3.0f}%")
-    cost = rec.pack / "profiler_cost_h.json"
-    if cost.is_file():
+    for cost in sorted(rec.pack.glob("profiler_cost_*.json")):
+        print(f"  {cost.name}")
         for case, c in json.loads(cost.read_text())["cases"].items():
             calls = sorted(x for x in c["launch_call_us"] if x)
             print(f"  cost {case:12} untraced {c['untraced_median_s'] * 1e6:8.1f} traced "
