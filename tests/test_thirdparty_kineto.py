@@ -197,3 +197,51 @@ def test_hta_rank_folder_is_read_as_ranks(tmp_path):
     assert [(f["name"], f["error"], f["gpus"]) for f in files] == [
         ("rank-0.json.gz", None, {"0": "NVIDIA GPU (model not recorded)"}),
         ("worker1_4242.1682725897000.pt.trace.json.gz", None, {"1": "NVIDIA GPU (model not recorded)"})]
+
+
+@pytest.mark.parametrize("path", sorted(TL.glob("*.json.gz")) + sorted(HTA.glob("*.json.gz")),
+                         ids=lambda p: p.name)
+def test_python_tracing_is_named_where_the_trace_holds_it(path: Path) -> None:
+    """A trace recorded with the profiler's Python tracer (``python_function`` events: with_stack)
+    is warned of with their count, since the prediction's torch.profiler cost leaves that
+    tracer's out (docs/metrics.md); the counts of the operators and kernel launch calls the
+    prediction reads are the JSON's."""
+    from gapscope.analysis import analyze
+    from gapscope.trace.handle import open_trace
+
+    cats = Counter(e.get("cat") for e in events(path))
+    warned = [w for w in analyze(path).warnings if "python_function events" in w]
+    n = cats["python_function"]
+    assert warned == ([f"{n:,} python_function events: the profiler traced Python (with_stack=True), whose "
+                       "cost the predicted untraced time does not take off (its torch.profiler calibration "
+                       "is without it), so the predicted graph speedups may be high; see docs/metrics.md"]
+                      if n else [])
+    kernel_launches = {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
+                       "hipLaunchKernel", "hipLaunchKernelExC", "hipExtLaunchKernel", "hipModuleLaunchKernel",
+                       "hipExtModuleLaunchKernel", "hipHccModuleLaunchKernel", "hipDrvLaunchKernelEx"}
+    launches = sum(1 for e in events(path) if e.get("cat") in ("cuda_runtime", "cuda_driver")
+                   and e.get("name") in kernel_launches)
+    with open_trace(path) as trace:
+        meta = trace.frames(syncs=True, all_calls=False).meta
+    assert (meta.operators, meta.launch_calls) == (cats["cpu_op"], launches)
+
+
+def test_rocm_calls_with_a_text_stream_are_read() -> None:
+    """ROCm's Kineto writes a HIP call's ``args.stream`` as text (``"0x0"``): the calls are read
+    (they were left out once, and with them every kernel's launch), so each range holds the GPU
+    work its thread launched inside it, counted here from the JSON by correlation id."""
+    from gapscope.analysis import analyze
+
+    path = HTA / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+    evs = events(path)
+    assert any(e.get("cat") == "cuda_runtime" and isinstance(e.get("args", {}).get("stream"), str) for e in evs)
+    result = analyze(path)
+    assert not [w for w in result.warnings if "left out" in w or "no launching API call" in w]
+    kernels = Counter(e["args"]["correlation"] for e in evs if e.get("cat") == "kernel")
+    for row in result.ranges:
+        (rng,) = [e for e in evs if e.get("cat") == "user_annotation" and e["name"] == row["name"]]
+        lo, hi = ns(rng["ts"]), ns(rng["ts"]) + ns(rng["dur"])
+        calls = [e for e in evs if e.get("cat") == "cuda_runtime" and e["tid"] == rng["tid"]
+                 and lo <= ns(e["ts"]) <= hi]
+        assert row["kernels"] == sum(kernels[c["args"]["correlation"]] for c in calls)
+    assert sum(r["kernels"] for r in result.ranges) == 8

@@ -83,6 +83,8 @@ CALL_CATEGORIES = ("cuda_runtime", "cuda_driver", "Runtime", "Driver")
 #: The framework's operators (aten::add_, ...), with libkineto's 2022 name: counted, not kept (the
 #: prediction's torch.profiler cost is per recorded operator, docs/metrics.md).
 OPERATOR_CATEGORIES = ("cpu_op", "Operator")
+#: The profiler's Python tracer (with_stack=True): counted, for a warning on the tracer's cost.
+PYTHON_CATEGORY = "python_function"
 #: Range categories: record_function and the profiler's own ProfilerStep#N.
 RANGE_CATEGORIES = ("user_annotation",)
 #: Kernels the CUDA driver runs for the memcpy nodes of a CUDA graph: Kineto records them as
@@ -154,6 +156,7 @@ class _Events:
     copy_kernels: int  # graph memcpy-node kernels read as memcpys
     cut_names: int  # names longer than MAX_NAME, cut
     operators: int  # cpu_op events (the framework's operators), counted, not kept
+    python_functions: int  # python_function events (the profiler's Python tracer), counted
     skipped: Counter
     head: dict[str, Any]
     rebased_ns: int = 0  # whole seconds taken off every time (a clock past the time limit)
@@ -213,7 +216,7 @@ class _Reader:
     def __init__(self) -> None:
         self.ids = _Names()
         self.parts: dict[int, list[dict[str, np.ndarray]]] = {0: [], 1: [], 2: [], 3: []}
-        self.syncs_seen = self.copy_kernels = self.cut_names = self.operators = 0
+        self.syncs_seen = self.copy_kernels = self.cut_names = self.operators = self.python_functions = 0
         self.skipped: Counter = Counter()
 
     def add(self, piece: list[Event]) -> None:
@@ -222,6 +225,7 @@ class _Reader:
         (GPU work, calls, ranges, syncs) from its own events, then split by class."""
         cats = list(map(_CAT, piece))
         self.operators += cats.count(OPERATOR_CATEGORIES[0]) + cats.count(OPERATOR_CATEGORIES[1])
+        self.python_functions += cats.count(PYTHON_CATEGORY)
         kept = list(compress(piece, map(_READ_CATS.__contains__, cats)))
         if not kept:
             return
@@ -323,7 +327,7 @@ class _Reader:
         }
         return _Events(gpu=g, calls=k, ranges=r, waits=w, bad=bad, strings=self.ids.strings,
                        syncs_seen=self.syncs_seen, copy_kernels=self.copy_kernels, cut_names=self.cut_names,
-                       operators=self.operators, skipped=self.skipped,
+                       operators=self.operators, python_functions=self.python_functions, skipped=self.skipped,
                        head=head, rebased_ns=rebased)
 
 
@@ -584,6 +588,11 @@ class Kineto:
                        "are not seen, so the gaps they cause count as pipeline, not dependency "
                        "(record them with experimental_config=_ExperimentalConfig("
                        "enable_cuda_sync_events=True))")
+        if ev.python_functions:
+            out.append(f"{ev.python_functions:,} python_function events: the profiler traced Python "
+                       "(with_stack=True), whose cost the predicted untraced time does not take off "
+                       "(its torch.profiler calibration is without it), so the predicted graph "
+                       "speedups may be high; see docs/metrics.md")
         if ev.cut_names:
             out.append(f"{ev.cut_names} event names longer than {MAX_NAME:,} characters were cut to that length")
         if ev.copy_kernels:

@@ -53,10 +53,12 @@ HEAD_FIELDS = frozenset({
 
 
 class Args(msgspec.Struct, gc=False):
-    """The ``args`` fields of a GPU event or call that gapscope reads (absent: None)."""
+    """The ``args`` fields of a GPU event or call that gapscope reads (absent: None). A stream
+    may be text: ROCm's Kineto writes a HIP call's as ``"0x0"`` (read only for GPU events, whose
+    text streams the reader treats as damaged values)."""
 
     device: int | None = None
-    stream: int | None = None
+    stream: int | str | None = None
     correlation: int | None = None
 
 
