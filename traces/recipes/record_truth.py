@@ -161,6 +161,33 @@ def ranked_cores(rec: Recorder, env: dict) -> list[int]:
     return ranked
 
 
+def torch_case(rec: Recorder, case: str, pin: list[str], env: dict) -> None:
+    """One case under torch.profiler in its own process (CUPTI stays attached after a session),
+    with the same process's untraced timings before and after (`--timed 3`)."""
+    def cmd(trace: str, wall: str) -> list[str]:
+        return pin + rec.truth("run", "--case", case, "--tracer", "torch", "--timed", "3",
+                               "--trace-out", trace, "--wall-out", wall)
+
+    trace, wall = f"{case}.pt.trace.json.gz", f"{case}_torch_wall.json"
+    if rec.run(f"{case}_torch", 60, cmd(str(rec.pack / trace), str(rec.pack / wall)), env):
+        rec.say(f"command {trace}: " + shlex.join(cmd(trace, wall)))
+    rec.pack_up()
+
+
+def h200_sweep(rec: Recorder, ranked: list[int], env: dict, name: str) -> None:
+    """On an H200 only: the graph-size sweep (graph_sizes.py, untraced; the replay turnaround's
+    calibration) on the fastest core, written as ``name``."""
+    gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                         capture_output=True, text=True).stdout
+    if "H200" not in gpu:
+        return
+    cmd = (["taskset", "-c", str(ranked[0])] if ranked else []) + [
+        "python3", str(HERE / "graph_sizes.py"), "sweep", "--out", str(rec.pack / name)]
+    if rec.run("graph_sizes", 120, cmd, env):
+        rec.say(f"command {name}: " + shlex.join(cmd[:-1] + [name]))
+    rec.pack_up()
+
+
 def main() -> int:
     global NSYS
     part, out = sys.argv[1], Path(sys.argv[2]).resolve()
@@ -208,15 +235,7 @@ def main() -> int:
                                              str(rec.pack / f"{case}_nsys_wall.json")),
                      capture=True)
         for case in NODE_A + NODE_B:  # one process per case: CUPTI stays attached after a session
-            cmd = pin + rec.truth("run", "--case", case, "--tracer", "torch", "--timed", "3",
-                                  "--trace-out", str(rec.pack / f"{case}.pt.trace.json.gz"),
-                                  "--wall-out", str(rec.pack / f"{case}_torch_wall.json"))
-            if rec.run(f"{case}_torch", 60, cmd, env):
-                rec.say(f"command {case}.pt.trace.json.gz: " + shlex.join(
-                    pin + rec.truth("run", "--case", case, "--tracer", "torch", "--timed", "3",
-                                    "--trace-out", f"{case}.pt.trace.json.gz", "--wall-out",
-                                    f"{case}_torch_wall.json")))
-            rec.pack_up()
+            torch_case(rec, case, pin, env)
         for case in GRAPH_LEVEL:
             rec.nsys(f"{case}_graphlevel", "graph", rec.truth(
                 "run", "--case", case, "--timed", "3", "--profiler-api", "--wall-out",
@@ -304,15 +323,7 @@ def main() -> int:
         # the graph-size sweep first (its turnaround calibration, which part f did not get to).
         ranked = ranked_cores(rec, env)
         p4 = ["taskset", "-c", ",".join(map(str, ranked[:4]))] if ranked else []
-        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                             capture_output=True, text=True).stdout
-        if "H200" in gpu:
-            sweep = rec.pack / "graph_sizes_h.json"
-            cmd = (["taskset", "-c", str(ranked[0])] if ranked else []) + [
-                "python3", str(HERE / "graph_sizes.py"), "sweep", "--out", str(sweep)]
-            if rec.run("graph_sizes", 120, cmd, env):
-                rec.say("command graph_sizes_h.json: " + shlex.join(cmd[:-1] + ["graph_sizes_h.json"]))
-            rec.pack_up()
+        h200_sweep(rec, ranked, env, "graph_sizes_h.json")
         cost_cases = "tiny,pyhost,sleep,sync,medium,streams,copies,decode_b1,decode_b256,oneoff,hf_llama"
         traces = rec.pack / "cost_traces"
         traces.mkdir(exist_ok=True)
@@ -325,28 +336,12 @@ def main() -> int:
         rec.pack_up()
         for case in ("tiny", "decode_b1", "decode_b256", "sync", "copies", "streams", "medium", "pyhost",
                      "sleep", "oneoff", "triton", "gemm", "biggraph", "fallback", "rerecord"):
-            cmd = p4 + rec.truth("run", "--case", case, "--tracer", "torch", "--timed", "3",
-                                 "--trace-out", str(rec.pack / f"{case}.pt.trace.json.gz"),
-                                 "--wall-out", str(rec.pack / f"{case}_torch_wall.json"))
-            if rec.run(f"{case}_torch", 60, cmd, env):
-                rec.say(f"command {case}.pt.trace.json.gz: " + shlex.join(
-                    p4 + rec.truth("run", "--case", case, "--tracer", "torch", "--timed", "3",
-                                   "--trace-out", f"{case}.pt.trace.json.gz", "--wall-out",
-                                   f"{case}_torch_wall.json")))
-            rec.pack_up()
+            torch_case(rec, case, p4, env)
     elif part == "i":
         # The cost model's host scaling, out of sample: the same programs' torch.profiler cost on
         # the fastest and the slowest cores of one host (their traced launch calls differ).
         ranked = ranked_cores(rec, env)
-        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                             capture_output=True, text=True).stdout
-        if "H200" in gpu:
-            sweep = rec.pack / "graph_sizes_i.json"
-            cmd = (["taskset", "-c", str(ranked[0])] if ranked else []) + [
-                "python3", str(HERE / "graph_sizes.py"), "sweep", "--out", str(sweep)]
-            if rec.run("graph_sizes", 120, cmd, env):
-                rec.say("command graph_sizes_i.json: " + shlex.join(cmd[:-1] + ["graph_sizes_i.json"]))
-            rec.pack_up()
+        h200_sweep(rec, ranked, env, "graph_sizes_i.json")
         cost_cases = "tiny,pyhost,sleep,sync,medium,streams,copies,decode_b1,decode_b256,oneoff,hf_llama"
         for label, cores in (("slow", ranked[-4:]), ("fast", ranked[:4])):
             pin = ["taskset", "-c", ",".join(map(str, cores))] if cores else []
