@@ -141,6 +141,32 @@ def test_the_torch_profiler_cost_equals_the_reference(path):
     assert row["graph_predicted_low"] <= row["graph_predicted_speedup"] <= row["graph_predicted_high"]
 
 
+def test_torch_profiler_cost_against_alternated_measurements():
+    """bench_prediction.py's cost table, held where the model was not fitted (part i: another H100
+    host, slower on the host side, on its four fastest and four slowest cores): the model's cost
+    per eager step, from each pass's operators, launches and traced launch call, lies within 25 %
+    of the cost measured with traced and untraced passes alternated, for all but the programs
+    docs/metrics.md names (streams and copies, whose event and copy calls it does not count, and
+    decode_b256 on the fast cores, whose untraced rounds ranged 1.73-3.27 ms)."""
+    from gapscope.analysis.prediction import launch_cost_ns
+    from gapscope.catalog import TRACERS
+
+    outside = []
+    for part in ("fast", "slow"):
+        cases = json.loads((TRUTH / f"h100_profiler_cost_i_{part}.json").read_text())["cases"]
+        for case, c in cases.items():
+            call_ns = statistics.median([x for x in c["launch_call_us"] if x]) * 1000
+            model = c["launches_per_step"] * launch_cost_ns(
+                TRACERS["torch"], call_ns, c["ops_per_step"] / c["launches_per_step"], None)
+            # by hand: (1.41 us + 0.88 us an operator) a launch, at the host's call over 4.27 us
+            assert model == pytest.approx((c["launches_per_step"] * 1409.5 + c["ops_per_step"] * 881.5)
+                                          * call_ns / 4271.2, rel=1e-12)
+            measured = (c["traced_median_s"] - c["untraced_median_s"]) * 1e9
+            if abs(model / measured - 1) > 0.25:
+                outside.append(f"{case} {part}")
+    assert sorted(outside) == ["copies fast", "copies slow", "decode_b256 fast", "streams fast", "streams slow"]
+
+
 def test_the_first_use_stalls_of_the_oneoff_program_are_one_off():
     """Its first eager step also ran a first-use cuDNN convolution and cuBLAS GEMM: two long
     stalls (321.5 and 104.4 ms) and the module loading around them, left out of the steady
