@@ -10,7 +10,8 @@ events give the operators (cpu_op) and kernel launch calls (cuda_runtime/cuda_dr
 per step, and the traced kernel launch calls' mean duration (what the trace shows of the tracer's
 cost inside each call), every round. Prints per case: untraced and traced step (medians over
 rounds), and the difference per operator and per launch. `--trace-dir D` also writes each case's
-last traced pass as D/CASE.pt.trace.json.gz (10 steps: the trace the measurement belongs to).
+last traced pass as D/CASE.pt.trace.json.gz (10 steps: the trace the measurement belongs to);
+`--record-shapes` and `--with-stack` trace with those profiler options (the JSON says which).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import gzip
 import json
 import os
 import shutil
+import tempfile
+from collections import Counter
 import statistics
 import sys
 from pathlib import Path
@@ -41,13 +44,17 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--out", default="profiler_cost.json")
     ap.add_argument("--trace-dir", default=None, help="write each case's last traced pass here")
+    ap.add_argument("--record-shapes", action="store_true", help="the profiler with record_shapes=True")
+    ap.add_argument("--with-stack", action="store_true", help="the profiler with with_stack=True (its Python tracer)")
     args = ap.parse_args()
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     acts = [torch.profiler.ProfilerActivity.CPU]
     if dev.type == "cuda":
         acts.append(torch.profiler.ProfilerActivity.CUDA)
     cases = gt.make_cases(dev)
-    result = {"env": gt.environment(), "rounds": args.rounds, "steps": args.steps, "cases": {}}
+    options = {"record_shapes": args.record_shapes, "with_stack": args.with_stack}
+    result = {"env": gt.environment(), "rounds": args.rounds, "steps": args.steps, "profiler": options,
+              "cases": {}}
     for name in args.cases.split(","):
         case = cases[name]
         case.setup()
@@ -57,15 +64,19 @@ def main() -> int:
             un, tr, call_us = [], [], []
             for _ in range(args.rounds):
                 un.append(gt.time_phase(case, case.eager_step, args.steps))
-                with torch.profiler.profile(activities=acts, record_shapes=False) as prof:
+                with torch.profiler.profile(activities=acts, **options) as prof:
                     tr.append(gt.time_phase(case, case.eager_step, args.steps))
                 durs = [e.cpu_time_total for e in prof.events() if e.name in LAUNCH_CALLS]
                 call_us.append(statistics.fmean(durs) if durs else None)
-        if args.trace_dir:
-            plain = os.path.join(args.trace_dir, f"{name}.pt.trace.json")
+        # The last traced pass's events by category, as its exported trace holds them.
+        with tempfile.TemporaryDirectory() as tmp:
+            plain = os.path.join(args.trace_dir or tmp, f"{name}.pt.trace.json")
             prof.export_chrome_trace(plain)
-            with open(plain, "rb") as src, gzip.open(plain + ".gz", "wb") as dst:
-                shutil.copyfileobj(src, dst)
+            with open(plain) as f:
+                cats = Counter(e.get("cat") for e in json.load(f)["traceEvents"])
+            if args.trace_dir:
+                with open(plain, "rb") as src, gzip.open(plain + ".gz", "wb") as dst:
+                    shutil.copyfileobj(src, dst)
             os.remove(plain)
         ev = prof.events()
         ops = sum(1 for e in ev if e.device_type == torch.autograd.DeviceType.CPU
@@ -78,7 +89,8 @@ def main() -> int:
         row = {"untraced_step_s": un, "traced_step_s": tr, "untraced_median_s": u,
                "traced_median_s": t, "ops_per_step": ops / args.steps,
                "launches_per_step": launches / args.steps, "api_calls_per_step": calls / args.steps,
-               "launch_call_us": call_us}
+               "launch_call_us": call_us, "cpu_ops_per_step": cats["cpu_op"] / args.steps,
+               "python_functions_per_step": cats["python_function"] / args.steps}
         row["per_op_us"] = (t - u) / max(1, row["ops_per_step"]) * 1e6
         row["per_launch_us"] = (t - u) / max(1, row["launches_per_step"]) * 1e6
         result["cases"][name] = row

@@ -15,6 +15,8 @@ PART h: torch.profiler's cost measured apart (profiler_cost.py: traced and untra
 PART i: torch.profiler's cost again (profiler_cost.py, no traces kept), on the host's four fastest
         cores and on its four slowest, in one call: whether the cost follows the traced launch
         call, as the model scales it; on an H200 the graph-size sweep first.
+PART j: torch.profiler's cost with its options (profiler_cost.py on four cases, four fastest cores):
+        as part h's, with record_shapes=True, with with_stack=True; on an H200 the sweep first.
 PART c: every case again, each trace beside untraced timings of the same process before and
         after it (`--timed 3`; nsys with --capture-range=cudaProfilerApi around the traced pass):
         node level, torch.profiler, graph level; then timings_c.json.
@@ -349,6 +351,18 @@ def main() -> int:
             cmd = pin + ["python3", str(HERE / "profiler_cost.py"), "--cases", cost_cases, "--rounds", "6",
                          "--steps", "10", "--out", str(rec.pack / out_name)]
             if rec.run(f"profiler_cost_{label}", 150, cmd, env):
+                rec.say(f"command {out_name}: " + shlex.join(cmd[:-1] + [out_name]))
+            rec.pack_up()
+    elif part == "j":
+        # What the profiler's options add to its cost, beside its plain cost on the same host.
+        ranked = ranked_cores(rec, env)
+        h200_sweep(rec, ranked, env, "graph_sizes_j.json")
+        pin = ["taskset", "-c", ",".join(map(str, ranked[:4]))] if ranked else []
+        for label, flags in (("plain", []), ("shapes", ["--record-shapes"]), ("stack", ["--with-stack"])):
+            out_name = f"profiler_cost_j_{label}.json"
+            cmd = pin + ["python3", str(HERE / "profiler_cost.py"), "--cases", "tiny,pyhost,decode_b1,hf_llama",
+                         "--rounds", "6", "--steps", "10", *flags, "--out", str(rec.pack / out_name)]
+            if rec.run(f"profiler_cost_{label}", 120, cmd, env):
                 rec.say(f"command {out_name}: " + shlex.join(cmd[:-1] + [out_name]))
             rec.pack_up()
     elif part == "c":
