@@ -203,19 +203,27 @@ def test_hta_rank_folder_is_read_as_ranks(tmp_path):
                          ids=lambda p: p.name)
 def test_python_tracing_is_named_where_the_trace_holds_it(path: Path) -> None:
     """A trace recorded with the profiler's Python tracer (``python_function`` events: with_stack)
-    is warned of with their count, since the prediction's torch.profiler cost leaves that
-    tracer's out (docs/metrics.md); the counts of the operators and kernel launch calls the
-    prediction reads are the JSON's."""
+    is warned of with their count, and one recorded with shapes (``Input Dims`` in its operators'
+    args: record_shapes) is warned of too, since the prediction's torch.profiler cost leaves both
+    out (docs/metrics.md); the counts of the operators and kernel launch calls the prediction
+    reads are the JSON's."""
     from gapscope.analysis import analyze
     from gapscope.trace.handle import open_trace
 
     cats = Counter(e.get("cat") for e in events(path))
-    warned = [w for w in analyze(path).warnings if "python_function events" in w]
+    warnings = analyze(path).warnings
+    warned = [w for w in warnings if "python_function events" in w]
     n = cats["python_function"]
     assert warned == ([f"{n:,} python_function events: the profiler traced Python (with_stack=True), whose "
                        "cost the predicted untraced time does not take off (its torch.profiler calibration "
                        "is without it), so the predicted graph speedups may be high; see docs/metrics.md"]
                       if n else [])
+    shapes = any("Input Dims" in e.get("args", {}) for e in events(path) if e.get("cat") == "cpu_op")
+    assert [w for w in warnings if "record_shapes" in w] == (
+        ["the profiler recorded operator shapes (record_shapes=True: cpu_op events carry Input Dims), which "
+         "adds to its cost per operator beyond what the predicted untraced time takes off (its torch.profiler "
+         "calibration is without them), so the predicted graph speedups may be high; see docs/metrics.md"]
+        if shapes else [])
     kernel_launches = {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
                        "hipLaunchKernel", "hipLaunchKernelExC", "hipExtLaunchKernel", "hipModuleLaunchKernel",
                        "hipExtModuleLaunchKernel", "hipHccModuleLaunchKernel", "hipDrvLaunchKernelEx"}

@@ -85,6 +85,8 @@ CALL_CATEGORIES = ("cuda_runtime", "cuda_driver", "Runtime", "Driver")
 OPERATOR_CATEGORIES = ("cpu_op", "Operator")
 #: The profiler's Python tracer (with_stack=True): counted, for a warning on the tracer's cost.
 PYTHON_CATEGORY = "python_function"
+#: Operators whose args are looked at for shapes (record_shapes=True), for the same warning.
+_SHAPES_SAMPLE = 1000
 #: Range categories: record_function and the profiler's own ProfilerStep#N.
 RANGE_CATEGORIES = ("user_annotation",)
 #: Kernels the CUDA driver runs for the memcpy nodes of a CUDA graph: Kineto records them as
@@ -157,6 +159,7 @@ class _Events:
     cut_names: int  # names longer than MAX_NAME, cut
     operators: int  # cpu_op events (the framework's operators), counted, not kept
     python_functions: int  # python_function events (the profiler's Python tracer), counted
+    shapes_recorded: bool  # operators carry their argument shapes (record_shapes=True)
     skipped: Counter
     head: dict[str, Any]
     rebased_ns: int = 0  # whole seconds taken off every time (a clock past the time limit)
@@ -217,6 +220,7 @@ class _Reader:
         self.ids = _Names()
         self.parts: dict[int, list[dict[str, np.ndarray]]] = {0: [], 1: [], 2: [], 3: []}
         self.syncs_seen = self.copy_kernels = self.cut_names = self.operators = self.python_functions = 0
+        self.shapes_checked, self.shapes_recorded = 0, False
         self.skipped: Counter = Counter()
 
     def add(self, piece: list[Event]) -> None:
@@ -226,6 +230,11 @@ class _Reader:
         cats = list(map(_CAT, piece))
         self.operators += cats.count(OPERATOR_CATEGORIES[0]) + cats.count(OPERATOR_CATEGORIES[1])
         self.python_functions += cats.count(PYTHON_CATEGORY)
+        if self.shapes_checked < _SHAPES_SAMPLE and OPERATOR_CATEGORIES[0] in cats:
+            # record_shapes is one setting for the whole session: a sample of operators tells it
+            ops = list(compress(piece, map(operator.eq, cats, repeat(OPERATOR_CATEGORIES[0]))))[:_SHAPES_SAMPLE]
+            self.shapes_checked += len(ops)
+            self.shapes_recorded |= any(a is not None and len(a.input_dims) > 0 for a in map(_ARGS, ops))
         kept = list(compress(piece, map(_READ_CATS.__contains__, cats)))
         if not kept:
             return
@@ -327,7 +336,8 @@ class _Reader:
         }
         return _Events(gpu=g, calls=k, ranges=r, waits=w, bad=bad, strings=self.ids.strings,
                        syncs_seen=self.syncs_seen, copy_kernels=self.copy_kernels, cut_names=self.cut_names,
-                       operators=self.operators, python_functions=self.python_functions, skipped=self.skipped,
+                       operators=self.operators, python_functions=self.python_functions,
+                       shapes_recorded=self.shapes_recorded, skipped=self.skipped,
                        head=head, rebased_ns=rebased)
 
 
@@ -593,6 +603,11 @@ class Kineto:
                        "(with_stack=True), whose cost the predicted untraced time does not take off "
                        "(its torch.profiler calibration is without it), so the predicted graph "
                        "speedups may be high; see docs/metrics.md")
+        if ev.shapes_recorded:
+            out.append("the profiler recorded operator shapes (record_shapes=True: cpu_op events carry "
+                       "Input Dims), which adds to its cost per operator beyond what the predicted "
+                       "untraced time takes off (its torch.profiler calibration is without them), so "
+                       "the predicted graph speedups may be high; see docs/metrics.md")
         if ev.cut_names:
             out.append(f"{ev.cut_names} event names longer than {MAX_NAME:,} characters were cut to that length")
         if ev.copy_kernels:

@@ -60,6 +60,9 @@ class Args(msgspec.Struct, gc=False):
     device: int | None = None
     stream: int | str | None = None
     correlation: int | None = None
+    #: an operator's argument shapes (recorded with record_shapes=True) as their JSON text (empty:
+    #: none recorded)
+    input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input Dims")
 
 
 class Event(msgspec.Struct, gc=False):
