@@ -514,9 +514,9 @@ class Kineto:
                 raise GapscopeError(f"{self.path}: a JSON object without traceEvents: not a PyTorch "
                                     f"profiler trace (gapscope reads {READS})")
             self._events = events
-            names = [events.strings[i] for i in np.unique(events.calls["name_id"]).tolist()]
-            launch_ids = [i for i, n in enumerate(events.strings) if base_name(n) in KERNEL_LAUNCH_CALLS]
-            launch_calls = int(np.isin(events.calls["name_id"], launch_ids).sum()) if launch_ids else 0
+            ids, calls = np.unique(events.calls["name_id"], return_counts=True)
+            names = [events.strings[i] for i in ids.tolist()]
+            launch_calls = sum(n for name, n in zip(names, calls.tolist()) if base_name(name) in KERNEL_LAUNCH_CALLS)
             self.meta = self._meta(head, _gpu_names(head, events.gpu["device"], names), events.operators,
                                    launch_calls)
         return self._events

@@ -21,10 +21,10 @@ import gzip
 import json
 import os
 import shutil
-import tempfile
-from collections import Counter
 import statistics
 import sys
+import tempfile
+from collections import Counter
 from pathlib import Path
 
 import torch
