@@ -243,9 +243,11 @@ class Tracer:
 
     * ``launch_call_ns``: what an untraced launch call costs the host, the rest of a traced call's
       duration being the tracer's (None: the tracer's cost is not read from the calls' duration);
-    * ``per_launch_ns`` and ``per_op_ns``: what the tracer adds per kernel launch and per recorded
-      framework operator, on a host whose traced launch call lasts ``reference_call_ns`` (None:
-      the same on every host); on another host they scale with its traced launch call;
+    * ``per_launch_ns``, ``per_op_ns`` and ``per_call_ns``: what the tracer adds per kernel launch,
+      per recorded framework operator and per recorded CUDA call other than a launch (an event
+      record, a stream wait, a copy), on a host whose traced launch call lasts
+      ``reference_call_ns`` (None: the same on every host); on another host they scale with its
+      traced launch call;
     * ``*_low``/``*_high``: the bounds of the prediction's range (the untraced call's; the
       per-launch and per-operator cost as a multiple of its value)."""
 
@@ -256,6 +258,7 @@ class Tracer:
     launch_call_high_ns: float | None
     per_launch_ns: float
     per_op_ns: float
+    per_call_ns: float
     reference_call_ns: float | None
     cost_low: float
     cost_high: float
@@ -263,11 +266,13 @@ class Tracer:
 
 TRACERS: dict[str, Tracer] = {
     # nsys: the traced launch call less an untraced one's 2 us (the H200's tiny loop).
-    "nsys": Tracer("nsys", "Nsight Systems", 2_000.0, 1_000.0, 3_000.0, 0.0, 0.0, None, 1.0, 1.0),
+    "nsys": Tracer("nsys", "Nsight Systems", 2_000.0, 1_000.0, 3_000.0, 0.0, 0.0, 0.0, None, 1.0, 1.0),
     # torch.profiler: 0.88 us per operator and 1.41 us per kernel launch where the traced launch
     # call lasts 4.27 us: traced and untraced passes alternated in one process on the H100 host
-    # (traces/truth/h100_profiler_cost_h.json, 11 programs; each measured 0.89-1.58x the fit).
-    "torch": Tracer("torch", "torch.profiler", None, None, None, 1_409.5, 881.5, 4_271.2, 0.85, 1.6),
+    # (traces/truth/h100_profiler_cost_h.json, 11 programs; each measured 0.89-1.58x the fit);
+    # 0.275 us per other CUDA call: what the streams program's 320 event calls a step cost beyond
+    # its launches there (the same on two other hosts: 0.21-0.30 us).
+    "torch": Tracer("torch", "torch.profiler", None, None, None, 1_409.5, 881.5, 275.0, 4_271.2, 0.85, 1.6),
 }
 
 # ---------------------------------------------------------------------------------------------

@@ -787,14 +787,15 @@ def _with_all_categories(w: Linked, lv: Levels, range_name: np.ndarray, range_co
 def _trace_costs(w: Linked, lv: Levels, device_cols: dict[str, Any]) -> prediction.TraceCosts:
     """What the prediction takes from the trace as a whole (gapscope.analysis.prediction): its
     tracer, its eager launch calls' durations, its GPU, the turnaround inside its replays and
-    the framework operators its tracer recorded."""
+    the framework operators and other CUDA calls its tracer recorded."""
     meta = w.frames.meta
     tracer = catalog.trace_format(meta.format).tracer if meta.format in catalog.FORMAT_NAMES else "nsys"
     gpu = next(iter(meta.gpu_names.values()), None) if meta.gpu_names else None
     inside = float(np.asarray(device_cols["gap_inside_replays_ns"]).sum())
     bounds = float(np.maximum(np.asarray(device_cols["graph_kernels"]) - np.asarray(device_cols["graph_replays"]),
                               0).sum())
-    return prediction.trace_costs(tracer, lv.launch_rows, gpu, inside, bounds, meta.operators, meta.launch_calls)
+    return prediction.trace_costs(tracer, lv.launch_rows, gpu, inside, bounds, meta.operators, meta.launch_calls,
+                                  meta.other_calls)
 
 
 def run_analysis(

@@ -7,8 +7,9 @@ The model, per row, on its steady state (span and gap time without the one-off g
   shortens the span where the host was the bottleneck (launch and host gap time), and never below
   what the device itself needs (busy time and device-side gaps). Per eager launch the tracer adds
   (catalog.TRACERS) the traced launch call's excess over an untraced one (nsys), or a cost per
-  launch and per recorded operator (the trace's operators per kernel launch call) scaled by the
-  host's speed, which the traced launch call gauges (torch.profiler);
+  launch, per recorded operator and per other recorded CUDA call (the trace's operators and other
+  calls per kernel launch call) scaled by the host's speed, which the traced launch call gauges
+  (torch.profiler);
 * replay time P: the device runs the same kernels back to back, each boundary costing the
   replay turnaround (measured on the trace's own replays, else the GPU's calibration), copies
   included with the hand-offs around them, the hand-offs between streams become graph edges;
@@ -52,14 +53,18 @@ class TraceCosts:
     turnaround_ns: float
     #: the framework operators the tracer recorded per kernel launch call (0: none recorded)
     operators_per_launch: float = 0.0
+    #: the CUDA calls other than launches it recorded per kernel launch call (0: none counted)
+    calls_per_launch: float = 0.0
 
 
 def trace_costs(tracer: str, launch_rows: list[Mapping], gpu: str | None, inside_ns: float,
-                inside_boundaries: float, operators: int | None = None, launch_calls: int | None = None) -> TraceCosts:
+                inside_boundaries: float, operators: int | None = None, launch_calls: int | None = None,
+                other_calls: int | None = None) -> TraceCosts:
     """The trace-wide inputs of the model from the trace's tracer (a key of catalog.TRACERS), its
     launch statistics (the result's ``launch`` rows), the GPU's name, the gap time and
-    boundaries inside its replays, and the framework operators the tracer recorded and its kernel
-    launch calls, captured ones included (None: the format records no operators)."""
+    boundaries inside its replays, and the framework operators the tracer recorded, its kernel
+    launch calls, captured ones included, and its other CUDA calls (None: the format records no
+    operators, or its calls are not counted)."""
     # Every eager kernel launch's tracer cost adds to the span, so the mean call is what counts.
     # Calls longer than the stall threshold are stalls (a module load inside a first call), left
     # out of each API's mean; copy calls are left out (a copy from pageable memory returns when
@@ -74,20 +79,24 @@ def trace_costs(tracer: str, launch_rows: list[Mapping], gpu: str | None, inside
     # Operators per kernel launch call: a launch inside a graph capture had its operators
     # recorded too, so every launch call counts, not only those that launched work.
     per_launch = operators / launch_calls if operators and launch_calls else 0.0
-    return TraceCosts(catalog.TRACERS[tracer], launch, catalog.graph_costs(gpu), turnaround, per_launch)
+    calls_per_launch = other_calls / launch_calls if other_calls and launch_calls else 0.0
+    return TraceCosts(catalog.TRACERS[tracer], launch, catalog.graph_costs(gpu), turnaround, per_launch,
+                      calls_per_launch)
 
 
 def launch_cost_ns(tracer: Tracer, traced_call_ns: float, operators_per_launch: float,
-                   untraced_call_ns: float | None, factor: float = 1.0) -> float:
+                   untraced_call_ns: float | None, factor: float = 1.0, calls_per_launch: float = 0.0) -> float:
     """What ``tracer`` added to the host per eager launch of a trace whose kernel launch calls
-    lasted ``traced_call_ns`` (mean) and which recorded ``operators_per_launch``: the traced call's
-    excess over ``untraced_call_ns`` (None: not counted), plus the tracer's cost per launch and per
-    operator times ``factor`` (its calibration's bound), scaled by the host's speed."""
+    lasted ``traced_call_ns`` (mean) and which recorded ``operators_per_launch`` and
+    ``calls_per_launch`` other CUDA calls a launch: the traced call's excess over
+    ``untraced_call_ns`` (None: not counted), plus the tracer's cost per launch, per operator and
+    per other call times ``factor`` (its calibration's bound), scaled by the host's speed."""
     inside = max(traced_call_ns - untraced_call_ns, 0.0) if untraced_call_ns is not None else 0.0
     # The tracer's own work per launch and per operator runs at the host's speed: where its
     # traced launch call lasts longer than the calibration host's, so does that work.
     scale = traced_call_ns / tracer.reference_call_ns if tracer.reference_call_ns and traced_call_ns > 0 else 1.0
-    return inside + (tracer.per_launch_ns + operators_per_launch * tracer.per_op_ns) * scale * factor
+    own = tracer.per_launch_ns + operators_per_launch * tracer.per_op_ns + calls_per_launch * tracer.per_call_ns
+    return inside + own * scale * factor
 
 
 #: The model's output columns, in the JSON's order ...
@@ -124,7 +133,8 @@ def predict(cols: Mapping[str, np.ndarray], cats: np.ndarray, one_off: np.ndarra
     d = 0.0 if np.isnan(costs.launch_call_ns) else costs.launch_call_ns
 
     def overhead(call_ns: float | None, factor: float) -> np.ndarray:
-        return eager_launches * launch_cost_ns(tr, d, costs.operators_per_launch, call_ns, factor)
+        return eager_launches * launch_cost_ns(tr, d, costs.operators_per_launch, call_ns, factor,
+                                               costs.calls_per_launch)
 
     host_side = c["launch"] + c["host"]
     device_floor = busy + c["pipeline"] + c["dependency"] + c["memop"]

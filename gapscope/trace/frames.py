@@ -47,6 +47,9 @@ class TraceMeta:
     #: prediction counts the tracer's cost; None for a format without operators.
     operators: int | None = None
     launch_calls: int | None = None
+    #: The CUDA calls it recorded other than kernel and graph launches (event records, stream
+    #: waits, copies, synchronizations), each of which costs the tracer too; None as above.
+    other_calls: int | None = None
 
 
 @dataclass(frozen=True)

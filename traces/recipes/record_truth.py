@@ -176,12 +176,16 @@ def torch_case(rec: Recorder, case: str, pin: list[str], env: dict) -> None:
     rec.pack_up()
 
 
+def is_h200() -> bool:
+    """Whether this machine's GPU is an H200 (nvidia-smi's name)."""
+    return "H200" in subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                                    capture_output=True, text=True).stdout
+
+
 def h200_sweep(rec: Recorder, ranked: list[int], env: dict, name: str) -> None:
     """On an H200 only: the graph-size sweep (graph_sizes.py, untraced; the replay turnaround's
     calibration) on the fastest core, written as ``name``."""
-    gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                         capture_output=True, text=True).stdout
-    if "H200" not in gpu:
+    if not is_h200():
         return
     cmd = (["taskset", "-c", str(ranked[0])] if ranked else []) + [
         "python3", str(HERE / "graph_sizes.py"), "sweep", "--out", str(rec.pack / name)]
@@ -364,6 +368,15 @@ def main() -> int:
                          "--rounds", "6", "--steps", "10", *flags, "--out", str(rec.pack / out_name)]
             if rec.run(f"profiler_cost_{label}", 120, cmd, env):
                 rec.say(f"command {out_name}: " + shlex.join(cmd[:-1] + [out_name]))
+            rec.pack_up()
+        if is_h200():
+            # With what is left on an H200: the plain cost of the eleven programs on its host,
+            # the host whose traced launch calls (5.5-14.0 us) the H200 validation traces carry.
+            cost_cases = "tiny,pyhost,sleep,sync,medium,streams,copies,decode_b1,decode_b256,oneoff,hf_llama"
+            cmd = pin + ["python3", str(HERE / "profiler_cost.py"), "--cases", cost_cases, "--rounds", "6",
+                         "--steps", "10", "--out", str(rec.pack / "profiler_cost_j_all.json")]
+            if rec.run("profiler_cost_all", 200, cmd, env):
+                rec.say("command profiler_cost_j_all.json: " + shlex.join(cmd[:-1] + ["profiler_cost_j_all.json"]))
             rec.pack_up()
     elif part == "c":
         # Every trace with the same process's untraced timings before and after it (--timed):
