@@ -12,6 +12,8 @@ cost inside each call), every round. Prints per case: untraced and traced step (
 rounds), and the difference per operator and per launch. `--trace-dir D` also writes each case's
 last traced pass as D/CASE.pt.trace.json.gz (10 steps: the trace the measurement belongs to);
 `--record-shapes` and `--with-stack` trace with those profiler options (the JSON says which).
+Besides the suite's programs, probes of the cost of copies and event calls (`probes`: copy2_4k,
+copy2_1m, copy20_4k, events, event_waits).
 """
 
 from __future__ import annotations
@@ -37,6 +39,61 @@ import graph_truth as gt  # noqa: E402
 LAUNCH_CALLS = frozenset({"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx"})
 
 
+class CopyProbe(gt.Case):
+    """Probes of what a copy costs the profiler: per step ``copies`` pinned host-to-device copies
+    of ``size`` floats (non_blocking) among 20 tiny kernels, as graph_truth's copies program
+    does with two 1 MiB copies (one each way)."""
+
+    def __init__(self, dev: torch.device, name: str, copies: int, size: int) -> None:
+        super().__init__(dev)
+        self.name, self.copies, self.size = name, copies, size
+
+    def setup(self) -> None:
+        pin = self.dev.type == "cuda"
+        self.h = torch.ones(self.size, pin_memory=pin)
+        self.d = torch.empty(self.size, device=self.dev)
+        self.y = torch.zeros(1024, device=self.dev)
+
+    def body(self) -> None:
+        for i in range(20):
+            if i < self.copies:
+                self.d.copy_(self.h, non_blocking=True)
+            self.y.add_(1.0)
+        for _ in range(20, self.copies):
+            self.d.copy_(self.h, non_blocking=True)
+
+
+class EventProbe(gt.Case):
+    """Probes of what other CUDA calls cost the profiler: 80 tiny kernels a step, each followed by
+    an event record (``wait``: and the current stream waiting on it, as streams does without the
+    second stream)."""
+
+    def __init__(self, dev: torch.device, name: str, wait: bool) -> None:
+        super().__init__(dev)
+        self.name, self.wait = name, wait
+
+    def setup(self) -> None:
+        self.y = torch.zeros(1024, device=self.dev)
+        self.ev = [torch.cuda.Event() for _ in range(80)] if self.dev.type == "cuda" else []
+
+    def body(self) -> None:
+        cur = torch.cuda.current_stream() if self.ev else None
+        for i in range(80):
+            self.y.add_(1.0)
+            if self.ev:
+                self.ev[i].record(cur)
+                if self.wait:
+                    cur.wait_event(self.ev[i])
+
+
+def probes(dev: torch.device) -> dict[str, gt.Case]:
+    """The probe programs by name (not part of the ground-truth suite)."""
+    cases = [CopyProbe(dev, "copy2_4k", 2, 1024), CopyProbe(dev, "copy2_1m", 2, 256 * 1024),
+             CopyProbe(dev, "copy20_4k", 20, 1024), EventProbe(dev, "events", False),
+             EventProbe(dev, "event_waits", True)]
+    return {c.name: c for c in cases}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cases", default="tiny,decode_b1,hf_llama")
@@ -51,7 +108,7 @@ def main() -> int:
     acts = [torch.profiler.ProfilerActivity.CPU]
     if dev.type == "cuda":
         acts.append(torch.profiler.ProfilerActivity.CUDA)
-    cases = gt.make_cases(dev)
+    cases = {**gt.make_cases(dev), **probes(dev)}
     options = {"record_shapes": args.record_shapes, "with_stack": args.with_stack}
     result = {"env": gt.environment(), "rounds": args.rounds, "steps": args.steps, "profiler": options,
               "cases": {}}

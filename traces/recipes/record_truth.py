@@ -16,7 +16,10 @@ PART i: torch.profiler's cost again (profiler_cost.py, no traces kept), on the h
         cores and on its four slowest, in one call: whether the cost follows the traced launch
         call, as the model scales it; on an H200 the graph-size sweep first.
 PART j: torch.profiler's cost with its options (profiler_cost.py on four cases, four fastest cores):
-        as part h's, with record_shapes=True, with with_stack=True; on an H200 the sweep first.
+        as part h's, with record_shapes=True, with with_stack=True; on an H200 the sweep first,
+        and with what is left the eleven programs' plain cost.
+PART k: what copies and event calls cost torch.profiler (profiler_cost.py's probes beside the
+        suite's copies, streams and tiny), twice; four fastest cores.
 PART c: every case again, each trace beside untraced timings of the same process before and
         after it (`--timed 3`; nsys with --capture-range=cudaProfilerApi around the traced pass):
         node level, torch.profiler, graph level; then timings_c.json.
@@ -377,6 +380,19 @@ def main() -> int:
                          "--steps", "10", "--out", str(rec.pack / "profiler_cost_j_all.json")]
             if rec.run("profiler_cost_all", 200, cmd, env):
                 rec.say("command profiler_cost_j_all.json: " + shlex.join(cmd[:-1] + ["profiler_cost_j_all.json"]))
+            rec.pack_up()
+    elif part == "k":
+        # What copies and event calls cost the profiler: probes that vary the copies' count and
+        # size and the event calls' kind, beside the suite's copies, streams and tiny, twice.
+        ranked = ranked_cores(rec, env)
+        pin = ["taskset", "-c", ",".join(map(str, ranked[:4]))] if ranked else []
+        for label in ("1", "2"):
+            out_name = f"profiler_cost_k_{label}.json"
+            cmd = pin + ["python3", str(HERE / "profiler_cost.py"), "--cases",
+                         "copy2_4k,copy2_1m,copy20_4k,events,event_waits,copies,streams,tiny",
+                         "--rounds", "6", "--steps", "10", "--out", str(rec.pack / out_name)]
+            if rec.run(f"profiler_cost_{label}", 150, cmd, env):
+                rec.say(f"command {out_name}: " + shlex.join(cmd[:-1] + [out_name]))
             rec.pack_up()
     elif part == "c":
         # Every trace with the same process's untraced timings before and after it (--timed):
