@@ -508,19 +508,25 @@ class HFLlama(Case):
             "the next token's argmax, the position advanced on the device)")
     START = 64  # the decode begins after a prompt of this many positions
 
+    #: The transformers config and model classes, and the key-value heads (on CUDA, on the CPU).
+    ARCH = ("LlamaConfig", "LlamaForCausalLM")
+    KV_HEADS = (16, 4)
+
     def setup(self) -> None:
         import transformers
-        from transformers import LlamaConfig, LlamaForCausalLM, StaticCache
+        from transformers import StaticCache
 
+        config_class, model_class = (getattr(transformers, name) for name in self.ARCH)
         torch.manual_seed(0)
         cuda = self.dev.type == "cuda"
         dt = torch.bfloat16 if cuda else torch.float32
         hidden, layers = (1024, 4) if cuda else (64, 2)
-        cfg = LlamaConfig(vocab_size=32000 if cuda else 512, hidden_size=hidden,
-                          intermediate_size=hidden * 11 // 4, num_hidden_layers=layers,
-                          num_attention_heads=16 if cuda else 4, num_key_value_heads=16 if cuda else 4,
-                          max_position_embeddings=512)
-        self.model = LlamaForCausalLM(cfg).to(self.dev, dt).eval()
+        cfg = config_class(vocab_size=32000 if cuda else 512, hidden_size=hidden,
+                           intermediate_size=hidden * 11 // 4, num_hidden_layers=layers,
+                           num_attention_heads=16 if cuda else 4,
+                           num_key_value_heads=self.KV_HEADS[0] if cuda else self.KV_HEADS[1],
+                           max_position_embeddings=512)
+        self.model = model_class(cfg).to(self.dev, dt).eval()
         try:  # transformers 5: the cache is sized on its first update
             self.cache = StaticCache(config=cfg, max_cache_len=256)
         except TypeError:  # transformers 4
@@ -550,11 +556,25 @@ class HFLlama(Case):
         self.reset()
 
 
+class HFQwen2(HFLlama):
+    """Another Hugging Face architecture's forward as the decode step (biased q/k/v projections,
+    grouped-query attention with 4 key-value heads): a second workload outside the suite's
+    injected causes, recorded after the prediction was fitted."""
+
+    name = "hf_qwen2"
+    what = ("Hugging Face Qwen2ForCausalLM (random init: 4 layers, hidden 1024, 16 heads, 4 key-value "
+            "heads, vocab 32,000, bf16), one token per step, batch 1, against a StaticCache of 256 (its "
+            "forward, the next token's argmax, the position advanced on the device)")
+
+    ARCH = ("Qwen2Config", "Qwen2ForCausalLM")
+    KV_HEADS = (4, 2)
+
+
 def make_cases(dev: torch.device) -> dict[str, Case]:
     cases = [Tiny(dev), PyHost(dev), Sleep(dev), SyncEach(dev), Gemm(dev), Medium(dev),
              Streams(dev), Copies(dev), Decode(dev, 1, 1024, "decode_b1"),
              Decode(dev, 256, 2048, "decode_b256"), TritonAdd(dev), OneOff(dev), Fallback(dev),
-             Rerecord(dev), BigGraph(dev), HFLlama(dev)]
+             Rerecord(dev), BigGraph(dev), HFLlama(dev), HFQwen2(dev)]
     return {c.name: c for c in cases}
 
 

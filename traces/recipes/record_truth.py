@@ -18,6 +18,7 @@ PART i: torch.profiler's cost again (profiler_cost.py, no traces kept), on the h
 PART j: torch.profiler's cost with its options (profiler_cost.py on four cases, four fastest cores):
         as part h's, with record_shapes=True, with with_stack=True; on an H200 the sweep first,
         and with what is left the eleven programs' plain cost.
+PART l: hf_qwen2 (a second Hugging Face architecture) as part g recorded hf_llama.
 PART k: what copies and event calls cost torch.profiler (profiler_cost.py's probes beside the
         suite's copies, streams and tiny), twice; four fastest cores.
 PART c: every case again, each trace beside untraced timings of the same process before and
@@ -166,7 +167,7 @@ def ranked_cores(rec: Recorder, env: dict) -> list[int]:
     return ranked
 
 
-def torch_case(rec: Recorder, case: str, pin: list[str], env: dict) -> None:
+def torch_case(rec: Recorder, case: str, pin: list[str], env: dict, cap: float = 60) -> None:
     """One case under torch.profiler in its own process (CUPTI stays attached after a session),
     with the same process's untraced timings before and after (`--timed 3`)."""
     def cmd(trace: str, wall: str) -> list[str]:
@@ -174,9 +175,22 @@ def torch_case(rec: Recorder, case: str, pin: list[str], env: dict) -> None:
                                "--trace-out", trace, "--wall-out", wall)
 
     trace, wall = f"{case}.pt.trace.json.gz", f"{case}_torch_wall.json"
-    if rec.run(f"{case}_torch", 60, cmd(str(rec.pack / trace), str(rec.pack / wall)), env):
+    if rec.run(f"{case}_torch", cap, cmd(str(rec.pack / trace), str(rec.pack / wall)), env):
         rec.say(f"command {trace}: " + shlex.join(cmd(trace, wall)))
     rec.pack_up()
+
+
+def workload(rec: Recorder, case: str, env: dict) -> None:
+    """A workload outside the injected causes (a Hugging Face model's forward as the decode step):
+    at node level twice (separate processes), at graph level and under torch.profiler, each with
+    its own untraced timings; on the host's four fastest cores."""
+    ranked = ranked_cores(rec, env)
+    p4 = ["taskset", "-c", ",".join(map(str, ranked[:4]))] if ranked else []
+    for name, level in ((f"{case}_1", "node"), (f"{case}_graphlevel", "graph"), (f"{case}_2", "node")):
+        rec.nsys(name, level, rec.truth("run", "--case", case, "--timed", "3", "--profiler-api",
+                                        "--wall-out", str(rec.pack / f"{name}_wall.json")),
+                 cap=120, capture=True, pin=p4)
+    torch_case(rec, case, p4, env, cap=120)
 
 
 def is_h200() -> bool:
@@ -308,23 +322,8 @@ def main() -> int:
                      cap=75, capture=True, pin=p4)
     elif part == "g":
         # A workload outside the injected causes (graph_truth.py's hf_llama: a Hugging Face
-        # model's own forward as a decode step): at node level twice (separate processes), at
-        # graph level and under torch.profiler, each with its own untraced timings; four cores.
-        ranked = ranked_cores(rec, env)
-        p4 = ["taskset", "-c", ",".join(map(str, ranked[:4]))] if ranked else []
-        for name, level in (("hf_llama_1", "node"), ("hf_llama_graphlevel", "graph"), ("hf_llama_2", "node")):
-            rec.nsys(name, level, rec.truth("run", "--case", "hf_llama", "--timed", "3", "--profiler-api",
-                                            "--wall-out", str(rec.pack / f"{name}_wall.json")),
-                     cap=120, capture=True, pin=p4)
-        cmd = p4 + rec.truth("run", "--case", "hf_llama", "--tracer", "torch", "--timed", "3",
-                             "--trace-out", str(rec.pack / "hf_llama.pt.trace.json.gz"),
-                             "--wall-out", str(rec.pack / "hf_llama_torch_wall.json"))
-        if rec.run("hf_llama_torch", 120, cmd, env):
-            rec.say("command hf_llama.pt.trace.json.gz: " + shlex.join(
-                p4 + rec.truth("run", "--case", "hf_llama", "--tracer", "torch", "--timed", "3",
-                               "--trace-out", "hf_llama.pt.trace.json.gz", "--wall-out",
-                               "hf_llama_torch_wall.json")))
-        rec.pack_up()
+        # model's own forward as a decode step).
+        workload(rec, "hf_llama", env)
     elif part == "h":
         # torch.profiler on a second host: what it costs each case, measured with traced and
         # untraced passes alternated (the traces those passes wrote kept beside), then each case
@@ -381,6 +380,10 @@ def main() -> int:
             if rec.run("profiler_cost_all", 200, cmd, env):
                 rec.say("command profiler_cost_j_all.json: " + shlex.join(cmd[:-1] + ["profiler_cost_j_all.json"]))
             rec.pack_up()
+    elif part == "l":
+        # A second workload outside the injected causes, recorded after the model was fitted
+        # (graph_truth.py's hf_qwen2), as part g recorded hf_llama.
+        workload(rec, "hf_qwen2", env)
     elif part == "k":
         # What copies and event calls cost the profiler: probes that vary the copies' count and
         # size and the event calls' kind, beside the suite's copies, streams and tiny, twice.
