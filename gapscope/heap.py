@@ -37,6 +37,15 @@ MMAP_THRESHOLD = 1 << 30
 #: The free memory at the top of the heap that glibc hands back by itself once it passes this
 #: many bytes (its default: 128 KiB, or twice the mmap threshold as it rises).
 TRIM_THRESHOLD = 1 << 30
+#: A trace of this many activities or more is analyzed with blocks of LARGE_TRACE_MMAP_THRESHOLD
+#: bytes or more mapped apart (:func:`map_apart_for`): its arrays are large enough that the
+#: holes they leave in the heap, kept, raise the peak more than zeroing their pages costs (30M
+#: kernels: 5.1 -> 4.4 GB, 4 s of system time more; docs/performance.md).
+LARGE_ROWS = 1 << 22
+LARGE_TRACE_MMAP_THRESHOLD = 16 << 20
+#: Whether :func:`map_large_blocks` set the threshold (the command line, its workers): only then
+#: does an analysis change it.
+_tuned = False
 
 
 def _libc() -> ctypes.CDLL | None:
@@ -56,7 +65,20 @@ def map_large_blocks() -> bool:
     """Give only malloc blocks of MMAP_THRESHOLD bytes or more a mapping of their own, returned
     to the system when freed, every smaller one coming from the heap (unless the user set
     ``MALLOC_MMAP_THRESHOLD_``); whether it was set."""
-    return _mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD, "MALLOC_MMAP_THRESHOLD_")
+    global _tuned
+    done = _mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD, "MALLOC_MMAP_THRESHOLD_")
+    _tuned = _tuned or done
+    return done
+
+
+def map_apart_for(rows: int) -> bool:
+    """For the analysis of a trace of ``rows`` activities, LARGE_ROWS or more, in a process whose
+    heap :func:`map_large_blocks` tuned: map blocks of LARGE_TRACE_MMAP_THRESHOLD bytes or more
+    apart, handed back when freed, until :func:`give_back_for` restores the threshold; whether
+    it was set."""
+    if rows < LARGE_ROWS or not _tuned:
+        return False
+    return _mallopt(_M_MMAP_THRESHOLD, LARGE_TRACE_MMAP_THRESHOLD, "MALLOC_MMAP_THRESHOLD_")
 
 
 def keep_freed_pages() -> bool:
@@ -94,9 +116,12 @@ TRIM_ROWS = 1 << 18
 
 def give_back_for(rows: int) -> None:
     """:func:`give_back_freed_pages` when a trace has ``rows`` (activities or calls) of
-    TRIM_ROWS or more; below, its heap is too small for the hand-back to matter."""
+    TRIM_ROWS or more; below, its heap is too small for the hand-back to matter. The mmap
+    threshold :func:`map_apart_for` lowered for it is set back for the traces to come."""
     if rows >= TRIM_ROWS:
         give_back_freed_pages()
+    if rows >= LARGE_ROWS and _tuned:
+        _mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD, "MALLOC_MMAP_THRESHOLD_")
 
 
 def give_back_freed_pages() -> None:

@@ -400,6 +400,19 @@ def test_one_malloc_arena_unless_the_user_chose(monkeypatch):
     assert heap.use_one_arena() is glibc
 
 
+def _declare_mallinfo2(libc) -> None:  # type: ignore[no-untyped-def]
+    """Give glibc's mallinfo2, malloc and free their C types on ``libc`` (ctypes)."""
+    import ctypes
+
+    class MallInfo(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                    "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+    libc.mallinfo2.restype = MallInfo
+    libc.malloc.restype = ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+
+
 def test_blocks_come_from_the_heap_and_stay_there_unless_the_user_chose(monkeypatch):
     """The command line serves every block under heap.MMAP_THRESHOLD from the heap and keeps what
     is freed there for the next block (gapscope.heap): a 64 MiB block is no mapping of its own
@@ -422,13 +435,7 @@ def test_blocks_come_from_the_heap_and_stay_there_unless_the_user_chose(monkeypa
     if not hasattr(libc, "mallinfo2"):  # glibc before 2.33, or no glibc: the settings were all there is
         return
 
-    class MallInfo(ctypes.Structure):
-        _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
-                                                    "fsmblks", "uordblks", "fordblks", "keepcost")]
-
-    libc.mallinfo2.restype = MallInfo
-    libc.malloc.restype = ctypes.c_void_p
-    libc.free.argtypes = [ctypes.c_void_p]
+    _declare_mallinfo2(libc)
     before = libc.mallinfo2()
     block = libc.malloc(64 << 20)
     assert libc.mallinfo2().hblkhd == before.hblkhd  # no mapping of its own
@@ -447,3 +454,39 @@ def test_an_analysis_hands_the_heap_back_once_at_its_end(monkeypatch):
     monkeypatch.setattr(heap, "give_back_freed_pages", lambda: calls.append(1))
     pipeline.analyze(TRACES / "torch_decode.sqlite")
     assert calls == [1]
+
+
+def test_a_large_trace_maps_its_large_blocks_apart_then_sets_the_heap_back(monkeypatch):
+    """For a trace of heap.LARGE_ROWS activities or more, in a process whose heap the command line
+    tuned, blocks of heap.LARGE_TRACE_MMAP_THRESHOLD bytes or more get a mapping of their own
+    (glibc's mallinfo2 counts it) until the analysis is done; then they come from the heap again.
+    A smaller trace, or a process the command line did not tune, changes nothing."""
+    import ctypes
+    import platform
+
+    from gapscope import heap
+
+    libc = ctypes.CDLL(None)
+    glibc = platform.libc_ver()[0] == "glibc" and hasattr(libc, "mallopt")
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    monkeypatch.setattr(heap, "_tuned", False)
+    assert heap.map_apart_for(heap.LARGE_ROWS) is False  # not tuned: a library's own settings
+    assert heap.map_large_blocks() is glibc
+    assert heap.map_apart_for(heap.LARGE_ROWS - 1) is False
+    assert heap.map_apart_for(heap.LARGE_ROWS) is glibc
+    if not glibc or not hasattr(libc, "mallinfo2"):
+        return
+
+    _declare_mallinfo2(libc)
+
+    def mapped_apart(size: int) -> bool:
+        before = libc.mallinfo2().hblkhd
+        block = libc.malloc(size)
+        apart = libc.mallinfo2().hblkhd >= before + size
+        libc.free(block)
+        return apart
+
+    size = 256 << 20  # above any free block the heap may hold (never touched: no page is made)
+    assert mapped_apart(size)
+    heap.give_back_for(heap.LARGE_ROWS)
+    assert not mapped_apart(size)

@@ -3,6 +3,8 @@ ranges narrows (synthetic exports, hand-computed)."""
 
 from __future__ import annotations
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from gapscope.analysis import analyze
@@ -109,3 +111,41 @@ def test_a_selection_narrows_the_longest_gaps_and_launch_calls(tmp_path):
     t.range(0, 12_000, "outer")
     both = analyze(t.write(tmp_path / "nested.sqlite"), ranges=["a", "outer"])
     assert [g["gap_ns"] for g in both.top_gaps] == [1_000]
+
+
+def test_range_calls_count_and_sum_each_ranges_own_threads_calls(monkeypatch):
+    """Synthetic calls and ranges on three threads (ranges nested, overlapping, empty, on a thread
+    with no call; calls at a range's very start and end; a call ending before it starts), the
+    calls counted into the ranges a few at a time: each range's calls and summed durations are
+    those of its own thread's counted calls with range.start <= call.start <= range.end, as a
+    plain walk over every (range, call) pair finds them."""
+    from types import SimpleNamespace
+
+    import gapscope.analysis.ranges as ranges_mod
+
+    rng = np.random.default_rng(7)
+    n_calls, n_ranges = 3_000, 200
+    tid = rng.choice([11, 12, 13], n_calls)
+    start = rng.integers(0, 10_000, n_calls)
+    end = start + rng.integers(-5, 300, n_calls)
+    counted = rng.random(n_calls) < 0.8
+    r_tid = rng.choice([11, 12, 14], n_ranges)
+    r_start = rng.integers(0, 10_000, n_ranges)
+    r_start[:20] = start[:20]  # ranges that begin exactly at a call
+    r_end = r_start + rng.integers(0, 3_000, n_ranges)
+    r_start[20:40] = start[20:40] - rng.integers(0, 2_000, 20)
+    r_end[20:40] = start[20:40]  # and end exactly at one
+    r_tid[:40] = tid[:40]
+    frames = SimpleNamespace(api=pd.DataFrame({"tid": tid, "start": start, "end": end}))
+    table = SimpleNamespace(frame=pd.DataFrame({"tid": r_tid, "start_ns": r_start, "end_ns": r_end}))
+    monkeypatch.setattr(ranges_mod, "CALL_BLOCK", 256)
+    for mask in (None, counted):
+        calls, ns = ranges_mod.range_calls(frames, table, mask)
+        want_calls, want_ns = [], []
+        for t, a, b in zip(r_tid, r_start, r_end):
+            inside = [(s, e) for i, (c, s, e) in enumerate(zip(tid, start, end))
+                      if c == t and a <= s <= b and (mask is None or mask[i])]
+            want_calls.append(len(inside))
+            want_ns.append(sum(max(e - s, 0) for s, e in inside))
+        assert calls.tolist() == want_calls and ns.tolist() == want_ns
+        assert sum(want_calls) > 1_000 and want_calls.count(0) > 5  # both kinds of range occur

@@ -185,12 +185,13 @@ def sorted_in_rows(groups: np.ndarray, values: np.ndarray, count: np.ndarray, pr
                    ) -> tuple[np.ndarray, np.ndarray] | None:
     """(rows, first): each group's integer values sorted, group ``g``'s at ``rows[first[g]:
     first[g] + count[g]]``; None when the groups do not come in runs (RUN_VALUES values a run on
-    average) or the values are not integers. Each group has a row of the power of two at or above
-    its count, padded with the dtype's largest value (sorted after every value, so never read),
-    the rows of one width side by side: one 2-D sort per width, along the rows (short rows sort
-    in sorting networks), instead of one sort of every value. The values are placed run by run:
-    a stable sort of the runs' groups finds where each run goes in its group's row (O(runs log
-    runs)), and the values are copied ROW_BLOCK at a time."""
+    average) or the values are not integers. Each group has a row of its count rounded up to a
+    quarter of the power of two at or below it, padded with the dtype's largest value (sorted
+    after every value, so never read), the rows of one width side by side: one 2-D sort per
+    width, along the rows (short rows sort in sorting networks), instead of one sort of every
+    value. The values are placed run by run: a stable sort of the runs' groups finds where each
+    run goes in its group's row (O(runs log runs)), and the values are copied ROW_BLOCK at a
+    time."""
     n = values.size
     if not np.issubdtype(values.dtype, np.integer):
         return None
@@ -201,8 +202,13 @@ def sorted_in_rows(groups: np.ndarray, values: np.ndarray, count: np.ndarray, pr
     ends = np.concatenate((change, [n]))
     del change
     run_group = groups[starts].astype(np.int64)
-    # Each present group's row: the rows sorted by width, each width's side by side.
-    width = np.left_shift(1, np.ceil(np.log2(count[present])).astype(np.int64))
+    # Each present group's row: the rows sorted by width, each width's side by side. A row's
+    # width is its count rounded up to a quarter of the power of two at or below it (8 and
+    # under: the count itself), so that the padding stays under a quarter of the values.
+    c = count[present].astype(np.int64)
+    step = np.left_shift(1, np.maximum(np.floor(np.log2(c)).astype(np.int64) - 2, 0))
+    width = (c + step - 1) // step * step
+    del c, step
     by_width = np.argsort(width, kind="stable")
     first = np.zeros(count.size, dtype=np.int64)
     w = width[by_width]

@@ -341,13 +341,15 @@ class _Memory:
     dropped from ``frames`` (with ``release_ids``: TraceFrames.release), and once the result is
     built the C heap's free pages go back to the system (gapscope.heap, from heap.TRIM_ROWS
     activities on). Not between the steps: each step's arrays reuse the heap's blocks the steps
-    before freed, where pages handed back would be zeroed again (docs/performance.md). The steps'
-    own arrays go when the step that made them returns."""
+    before freed, where pages handed back would be zeroed again (docs/performance.md); except a
+    large trace's (heap.LARGE_ROWS activities on), whose large blocks are mapped apart during its
+    analysis. The steps' own arrays go when the step that made them returns."""
 
     def __init__(self, frames: TraceFrames, release_ids: bool) -> None:
         self.frames = frames
         self.release_ids = release_ids
         self.rows = len(frames.activities)
+        heap.map_apart_for(self.rows)  # a large trace's arrays mapped apart (gapscope.heap)
 
     def drop(self, columns: Mapping[str, Sequence[str]]) -> None:
         """Let go of these frame columns, read for good (only with ``release_ids``)."""
@@ -927,6 +929,7 @@ def opened_analysis(path: str | Path, *, all_calls: bool = False, progress: Prog
         # this analysis keeps.
         memory.check(trace.path, counts, gaps=options.get("gaps", True), all_calls=all_calls,
                      merge=options.get("merge", False))
+        heap.map_apart_for(rows or 0)  # a large trace's read too (gapscope.heap; run_analysis sets it back)
         if progress is not None:
             progress("reading", rows)
         frames = trace.frames(syncs=options.get("attribution", True), all_calls=all_calls)

@@ -316,33 +316,64 @@ def process_work_counts(frames: TraceFrames, launch: np.ndarray, ranges: RangeTa
     return np.bincount(member_range, minlength=len(ranges.frame)).astype(np.int64)
 
 
+#: CUDA calls :func:`range_calls` counts into the ranges at a time.
+CALL_BLOCK = 1 << 20
+
+
 def range_calls(frames: TraceFrames, ranges: RangeTable, counted: np.ndarray | None = None
                 ) -> tuple[np.ndarray, np.ndarray]:
     """(calls, their summed duration in ns) per range: the CUDA calls its own thread started
     inside it (``range.start <= call.start <= range.end``), the host's own CUDA work in the range
     (docs/metrics.md, "Host work"). ``counted``: the calls that count (QUIET_CALLS left out when
-    every call was read, so the figures do not depend on how many were read)."""
+    every call was read, so the figures do not depend on how many were read).
+
+    With keys (thread, time), a range's calls are those of keys from its start's key to its
+    end's: the calls before each start key and up to each end key are counted, and their
+    durations summed, by binning the calls between the ranges' sorted start keys and end keys,
+    CALL_BLOCK calls at a time (no sort of the calls, nothing held per call)."""
     n = len(ranges.frame)
     api = frames.api
     if n == 0 or len(api) == 0:
         return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
     tid = api["tid"].to_numpy()
     start = api["start"].to_numpy()
-    duration = np.maximum(api["end"].to_numpy() - start, 0)
-    if counted is not None and not counted.all():
-        tid, start, duration = tid[counted], start[counted], duration[counted]
+    end = api["end"].to_numpy()
     rf = ranges.frame
-    codes, threads = pd.factorize(tid)
-    r_code = pd.Index(threads).get_indexer(rf["tid"].to_numpy())
+    r_tid = rf["tid"].to_numpy()
+    threads = np.unique(r_tid)  # only the ranges' own threads' calls can be inside one
+    r_code = np.searchsorted(threads, r_tid)
     r_start, r_end = rf["start_ns"].to_numpy(), rf["end_ns"].to_numpy()
-    tk = TimeKeys([start, r_start, r_end], len(threads) + 1)
-    key = tk.key(codes, start)
-    order = np.argsort(key, kind="stable")
-    key = key[order]
-    cum = np.concatenate([[0], np.cumsum(duration[order])])
-    called = r_code >= 0  # a range whose thread made no call holds none
-    lo = np.zeros(n, dtype=np.int64)
-    hi = np.zeros(n, dtype=np.int64)
-    lo[called] = np.searchsorted(key, tk.key(r_code[called], r_start[called]), side="left")
-    hi[called] = np.searchsorted(key, tk.key(r_code[called], r_end[called]), side="right")
-    return (hi - lo).astype(np.int64), (cum[hi] - cum[lo]).astype(np.int64)
+    tk = TimeKeys([start, r_start, r_end], threads.size + 1)
+    q_start = tk.key(r_code, r_start)
+    q_end = tk.key(r_code, r_end)
+    by_start, by_end = np.sort(q_start), np.sort(q_end)
+    # Per bin between sorted start keys: calls (and ns) whose key is at or above exactly that
+    # many start keys; between end keys: above exactly that many end keys.
+    start_calls = np.zeros(n + 1, dtype=np.int64)
+    start_ns = np.zeros(n + 1, dtype=np.int64)
+    end_calls = np.zeros(n + 1, dtype=np.int64)
+    end_ns = np.zeros(n + 1, dtype=np.int64)
+    for a in range(0, tid.size, CALL_BLOCK):
+        b = min(tid.size, a + CALL_BLOCK)
+        t, s = tid[a:b], start[a:b]
+        d = np.maximum(end[a:b] - s, 0)
+        if counted is not None:
+            keep = counted[a:b]
+            t, s, d = t[keep], s[keep], d[keep]
+        code = np.minimum(np.searchsorted(threads, t), threads.size - 1)
+        mine = threads[code] == t
+        key = tk.key(code[mine], s[mine])
+        d = d[mine]
+        for keys, side, calls, ns in ((by_start, "right", start_calls, start_ns),
+                                      (by_end, "left", end_calls, end_ns)):
+            bins = np.searchsorted(keys, key, side=side)
+            calls += np.bincount(bins, minlength=n + 1)
+            # float sums of whole ns: exact below 2**53 ns (104 days) a bin and block
+            ns += np.bincount(bins, weights=d, minlength=n + 1).astype(np.int64)
+    # Calls with a key below a range's start key: those at or above no more start keys than lie
+    # below it; with a key at or below its end key: those above no more end keys than lie below.
+    lo = np.searchsorted(by_start, q_start, side="left")
+    hi = np.searchsorted(by_end, q_end, side="left")
+    calls = np.cumsum(end_calls)[hi] - np.cumsum(start_calls)[lo]
+    ns = np.cumsum(end_ns)[hi] - np.cumsum(start_ns)[lo]
+    return calls.astype(np.int64), ns.astype(np.int64)

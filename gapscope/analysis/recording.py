@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from gapscope.analysis.keys import TimeKeys
 from gapscope.analysis.ranges import RangeTable, range_calls
 from gapscope.trace.cuda_api import (
     CAPTURE_BEGIN_CALLS,
@@ -24,22 +23,51 @@ RANGE_FIELDS = ("graph_recordings", "recording_ns")
 NAME_FIELDS = (*RANGE_FIELDS, "recording_instances", "first_recording_instance", "last_recording_instance")
 
 
+#: Calls :func:`_captured` tests against a thread's capture intervals at a time.
+CAPTURE_BLOCK = 1 << 20
+
+
+def _capture_intervals(b_start: np.ndarray, e_start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One thread's open captures as disjoint intervals (lo, hi] of call starts, sorted: each
+    begin-capture call at ``b`` opens (b, the first end-capture call at or after b] (no end:
+    open to the end of the trace; an end at the begin's own start closes it at once)."""
+    b = np.sort(b_start)
+    e = np.sort(e_start)
+    at = np.searchsorted(e, b, side="left")
+    hi = np.full(b.size, np.iinfo(np.int64).max, dtype=np.int64)
+    closed = at < e.size
+    hi[closed] = e[at[closed]]
+    keep = hi > b  # (b, b]: closed as it opened
+    lo, hi = b[keep], hi[keep]
+    if lo.size == 0:
+        return lo, hi
+    # Merge: an interval starting before the ones before it end joins them.
+    reach = np.maximum.accumulate(hi)
+    new = np.concatenate(([True], lo[1:] >= reach[:-1]))
+    first = np.flatnonzero(new)
+    last = np.concatenate((first[1:], [lo.size])) - 1
+    return lo[first], reach[last]
+
+
 def _captured(tid: np.ndarray, start: np.ndarray, begin: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Per call: made on a thread while a stream capture begun there was open (the thread's last
-    begin-capture call started before it, and no end-capture call of the thread since)."""
-    _, threads = np.unique(tid, return_inverse=True)
-    tk = TimeKeys([start], int(threads.max()) + 1 if threads.size else 1)
-    key = tk.key(threads, start)
-    opened = np.sort(key[begin])
-    closed = np.sort(key[end])
-    last_open = np.searchsorted(opened, key, side="left") - 1  # the last begin before the call; -1: none
-    last_close = np.searchsorted(closed, key, side="left") - 1
-    open_key = np.where(last_open >= 0, opened[np.maximum(last_open, 0)], -1)
-    # A capture never closed in the trace (its end call cut off, or its name damaged) stays open.
-    close_key = np.where(last_close >= 0, closed[np.maximum(last_close, 0)], -1) if closed.size else \
-        np.full(key.size, -1, dtype=np.int64)
-    same_thread = (open_key >= 0) & (open_key // tk.width == threads)
-    return same_thread & (open_key > close_key)
+    begin-capture call started before it, and no end-capture call of the thread since). Each
+    thread that began a capture has its captures as a few intervals; the calls are tested
+    against them CAPTURE_BLOCK at a time (nothing held per call but the answer)."""
+    out = np.zeros(tid.size, dtype=bool)
+    b_idx = np.flatnonzero(begin)
+    e_idx = np.flatnonzero(end)
+    b_tid, e_tid = tid[b_idx], tid[e_idx]
+    for thread in np.unique(b_tid).tolist():  # the threads that began a capture: a few
+        lo, hi = _capture_intervals(start[b_idx[b_tid == thread]], start[e_idx[e_tid == thread]])
+        if lo.size == 0:
+            continue
+        for a in range(0, tid.size, CAPTURE_BLOCK):
+            s = start[a:a + CAPTURE_BLOCK]
+            j = np.searchsorted(hi, s, side="left")  # the first interval ending at or after s
+            inside = (j < hi.size) & (lo[np.minimum(j, hi.size - 1)] < s)
+            out[a:a + CAPTURE_BLOCK] |= inside & (tid[a:a + CAPTURE_BLOCK] == thread)
+    return out
 
 
 def range_recording(frames: TraceFrames, table: RangeTable, names: tuple[np.ndarray, np.ndarray]
