@@ -328,9 +328,12 @@ def range_calls(frames: TraceFrames, ranges: RangeTable, counted: np.ndarray | N
     every call was read, so the figures do not depend on how many were read).
 
     With keys (thread, time), a range's calls are those of keys from its start's key to its
-    end's: the calls before each start key and up to each end key are counted, and their
-    durations summed, by binning the calls between the ranges' sorted start keys and end keys,
-    CALL_BLOCK calls at a time (no sort of the calls, nothing held per call)."""
+    end's. Doubled, a call's key as 2k + 1, a start's as 2s and an end's as 2e + 2, so that a
+    call lies before a start (k < s) or not after an end (k <= e) exactly when its doubled key is
+    below the other's, and no two are equal: one sorted array of the ranges' doubled keys, the
+    calls binned into it CALL_BLOCK at a time (their counts and durations), and each range's
+    calls are those below its end less those below its start (no sort of the calls, nothing held
+    per call)."""
     n = len(ranges.frame)
     api = frames.api
     if n == 0 or len(api) == 0:
@@ -342,17 +345,12 @@ def range_calls(frames: TraceFrames, ranges: RangeTable, counted: np.ndarray | N
     r_tid = rf["tid"].to_numpy()
     threads = np.unique(r_tid)  # only the ranges' own threads' calls can be inside one
     r_code = np.searchsorted(threads, r_tid)
-    r_start, r_end = rf["start_ns"].to_numpy(), rf["end_ns"].to_numpy()
-    tk = TimeKeys([start, r_start, r_end], threads.size + 1)
-    q_start = tk.key(r_code, r_start)
-    q_end = tk.key(r_code, r_end)
-    by_start, by_end = np.sort(q_start), np.sort(q_end)
-    # Per bin between sorted start keys: calls (and ns) whose key is at or above exactly that
-    # many start keys; between end keys: above exactly that many end keys.
-    start_calls = np.zeros(n + 1, dtype=np.int64)
-    start_ns = np.zeros(n + 1, dtype=np.int64)
-    end_calls = np.zeros(n + 1, dtype=np.int64)
-    end_ns = np.zeros(n + 1, dtype=np.int64)
+    tk = TimeKeys([start, rf["start_ns"].to_numpy(), rf["end_ns"].to_numpy()], threads.size + 1)
+    q_start = 2 * tk.key(r_code, rf["start_ns"].to_numpy())  # keys below 2**62: doubled, still int64
+    q_end = 2 * tk.key(r_code, rf["end_ns"].to_numpy()) + 2
+    bounds = np.sort(np.concatenate((q_start, q_end)))
+    below_calls = np.zeros(bounds.size + 1, dtype=np.int64)  # by how many bounds lie below a call
+    below_ns = np.zeros(bounds.size + 1, dtype=np.int64)
     for a in range(0, tid.size, CALL_BLOCK):
         b = min(tid.size, a + CALL_BLOCK)
         t, s = tid[a:b], start[a:b]
@@ -363,17 +361,14 @@ def range_calls(frames: TraceFrames, ranges: RangeTable, counted: np.ndarray | N
         code = np.minimum(np.searchsorted(threads, t), threads.size - 1)
         mine = threads[code] == t
         key = tk.key(code[mine], s[mine])
-        d = d[mine]
-        for keys, side, calls, ns in ((by_start, "right", start_calls, start_ns),
-                                      (by_end, "left", end_calls, end_ns)):
-            bins = np.searchsorted(keys, key, side=side)
-            calls += np.bincount(bins, minlength=n + 1)
-            # float sums of whole ns: exact below 2**53 ns (104 days) a bin and block
-            ns += np.bincount(bins, weights=d, minlength=n + 1).astype(np.int64)
-    # Calls with a key below a range's start key: those at or above no more start keys than lie
-    # below it; with a key at or below its end key: those above no more end keys than lie below.
-    lo = np.searchsorted(by_start, q_start, side="left")
-    hi = np.searchsorted(by_end, q_end, side="left")
-    calls = np.cumsum(end_calls)[hi] - np.cumsum(start_calls)[lo]
-    ns = np.cumsum(end_ns)[hi] - np.cumsum(start_ns)[lo]
-    return calls.astype(np.int64), ns.astype(np.int64)
+        key *= 2
+        key += 1
+        bins = np.searchsorted(bounds, key)
+        below_calls += np.bincount(bins, minlength=bounds.size + 1)
+        # float sums of whole ns: exact below 2**53 ns (104 days) a bin and block
+        below_ns += np.bincount(bins, weights=d[mine], minlength=bounds.size + 1).astype(np.int64)
+    # The calls below a bound: those with no more bounds below them than lie below it.
+    calls_before, ns_before = np.cumsum(below_calls), np.cumsum(below_ns)
+    lo = np.searchsorted(bounds, q_start)
+    hi = np.searchsorted(bounds, q_end)
+    return (calls_before[hi] - calls_before[lo]).astype(np.int64), (ns_before[hi] - ns_before[lo]).astype(np.int64)
