@@ -167,8 +167,9 @@ def test_letting_the_read_ids_go_changes_no_figure(path):
 def test_a_large_traces_steps_one_after_the_other_give_the_same_result(name, options, monkeypatch):
     """From pipeline.SERIAL_ACTIVITIES activities on, the launch statistics, the attribution's
     build and the windows run one after the other (the calls' threads let go in between), and
-    the two rollups in turn: forced here on small traces, the same result, field for field, as
-    the steps side by side; with ``merge``, the same device gaps too."""
+    the rollups take both groupings' gap percentiles, then their kernel medians: forced here on
+    small traces, the same result, field for field, as the steps side by side; with ``merge``,
+    the same device gaps too."""
     from gapscope.analysis import pipeline
 
     path = thirdparty(name) if name == FSDP_NAME else TRACES / name

@@ -181,17 +181,10 @@ RUN_VALUES = 4
 ROW_BLOCK = 1 << 20
 
 
-def sorted_in_rows(groups: np.ndarray, values: np.ndarray, count: np.ndarray, present: np.ndarray
-                   ) -> tuple[np.ndarray, np.ndarray] | None:
-    """(rows, first): each group's integer values sorted, group ``g``'s at ``rows[first[g]:
-    first[g] + count[g]]``; None when the groups do not come in runs (RUN_VALUES values a run on
-    average) or the values are not integers. Each group has a row of its count rounded up to a
-    quarter of the power of two at or below it, padded with the dtype's largest value (sorted
-    after every value, so never read), the rows of one width side by side: one 2-D sort per
-    width, along the rows (short rows sort in sorting networks), instead of one sort of every
-    value. The values are placed run by run: a stable sort of the runs' groups finds where each
-    run goes in its group's row (O(runs log runs)), and the values are copied ROW_BLOCK at a
-    time."""
+def group_runs(groups: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(start, end, group) of each run of equal groups, what :func:`sorted_in_rows` places the
+    values by; None when the groups do not come in runs (RUN_VALUES values a run on average) or
+    the values are not integers."""
     n = values.size
     if not np.issubdtype(values.dtype, np.integer):
         return None
@@ -200,8 +193,22 @@ def sorted_in_rows(groups: np.ndarray, values: np.ndarray, count: np.ndarray, pr
         return None
     starts = np.concatenate(([0], change))
     ends = np.concatenate((change, [n]))
-    del change
-    run_group = groups[starts].astype(np.int64)
+    return starts, ends, groups[starts].astype(np.int64)
+
+
+def sorted_in_rows(runs: tuple[np.ndarray, np.ndarray, np.ndarray], values: np.ndarray, count: np.ndarray,
+                   present: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, first): each group's integer values sorted, group ``g``'s at ``rows[first[g]:
+    first[g] + count[g]]``, from the values' runs of one group (:func:`group_runs`; the groups
+    themselves are not read, so the caller can let them go first). Each group has a row of its
+    count rounded up to a quarter of the power of two at or below it, padded with the dtype's
+    largest value (sorted after every value, so never read), the rows of one width side by
+    side: one 2-D sort per width, along the rows (short rows sort in sorting networks), instead
+    of one sort of every value. The values are placed run by run: a stable sort of the runs' groups finds where each
+    run goes in its group's row (O(runs log runs)), and the values are copied ROW_BLOCK at a
+    time."""
+    n = values.size
+    starts, ends, run_group = runs
     # Each present group's row: the rows sorted by width, each width's side by side. A row's
     # width is its count rounded up to a quarter of the power of two at or below it (8 and
     # under: the count itself), so that the padding stays under a quarter of the values.
@@ -264,10 +271,11 @@ def grouped_quantiles(
         needed = np.unique(np.concatenate([base + b for b in (*lo, *hi)]))
         if values.size < SELECT_RATIO * needed.size:
             needed = None
-    in_rows = sorted_in_rows(groups, values, count, present) \
-        if needed is None and present.size >= ROW_GROUPS else None
-    if in_rows is not None:
-        rows, first = in_rows
+    runs = group_runs(groups, values) if needed is None and present.size >= ROW_GROUPS else None
+    if runs is not None:
+        del groups  # the caller's temporary (spare_groups) goes before the rows are made
+        rows, first = sorted_in_rows(runs, values, count, present)
+        del runs
         base = first[present]
 
         def value(at: np.ndarray) -> np.ndarray:

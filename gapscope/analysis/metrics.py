@@ -215,20 +215,31 @@ def rollup_stats(
     """STATS for groups of rows (ranges grouped by name): sums of the rows' totals, with
     percentiles and the kernel median taken over all the rows' gaps (``gaps``: every gap's row
     and length) and kernels (``kernels``: :func:`member_kernels` of the rows' members)."""
+    return rollup_table(rows, row_group, n_groups, rollup_quantiles(row_group, n_groups, gaps, QUANTILES),
+                        rollup_quantiles(row_group, n_groups, kernels, (0.5,)))
+
+
+def rollup_quantiles(row_group: np.ndarray, n_groups: int, values: tuple[np.ndarray, np.ndarray],
+                     qs: tuple[float, ...]) -> np.ndarray:
+    """Quantiles ``qs`` per group of rows of ``values`` (each value's row, the value): the gap
+    percentiles (the rows' gaps) or the kernel median (:func:`member_kernels`) of a rollup."""
+    rows, v = values
+    dtype = key_dtype(v, n_groups) if v.size else None
+    group = narrowed(row_group, n_groups)
+    # Each value's group, gathered in the dtype of the sort keys, which are then built in this
+    # temporary (no copy of it).
+    return grouped_quantiles((group if dtype is None else group.astype(dtype, copy=False))[rows], v, n_groups,
+                             qs, spare_groups=True)
+
+
+def rollup_table(rows: pd.DataFrame, row_group: np.ndarray, n_groups: int, gq: np.ndarray, kq: np.ndarray
+                 ) -> pd.DataFrame:
+    """:func:`rollup_stats`' table from the rows' sums and the groups' gap percentiles ``gq``
+    and kernel median ``kq`` (:func:`rollup_quantiles`)."""
     sums = {
         col: _sum_to(row_group, rows[col].to_numpy(), n_groups)
         for col in ("kernels", "memops", "memop_ns", "gpu_span_ns", "busy_ns", "gap_ns", "gap_count")
     }
-    group = narrowed(row_group, n_groups)
-
-    def gathered(rows: np.ndarray, values: np.ndarray) -> np.ndarray:
-        """Each value's group, gathered in the dtype of the sort keys, which are then built in
-        this temporary (no copy of it)."""
-        dtype = key_dtype(values, n_groups) if values.size else None
-        return (group if dtype is None else group.astype(dtype, copy=False))[rows]
-
-    gq = grouped_quantiles(gathered(*gaps), gaps[1], n_groups, QUANTILES, spare_groups=True)
-    kq = grouped_quantiles(gathered(*kernels), kernels[1], n_groups, (0.5,), spare_groups=True)
     return pd.DataFrame(
         {
             **sums,

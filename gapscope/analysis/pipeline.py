@@ -46,7 +46,8 @@ from gapscope.analysis.host_timeline import DEFAULT_STALL_THRESHOLD_NS
 from gapscope.analysis.keys import code_dtype, narrowed, pair_code, small_codes, stream_key, unpack_stream_key
 from gapscope.analysis.launches import launch_stats
 from gapscope.analysis.metrics import (
-    STATS_FIELDS, ActivityArrays, GapList, kernel_counts, level_stats, level_table, member_kernels, rollup_stats,
+    QUANTILES, STATS_FIELDS, ActivityArrays, GapList, kernel_counts, level_stats, level_table, member_kernels,
+    rollup_quantiles, rollup_stats, rollup_table,
 )
 from gapscope.analysis.payoff import measured_pairs
 from gapscope.analysis.ranges import (
@@ -461,7 +462,7 @@ class Levels:
     pairs: Level
     devices: Level
     streams: Level
-    pair_gap_lengths: tuple[np.ndarray, np.ndarray]
+    pair_gap_lengths: tuple[np.ndarray, np.ndarray] | None  # None once the rollups let them go
     top_gaps: list[dict] | None
     launch_rows: list[dict]
     range_gaps: GapList | None = None
@@ -661,20 +662,31 @@ def _level_tables(w: Linked, m: Memberships, pairs: windows.LevelSums, devices: 
     return pair_stats, device_stats, stream_stats
 
 
-def _rollups(w: Linked, m: Memberships, pairs: Level, pair_gap_lengths: tuple[np.ndarray, np.ndarray],
+def _rollups(w: Linked, m: Memberships, pairs: Level, gap_lengths: list[tuple[np.ndarray, np.ndarray]],
              range_name: np.ndarray, n_names: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Step 3: STATS per range instance and per range name, rolled up from the range pairs (the
-    percentiles from every pair gap's length and every member kernel's duration)."""
-    kernels = member_kernels(w.acts, m.act, m.pair)  # what both rollups' kernel medians read
+    percentiles from every pair gap's length and every member kernel's duration).
+    ``gap_lengths``: the pair gaps' (row, length), in a list this step empties, so that the gap
+    lengths go once both rollups have read them where nothing else holds them."""
     by_name = range_name[w.pair_range] if w.n_pairs else w.pair_range
-    rollups = (partial(rollup_stats, pairs.stats, w.pair_range, w.n_ranges, pair_gap_lengths, kernels),
-               partial(rollup_stats, pairs.stats, by_name, n_names, pair_gap_lengths, kernels))
-    # The two rollups side by side (their percentile sorts release the GIL), but one after the
-    # other for a large trace: side by side their sort keys (8 bytes a gap and a kernel each)
-    # are held at once, at the analysis's peak.
+    groupings = ((w.pair_range, w.n_ranges), (by_name, n_names))
+    # One after the other for a large trace, each input let go once both rollups have read it:
+    # the gap lengths before the member kernels are gathered, the kernels after their medians;
+    # so that neither is held beside the other's sort keys, at the analysis's peak.
     if _one_at_a_time(w.acts):
-        range_stats, name_stats = (rollup() for rollup in rollups)
+        pair_gap_lengths = gap_lengths.pop()
+        gap_q = [rollup_quantiles(group, n, pair_gap_lengths, QUANTILES) for group, n in groupings]
+        del pair_gap_lengths
+        kernels = member_kernels(w.acts, m.act, m.pair)
+        kernel_q = [rollup_quantiles(group, n, kernels, (0.5,)) for group, n in groupings]
+        del kernels
+        range_stats, name_stats = (rollup_table(pairs.stats, group, n, gq, kq)
+                                   for (group, n), gq, kq in zip(groupings, gap_q, kernel_q))
         return range_stats, name_stats
+    kernels = member_kernels(w.acts, m.act, m.pair)  # what both rollups' kernel medians read
+    pair_gap_lengths = gap_lengths.pop()
+    rollups = [partial(rollup_stats, pairs.stats, group, n, pair_gap_lengths, kernels) for group, n in groupings]
+    # The two rollups side by side (their percentile sorts release the GIL).
     with ThreadPoolExecutor(2) as pool:
         range_stats, name_stats = (f.result() for f in [pool.submit(rollup) for rollup in rollups])
         return range_stats, name_stats
@@ -851,7 +863,10 @@ def run_analysis(
     memory.drop(READ_BY_LEVELS)
     # 3. The range pairs rolled up per range instance and per range name.
     range_name, name_keys = _name_groups(w.table.frame)
-    range_stats, name_stats = _rollups(w, members, lv.pairs, lv.pair_gap_lengths, range_name, len(name_keys))
+    gap_lengths = [lv.pair_gap_lengths]  # the rollups' to let go, unless the result keeps them
+    if not (gaps or merge):
+        lv = replace(lv, pair_gap_lengths=None)
+    range_stats, name_stats = _rollups(w, members, lv.pairs, gap_lengths, range_name, len(name_keys))
     # 4. Each section's rows, with their replays, categories, verdicts and communication. Before
     # the rows are built: the match's temporaries never sit beside every range's row.
     comm = communication.find(frames)

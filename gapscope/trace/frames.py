@@ -164,12 +164,19 @@ class TraceFrames:
                 sel = np.flatnonzero(kind == k)
                 if sel.size:
                     name_id[sel] = self.names.activity_name_ids(k, source_rows[sel])
-        codes, uniq = pd.factorize(kind.astype(np.int64) * (1 << 40) + (name_id + 1))
+        key = kind.astype(np.int64)  # (kind, name id) as one int64, built in place
+        del kind
+        key <<= 40
+        key += name_id
+        del name_id
+        key += 1
+        codes, uniq = pd.factorize(key)
+        del key
         u_kind, u_id = (uniq >> 40).tolist(), ((uniq & ((1 << 40) - 1)) - 1).tolist()
         kernel_names = self.names.lookup(i for k, i in zip(u_kind, u_id) if k == ActivityKind.KERNEL)
         labels = [kernel_names.get(i, "?") if k == ActivityKind.KERNEL else f"graph {i}"
                   if k == ActivityKind.GRAPH else ActivityKind(k).name.lower() for k, i in zip(u_kind, u_id)]
-        return codes.astype(np.int64), labels, [ActivityKind(k) for k in u_kind]
+        return codes.astype(np.int64, copy=False), labels, [ActivityKind(k) for k in u_kind]
 
     def activity_names(self, idx: np.ndarray) -> list[str]:
         """A readable name per activity index (:meth:`activity_labels`' label)."""
