@@ -40,7 +40,8 @@ TRIM_THRESHOLD = 1 << 30
 #: A trace of this many activities or more is analyzed with blocks of LARGE_TRACE_MMAP_THRESHOLD
 #: bytes or more mapped apart (:func:`map_apart_for`): its arrays are large enough that the
 #: holes they leave in the heap, kept, raise the peak more than zeroing their pages costs (30M
-#: kernels: 5.1 -> 4.4 GB, 4 s of system time more; docs/performance.md).
+#: kernels: 5.2 -> 4.3 GB, some 4 s of system time more; docs/performance.md). The size from
+#: which the analysis runs its large steps one after the other too (pipeline.SERIAL_ACTIVITIES).
 LARGE_ROWS = 1 << 22
 LARGE_TRACE_MMAP_THRESHOLD = 16 << 20
 #: Whether :func:`map_large_blocks` set the threshold (the command line, its workers): only then

@@ -473,8 +473,9 @@ READ_BY_ATTRIBUTION = {"api": ("tid",)}
 
 #: From this many activities on, the steps that ran side by side on two threads run one after
 #: the other (:func:`_one_at_a_time`). Side by side is faster on few cores, one after the other
-#: needs less memory (docs/performance.md, "Tried and dropped").
-SERIAL_ACTIVITIES = 1 << 22
+#: needs less memory (docs/performance.md, "Tried and dropped"). The size from which its large
+#: blocks are mapped apart as well (gapscope.heap).
+SERIAL_ACTIVITIES = heap.LARGE_ROWS
 
 
 def _one_at_a_time(acts: ActivityArrays) -> bool:
