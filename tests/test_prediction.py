@@ -72,6 +72,7 @@ def name_row(r, name):
     (TRUTH / "sync.sqlite", "eager"),
     (TRUTH / "oneoff.sqlite", "eager"),
     (TRUTH / "copies.sqlite", "eager"),
+    (TRUTH / "h100_hf_qwen2_1.sqlite", "eager"),
     (TRACES / "hf_generate_compile.sqlite", "compile_warmup"),
     (TRACES / "hf_generate_compile.sqlite", "generate_eager"),
 ])
