@@ -139,6 +139,12 @@ def test_the_torch_profiler_cost_equals_the_reference(path):
     inside = sum(d["gap_inside_replays_ns"] for d in r.devices)
     bounds = sum(max(d["graph_kernels"] - d["graph_replays"], 0) for d in r.devices)
     want = reference.predicted(row, row["one_off_by_category_ns"], call_ns, inside / bounds, overhead_ns=over)
+    # the model's trace-wide inputs, as the result writes them for a reader to check
+    assert r.trace["prediction"] == {
+        "tracer": "torch", "launch_call_ns": round(call_ns, 1), "operators_per_launch": round(operators / calls, 4),
+        "calls_per_launch": round(others / calls, 4), "replay_turnaround_ns": round(inside / bounds, 1),
+        "gpu_turnaround_ns": 260.0 if "H200" in next(iter(r.trace["gpus"].values())) else 140.0,
+        "graph_launch_ns": 5000.0, "graph_launch_per_node_ns": 7.0}
     assert row["tracer_overhead_ns"] == round(row["steady_span_ns"] - want["eager_untraced_ns"])
     for field in ("eager_untraced_ns", "graph_predicted_ns"):
         assert row[field] == pytest.approx(want[field], abs=0.5)

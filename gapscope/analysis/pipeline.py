@@ -697,7 +697,8 @@ def _sections(w: Linked, m: Memberships, lv: Levels, range_stats: pd.DataFrame, 
               range_name: np.ndarray, name_keys: pd.DataFrame, comm: communication.CommKernels | None,
               member_range: np.ndarray) -> dict[str, Any]:
     """Step 4: the result's row sections as columns (gapscope.analysis.rows), ``ranges``,
-    ``by_name``, ``devices`` and ``streams`` as RowTables, and the ``payoff`` rows: each
+    ``by_name``, ``devices`` and ``streams`` as RowTables, the ``payoff`` rows and the
+    prediction's trace-wide inputs (``costs``, None without attribution): each
     section's keys and STATS, its graph replays, its gap categories and graph ceiling (with
     attribution), its verdicts and its communication figures."""
     range_keys = w.table.frame[["id", "name", "domain", "pid", "thread", "start_ns", "end_ns", "depth"]].copy()
@@ -713,15 +714,16 @@ def _sections(w: Linked, m: Memberships, lv: Levels, range_stats: pd.DataFrame, 
     _with_kernel_counts(w, m, range_name, member_range, name_cols, device_cols)
     _with_replays(w, m, lv, range_name, member_range, range_cols, name_cols, device_cols)
     _with_coverage(range_cols, name_cols, range_name)
-    payoff = None
+    payoff = costs = None
     if lv.pairs.categories is not None:
-        _with_all_categories(w, lv, range_name, range_cols, name_cols, device_cols, stream_cols)
+        costs = _with_all_categories(w, lv, range_name, range_cols, name_cols, device_cols, stream_cols)
         payoff = measured_pairs(RowTable(name_cols))
     for columns in (range_cols, name_cols, device_cols):
         _with_verdicts(columns, w.graph_trace == "graph")
     communication.with_fields(comm, w.acts, m.act, m.pair, range_name, (range_cols, name_cols, device_cols))
     return {"ranges": RowTable(range_cols, w.n_ranges), "by_name": RowTable(name_cols, len(name_keys)),
-            "devices": RowTable(device_cols, w.n_dev), "streams": RowTable(stream_cols, w.n_str), "payoff": payoff}
+            "devices": RowTable(device_cols, w.n_dev), "streams": RowTable(stream_cols, w.n_str), "payoff": payoff,
+            "costs": costs}
 
 
 def _with_kernel_counts(w: Linked, m: Memberships, range_name: np.ndarray, member_range: np.ndarray,
@@ -775,9 +777,11 @@ def _with_replays(w: Linked, m: Memberships, lv: Levels, range_name: np.ndarray,
 
 
 def _with_all_categories(w: Linked, lv: Levels, range_name: np.ndarray, range_cols: dict[str, Any],
-                         name_cols: dict[str, Any], device_cols: dict[str, Any], stream_cols: dict[str, Any]) -> None:
+                         name_cols: dict[str, Any], device_cols: dict[str, Any], stream_cols: dict[str, Any]
+                         ) -> prediction.TraceCosts:
     """Every section's gap categories added, the range pairs' summed per range and per name;
-    and but for the streams, the steady state, the prediction and the graph ceiling."""
+    and but for the streams, the steady state, the prediction and the graph ceiling. Returns the
+    prediction's trace-wide inputs."""
     def by_range(pair_values: np.ndarray) -> np.ndarray:
         return pair_values.reshape(w.n_ranges, w.n_dev, -1).sum(axis=1) if w.n_pairs else \
             np.zeros((w.n_ranges, pair_values.shape[1]), dtype=np.int64)
@@ -797,6 +801,7 @@ def _with_all_categories(w: Linked, lv: Levels, range_name: np.ndarray, range_co
         _with_categories(columns, cats)
         _with_prediction(columns, cats, setup, stalls, costs)
     _with_categories(stream_cols, lv.streams.categories)
+    return costs
 
 
 def _trace_costs(w: Linked, lv: Levels, device_cols: dict[str, Any]) -> prediction.TraceCosts:
@@ -878,6 +883,9 @@ def run_analysis(
     sections = _sections(w, members, lv, range_stats, name_stats, range_name, name_keys, comm, member_range)
     # 5. The result, built once.
     trace = _trace_fields(frames, w.graph_trace, start_ns)
+    costs = sections.pop("costs")
+    if costs is not None:  # the prediction's trace-wide inputs (with attribution)
+        trace["prediction"] = costs.inputs()
     result = AnalysisResult(
         trace=trace,
         options={"count_memops": count_memops, "range_filter": list(ranges), "domain_filter": list(domains),

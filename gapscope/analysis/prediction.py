@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -55,6 +56,21 @@ class TraceCosts:
     operators_per_launch: float = 0.0
     #: the CUDA calls other than launches it recorded per kernel launch call (0: none counted)
     calls_per_launch: float = 0.0
+
+    def inputs(self) -> dict[str, Any]:
+        """The model's trace-wide inputs as the result's ``trace.prediction`` holds them
+        (docs/schema.md), so that a reader can recompute each row's prediction: the tracer, its
+        traced launch call (ns, null: none), operators and other CUDA calls per launch call, the
+        turnaround measured inside the trace's replays (null: none traced at node level) and the
+        GPU's calibration (turnaround, graph launch and its cost per node)."""
+        def ns(x: float) -> float | None:
+            return round(float(x), 1) if x is not None and np.isfinite(x) else None
+
+        return {"tracer": self.tracer.name, "launch_call_ns": ns(self.launch_call_ns),
+                "operators_per_launch": round(self.operators_per_launch, 4),
+                "calls_per_launch": round(self.calls_per_launch, 4),
+                "replay_turnaround_ns": ns(self.turnaround_ns), "gpu_turnaround_ns": self.gpu.turnaround_ns,
+                "graph_launch_ns": self.gpu.launch_ns, "graph_launch_per_node_ns": self.gpu.launch_per_node_ns}
 
 
 def trace_costs(tracer: str, launch_rows: list[Mapping], gpu: str | None, inside_ns: float,
