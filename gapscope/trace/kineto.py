@@ -516,9 +516,9 @@ class Kineto:
             self._events = events
             ids, calls = np.unique(events.calls["name_id"], return_counts=True)
             names = [events.strings[i] for i in ids.tolist()]
-            bases = [base_name(name) for name in names]
-            launch_calls = sum(n for b, n in zip(bases, calls.tolist()) if b in KERNEL_LAUNCH_CALLS)
-            graph_calls = sum(n for b, n in zip(bases, calls.tolist()) if b in GRAPH_LAUNCH_CALLS)
+            by_base = list(zip(map(base_name, names), calls.tolist()))
+            launch_calls = sum(n for b, n in by_base if b in KERNEL_LAUNCH_CALLS)
+            graph_calls = sum(n for b, n in by_base if b in GRAPH_LAUNCH_CALLS)
             self.meta = self._meta(head, _gpu_names(head, events.gpu["device"], names), events.operators,
                                    launch_calls, int(calls.sum()) - launch_calls - graph_calls)
         return self._events

@@ -167,6 +167,26 @@ def ranked_cores(rec: Recorder, env: dict) -> list[int]:
     return ranked
 
 
+#: The eleven programs whose torch.profiler cost profiler_cost.py measures (parts h, i, j).
+COST_CASES = "tiny,pyhost,sleep,sync,medium,streams,copies,decode_b1,decode_b256,oneoff,hf_llama"
+
+
+def pinned(cores: list[int]) -> list[str]:
+    """The taskset prefix that pins a command to ``cores`` (none: no prefix)."""
+    return ["taskset", "-c", ",".join(map(str, cores))] if cores else []
+
+
+def profiler_cost(rec: Recorder, label: str, out_name: str, cases: str, pin: list[str], env: dict, cap: float,
+                  flags: tuple[str, ...] = ()) -> None:
+    """profiler_cost.py on ``cases`` (six alternated rounds of 10 steps, ``flags`` passed on),
+    pinned by ``pin``, written as ``out_name``; its command said in the provenance."""
+    cmd = pin + ["python3", str(HERE / "profiler_cost.py"), "--cases", cases, "--rounds", "6",
+                 "--steps", "10", *flags, "--out", str(rec.pack / out_name)]
+    if rec.run(label, cap, cmd, env):
+        rec.say(f"command {out_name}: " + shlex.join(cmd[:-1] + [out_name]))
+    rec.pack_up()
+
+
 def torch_case(rec: Recorder, case: str, pin: list[str], env: dict, cap: float = 60) -> None:
     """One case under torch.profiler in its own process (CUPTI stays attached after a session),
     with the same process's untraced timings before and after (`--timed 3`)."""
@@ -184,8 +204,7 @@ def workload(rec: Recorder, case: str, env: dict) -> None:
     """A workload outside the injected causes (a Hugging Face model's forward as the decode step):
     at node level twice (separate processes), at graph level and under torch.profiler, each with
     its own untraced timings; on the host's four fastest cores."""
-    ranked = ranked_cores(rec, env)
-    p4 = ["taskset", "-c", ",".join(map(str, ranked[:4]))] if ranked else []
+    p4 = pinned(ranked_cores(rec, env)[:4])
     for name, level in ((f"{case}_1", "node"), (f"{case}_graphlevel", "graph"), (f"{case}_2", "node")):
         rec.nsys(name, level, rec.truth("run", "--case", case, "--timed", "3", "--profiler-api",
                                         "--wall-out", str(rec.pack / f"{name}_wall.json")),
@@ -204,7 +223,7 @@ def h200_sweep(rec: Recorder, ranked: list[int], env: dict, name: str) -> None:
     calibration) on the fastest core, written as ``name``."""
     if not is_h200():
         return
-    cmd = (["taskset", "-c", str(ranked[0])] if ranked else []) + [
+    cmd = pinned(ranked[:1]) + [
         "python3", str(HERE / "graph_sizes.py"), "sweep", "--out", str(rec.pack / name)]
     if rec.run("graph_sizes", 120, cmd, env):
         rec.say(f"command {name}: " + shlex.join(cmd[:-1] + [name]))
@@ -241,7 +260,7 @@ def main() -> int:
         speeds = {}
         for core in range(os.cpu_count() or 1):
             p = rec.raw / f"core{core}.json"
-            if rec.run(f"core{core}", 40, ["taskset", "-c", str(core)] + rec.truth(
+            if rec.run(f"core{core}", 40, pinned([core]) + rec.truth(
                     "time", "--case", "tiny", "--repeats", "3", "--time-steps", "20",
                     "--out", str(p)), env):
                 c = json.loads(p.read_text())["cases"]["tiny"]
@@ -276,9 +295,9 @@ def main() -> int:
         # decode_b1 at graph level (four cores).
         ranked = ranked_cores(rec, env)
         pins = {"p2": ranked[:2], "p4": ranked[:4], "free": []}
-        pin = {k: (["taskset", "-c", ",".join(map(str, v))] if v else []) for k, v in pins.items()}
+        pin = {k: pinned(v) for k, v in pins.items()}
         sweep = rec.pack / "graph_sizes.json"
-        cmd = (["taskset", "-c", str(ranked[0])] if ranked else []) + [
+        cmd = pinned(ranked[:1]) + [
             "python3", str(HERE / "graph_sizes.py"), "sweep", "--out", str(sweep)]
         if rec.run("graph_sizes", 150, cmd, env):
             rec.say("command graph_sizes.json: " + shlex.join(cmd[:-1] + ["graph_sizes.json"]))
@@ -300,9 +319,9 @@ def main() -> int:
         # the sweep also under nsys at node level (the inside-replay gaps nsys records, by chain
         # length), and decode_b1 twice more at node level (four cores).
         ranked = ranked_cores(rec, env)
-        p4 = ["taskset", "-c", ",".join(map(str, ranked[:4]))] if ranked else []
+        p4 = pinned(ranked[:4])
         sweep = rec.pack / "graph_sizes_f.json"
-        cmd = (["taskset", "-c", str(ranked[0])] if ranked else []) + [
+        cmd = pinned(ranked[:1]) + [
             "python3", str(HERE / "graph_sizes.py"), "sweep", "--out", str(sweep)]
         if rec.run("graph_sizes", 120, cmd, env):
             rec.say("command graph_sizes_f.json: " + shlex.join(cmd[:-1] + ["graph_sizes_f.json"]))
@@ -330,12 +349,11 @@ def main() -> int:
         # recorded under it with its own untraced timings, as part d did on the H200; on an H200,
         # the graph-size sweep first (its turnaround calibration, which part f did not get to).
         ranked = ranked_cores(rec, env)
-        p4 = ["taskset", "-c", ",".join(map(str, ranked[:4]))] if ranked else []
+        p4 = pinned(ranked[:4])
         h200_sweep(rec, ranked, env, "graph_sizes_h.json")
-        cost_cases = "tiny,pyhost,sleep,sync,medium,streams,copies,decode_b1,decode_b256,oneoff,hf_llama"
         traces = rec.pack / "cost_traces"
         traces.mkdir(exist_ok=True)
-        cmd = p4 + ["python3", str(HERE / "profiler_cost.py"), "--cases", cost_cases, "--rounds", "6",
+        cmd = p4 + ["python3", str(HERE / "profiler_cost.py"), "--cases", COST_CASES, "--rounds", "6",
                     "--steps", "10", "--out", str(rec.pack / "profiler_cost_h.json"),
                     "--trace-dir", str(traces)]
         if rec.run("profiler_cost", 200, cmd, env):
@@ -350,36 +368,21 @@ def main() -> int:
         # the fastest and the slowest cores of one host (their traced launch calls differ).
         ranked = ranked_cores(rec, env)
         h200_sweep(rec, ranked, env, "graph_sizes_i.json")
-        cost_cases = "tiny,pyhost,sleep,sync,medium,streams,copies,decode_b1,decode_b256,oneoff,hf_llama"
         for label, cores in (("slow", ranked[-4:]), ("fast", ranked[:4])):
-            pin = ["taskset", "-c", ",".join(map(str, cores))] if cores else []
-            out_name = f"profiler_cost_i_{label}.json"
-            cmd = pin + ["python3", str(HERE / "profiler_cost.py"), "--cases", cost_cases, "--rounds", "6",
-                         "--steps", "10", "--out", str(rec.pack / out_name)]
-            if rec.run(f"profiler_cost_{label}", 150, cmd, env):
-                rec.say(f"command {out_name}: " + shlex.join(cmd[:-1] + [out_name]))
-            rec.pack_up()
+            profiler_cost(rec, f"profiler_cost_{label}", f"profiler_cost_i_{label}.json", COST_CASES,
+                          pinned(cores), env, 150)
     elif part == "j":
         # What the profiler's options add to its cost, beside its plain cost on the same host.
         ranked = ranked_cores(rec, env)
         h200_sweep(rec, ranked, env, "graph_sizes_j.json")
-        pin = ["taskset", "-c", ",".join(map(str, ranked[:4]))] if ranked else []
-        for label, flags in (("plain", []), ("shapes", ["--record-shapes"]), ("stack", ["--with-stack"])):
-            out_name = f"profiler_cost_j_{label}.json"
-            cmd = pin + ["python3", str(HERE / "profiler_cost.py"), "--cases", "tiny,pyhost,decode_b1,hf_llama",
-                         "--rounds", "6", "--steps", "10", *flags, "--out", str(rec.pack / out_name)]
-            if rec.run(f"profiler_cost_{label}", 120, cmd, env):
-                rec.say(f"command {out_name}: " + shlex.join(cmd[:-1] + [out_name]))
-            rec.pack_up()
+        pin = pinned(ranked[:4])
+        for label, flags in (("plain", ()), ("shapes", ("--record-shapes",)), ("stack", ("--with-stack",))):
+            profiler_cost(rec, f"profiler_cost_{label}", f"profiler_cost_j_{label}.json",
+                          "tiny,pyhost,decode_b1,hf_llama", pin, env, 120, flags)
         if is_h200():
             # With what is left on an H200: the plain cost of the eleven programs on its host,
             # the host whose traced launch calls (5.5-14.0 us) the H200 validation traces carry.
-            cost_cases = "tiny,pyhost,sleep,sync,medium,streams,copies,decode_b1,decode_b256,oneoff,hf_llama"
-            cmd = pin + ["python3", str(HERE / "profiler_cost.py"), "--cases", cost_cases, "--rounds", "6",
-                         "--steps", "10", "--out", str(rec.pack / "profiler_cost_j_all.json")]
-            if rec.run("profiler_cost_all", 200, cmd, env):
-                rec.say("command profiler_cost_j_all.json: " + shlex.join(cmd[:-1] + ["profiler_cost_j_all.json"]))
-            rec.pack_up()
+            profiler_cost(rec, "profiler_cost_all", "profiler_cost_j_all.json", COST_CASES, pin, env, 200)
     elif part == "l":
         # A second workload outside the injected causes, recorded after the model was fitted
         # (graph_truth.py's hf_qwen2), as part g recorded hf_llama.
@@ -387,16 +390,10 @@ def main() -> int:
     elif part == "k":
         # What copies and event calls cost the profiler: probes that vary the copies' count and
         # size and the event calls' kind, beside the suite's copies, streams and tiny, twice.
-        ranked = ranked_cores(rec, env)
-        pin = ["taskset", "-c", ",".join(map(str, ranked[:4]))] if ranked else []
+        pin = pinned(ranked_cores(rec, env)[:4])
         for label in ("1", "2"):
-            out_name = f"profiler_cost_k_{label}.json"
-            cmd = pin + ["python3", str(HERE / "profiler_cost.py"), "--cases",
-                         "copy2_4k,copy2_1m,copy20_4k,events,event_waits,copies,streams,tiny",
-                         "--rounds", "6", "--steps", "10", "--out", str(rec.pack / out_name)]
-            if rec.run(f"profiler_cost_{label}", 150, cmd, env):
-                rec.say(f"command {out_name}: " + shlex.join(cmd[:-1] + [out_name]))
-            rec.pack_up()
+            profiler_cost(rec, f"profiler_cost_{label}", f"profiler_cost_k_{label}.json",
+                          "copy2_4k,copy2_1m,copy20_4k,events,event_waits,copies,streams,tiny", pin, env, 150)
     elif part == "c":
         # Every trace with the same process's untraced timings before and after it (--timed):
         # nsys records only the traced pass (--capture-range=cudaProfilerApi).
