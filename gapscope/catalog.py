@@ -303,6 +303,14 @@ GPU_GRAPH_COSTS: tuple[tuple[str, GraphCosts], ...] = (
 )
 
 
+#: What CUPTI reads inside a traced replay per kernel boundary whatever the GPU's own turnaround:
+#: 250-267 ns on an H100 for chains whose untraced turnaround is 89-345 ns (traces/truth/
+#: h100_graph_sizes.json), 250-273 ns in the node-level truth traces of both GPUs' tiny loops.
+#: A trace's own replays that turn around in no more than this tell the tracer's reading, not the
+#: GPU's: the prediction takes the GPU's calibration instead (docs/metrics.md, "Calibration").
+TRACED_REPLAY_GAP_NS = 300.0
+
+
 #: How much shorter an eager kernel can run inside a replay, for the graph ceiling (an upper
 #: bound): 1 us kernels took 92 ns less per node inside a 4,000-node replay than eager, turnaround
 #: included (H100, traced at graph level); CUPTI timed them 50 ns shorter (docs/metrics.md, "Graph

@@ -922,8 +922,8 @@ def predicted(row: dict, one_off_cats: dict[str, int], launch_call_ns: float, tu
     the tracer adds per eager launch the traced launch call ``launch_call_ns`` less an untraced
     one's 2.0 us (``overhead_ns``, when given, is the tracer's cost instead: a torch.profiler
     trace's, which its test computes); a graph launch costs 5 us + 7 ns per node;
-    ``turnaround_ns`` is the replay turnaround per kernel boundary (measured on the trace's
-    replays); a replay spends the eager memop gap time behind copies, at least the copies' own
+    ``turnaround_ns`` is the replay turnaround per kernel boundary (from the trace's replays or
+    the GPU's calibration, as the caller takes it); a replay spends the eager memop gap time behind copies, at least the copies' own
     time; the ceiling keeps of it only the copies' own time, at most that gap time, and the
     kernels' busy time less 100 ns an eager kernel."""
     cats = {c: row["gap_by_category_ns"][c] - one_off_cats[c] for c in CATEGORIES}

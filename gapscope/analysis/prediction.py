@@ -169,11 +169,16 @@ def predict(cols: Mapping[str, np.ndarray], cats: np.ndarray, one_off: np.ndarra
     own = np.full(span.size, np.nan)
     if "gap_inside_replays_ns" in col:
         np.divide(col["gap_inside_replays_ns"], own_bounds, out=own, where=own_bounds > 0)
+    # A replay's inside gaps as the tracer read them bound the GPU's turnaround from above (a
+    # tracer never makes the GPU faster); up to what the tracer reads for any chain
+    # (catalog.TRACED_REPLAY_GAP_NS) the GPU's calibration, where lower, is taken.
     trace_t = costs.turnaround_ns if not np.isnan(costs.turnaround_ns) else g.turnaround_ns
-    t_mid = np.where(np.isnan(own), trace_t, own)
+    t_traced = np.where(np.isnan(own), trace_t, own)
     measured = ~np.isnan(own) | (not np.isnan(costs.turnaround_ns))
-    t_low = np.where(measured, t_mid, g.turnaround_low_ns)
-    t_high = np.where(measured, t_mid, g.turnaround_high_ns)
+    reading = measured & (t_traced <= catalog.TRACED_REPLAY_GAP_NS)
+    t_mid = np.where(measured, np.where(reading, np.minimum(t_traced, g.turnaround_ns), t_traced), g.turnaround_ns)
+    t_low = np.where(measured, np.where(reading, np.minimum(t_traced, g.turnaround_low_ns), t_mid), g.turnaround_low_ns)
+    t_high = np.where(measured, t_traced, g.turnaround_high_ns)
 
     nodes = (kernels + memops) / instances
     launch = instances * (g.launch_ns + g.launch_per_node_ns * nodes)

@@ -365,6 +365,66 @@ class TritonAdd(Case):
             self.kernel[self.grid](self.x, self.x.numel(), BLOCK=1024)
 
 
+class CupyTiny(Case):
+    """CuPy kernels launched through the driver API (``cuLaunchKernel``), as CuPy, Triton and
+    XLA launch; captured and replayed with CuPy's own stream capture."""
+
+    name = "cupy_tiny"
+    what = "200 tiny in-place CuPy adds per step (1,024 floats), driver-API launches: launch-bound"
+    launches = 200
+    python = 0
+
+    def setup(self) -> None:
+        self.cp = None
+        if self.dev.type == "cuda":
+            import cupy as cp
+
+            self.cp = cp
+            self.x = cp.zeros(1024, dtype=cp.float32)
+            self.stream = cp.cuda.Stream(non_blocking=True)
+        else:
+            self.x = torch.zeros(1024)
+
+    def body(self) -> None:
+        x = self.x
+        for _ in range(self.launches):
+            x += 1.0
+            if self.python:
+                spin_python(self.python)
+
+    def capture(self) -> None:
+        if self.cp is None:
+            super().capture()
+            return
+        with self.stream:  # warm-up, then capture, on a side stream (CuPy's recipe)
+            for _ in range(3):
+                self.body()
+            self.stream.synchronize()
+            self.stream.begin_capture()
+            self.body()
+            self.graph = CupyGraph(self.stream.end_capture(), self.stream)
+        for _ in range(3):
+            self.replay()
+        self.cp.cuda.runtime.deviceSynchronize()
+
+
+class CupyGraph:
+    """A CuPy graph with torch.cuda.CUDAGraph's ``replay()``: a launch on its capture stream."""
+
+    def __init__(self, graph, stream) -> None:
+        self.graph, self.stream = graph, stream
+
+    def replay(self) -> None:
+        self.graph.launch(self.stream)
+
+
+class CupyPyHost(CupyTiny):
+    name = "cupy_pyhost"
+    what = "60 tiny CuPy adds per step with ~25 us of Python between launches: host-bound"
+    launches = 60
+    python = 400
+
+
 class OneOff(Case):
     name = "oneoff"
     what = ("150 tiny adds per step; the traced eager phase's first step also runs a first-use "
@@ -574,7 +634,7 @@ def make_cases(dev: torch.device) -> dict[str, Case]:
     cases = [Tiny(dev), PyHost(dev), Sleep(dev), SyncEach(dev), Gemm(dev), Medium(dev),
              Streams(dev), Copies(dev), Decode(dev, 1, 1024, "decode_b1"),
              Decode(dev, 256, 2048, "decode_b256"), TritonAdd(dev), OneOff(dev), Fallback(dev),
-             Rerecord(dev), BigGraph(dev), HFLlama(dev), HFQwen2(dev)]
+             Rerecord(dev), BigGraph(dev), HFLlama(dev), HFQwen2(dev), CupyTiny(dev), CupyPyHost(dev)]
     return {c.name: c for c in cases}
 
 

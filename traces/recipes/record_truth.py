@@ -19,6 +19,10 @@ PART j: torch.profiler's cost with its options (profiler_cost.py on four cases, 
         as part h's, with record_shapes=True, with with_stack=True; on an H200 the sweep first,
         and with what is left the eleven programs' plain cost.
 PART l: hf_qwen2 (a second Hugging Face architecture) as part g recorded hf_llama.
+PART m: launches through the driver API (cuLaunchKernel: CuPy, Triton) under nsys: cupy_tiny on the
+        host's four fastest cores twice and on its four slowest once, cupy_pyhost and triton, and
+        tiny (the runtime API's calibration program) beside them, each at node level in its own
+        process with that process's untraced timings before and after the traced pass.
 PART k: what copies and event calls cost torch.profiler (profiler_cost.py's probes beside the
         suite's copies, streams and tiny), twice; four fastest cores.
 PART c: every case again, each trace beside untraced timings of the same process before and
@@ -394,6 +398,16 @@ def main() -> int:
         for label in ("1", "2"):
             profiler_cost(rec, f"profiler_cost_{label}", f"profiler_cost_k_{label}.json",
                           "copy2_4k,copy2_1m,copy20_4k,events,event_waits,copies,streams,tiny", pin, env, 150)
+    elif part == "m":
+        ranked = ranked_cores(rec, env)
+        fast, slow = pinned(ranked[:4]), pinned(ranked[-4:])
+        for name, case, pin in (("cupy_tiny_1", "cupy_tiny", fast), ("triton_1", "triton", fast),
+                                ("cupy_pyhost_1", "cupy_pyhost", fast), ("tiny_1", "tiny", fast),
+                                ("cupy_tiny_slow", "cupy_tiny", slow), ("cupy_tiny_2", "cupy_tiny", fast),
+                                ("triton_2", "triton", fast)):
+            rec.nsys(name, "node", rec.truth("run", "--case", case, "--timed", "3", "--profiler-api",
+                                             "--wall-out", str(rec.pack / f"{name}_wall.json")),
+                     cap=90, capture=True, pin=pin)
     elif part == "c":
         # Every trace with the same process's untraced timings before and after it (--timed):
         # nsys records only the traced pass (--capture-range=cudaProfilerApi).
