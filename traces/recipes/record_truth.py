@@ -23,6 +23,19 @@ PART m: launches through the driver API (cuLaunchKernel: CuPy, Triton) under nsy
         host's four fastest cores twice and on its four slowest once, cupy_pyhost and triton, and
         tiny (the runtime API's calibration program) beside them, each at node level in its own
         process with that process's untraced timings before and after the traced pass.
+PART n: what nsys costs an eager step (nsys_cost.py: untraced passes and passes inside nsys's capture
+        ranges alternated in one process, --capture-range-end=repeat), on the host's four fastest
+        cores (tiny, cupy_tiny, triton, cupy_pyhost) and four slowest (tiny, cupy_tiny); the last
+        round's report of each case exported to SQLite (its launches and traced launch call).
+PART o: what nsys costs a process it is attached to while it records nothing (the state of the ground
+        truth's untraced timings, taken in the traced process before and after its capture
+        range): graph_truth.py's untraced timings of tiny, cupy_tiny and triton in a plain process
+        and under nsys with a capture range never opened, alternated three times, on the host's
+        four fastest cores.
+PART p: what nsys costs a process it records, against a process without it: graph_truth.py's
+        untraced timings of tiny, cupy_tiny, triton and decode_b1 in a plain process and in one
+        that nsys records whole (node level, exported: its launches and traced launch calls),
+        alternated three times, on the host's four fastest cores.
 PART k: what copies and event calls cost torch.profiler (profiler_cost.py's probes beside the
         suite's copies, streams and tiny), twice; four fastest cores.
 PART c: every case again, each trace beside untraced timings of the same process before and
@@ -214,6 +227,33 @@ def workload(rec: Recorder, case: str, env: dict) -> None:
                                         "--wall-out", str(rec.pack / f"{name}_wall.json")),
                  cap=120, capture=True, pin=p4)
     torch_case(rec, case, p4, env, cap=120)
+
+
+def nsys_cost(rec: Recorder, label: str, pin: list[str], cases: str, rounds: int, env: dict) -> None:
+    """nsys_cost.py on ``cases`` under nsys, a report per capture range (``rounds`` a case), pinned
+    by ``pin``: nsys_cost_LABEL.json, and the last round's report of each case exported as
+    nsys_cost_LABEL_CASE.sqlite; the commands said in the provenance."""
+    names = cases.split(",")
+    out = rec.raw / f"cost_{label}"
+    program = ["python3", str(HERE / "nsys_cost.py"), "--cases", cases, "--rounds", str(rounds),
+               "--out", str(rec.pack / f"nsys_cost_{label}.json")]
+    cmd = pin + NSYS + ["--cuda-graph-trace=node", "--capture-range=cudaProfilerApi",
+                        f"--capture-range-end=repeat:{rounds * len(names)}", "-o", str(out)] + program
+    if not rec.run(f"nsys_cost_{label}", 240, cmd, env):
+        rec.pack_up()
+        return
+    rec.say(f"command nsys_cost_{label}.json: " + shlex.join(cmd))
+    reports = sorted(rec.raw.glob(f"cost_{label}*.nsys-rep"), key=lambda p: p.stat().st_mtime)
+    rec.say(f"reports of nsys_cost_{label}: " + " ".join(p.name for p in reports))
+    for i, case in enumerate(names):
+        k = (i + 1) * rounds - 1
+        if k >= len(reports):
+            break
+        db = rec.pack / f"nsys_cost_{label}_{case}.sqlite"
+        export = ["nsys", "export", "--type", "sqlite", "--force-overwrite", "true", "-o", str(db), str(reports[k])]
+        if rec.run(f"export_{label}_{case}", 60, export, env):
+            rec.say(f"command {db.name}: nsys export --type sqlite -o {db.name} {reports[k].name}")
+    rec.pack_up()
 
 
 def is_h200() -> bool:
@@ -408,6 +448,36 @@ def main() -> int:
             rec.nsys(name, "node", rec.truth("run", "--case", case, "--timed", "3", "--profiler-api",
                                              "--wall-out", str(rec.pack / f"{name}_wall.json")),
                      cap=90, capture=True, pin=pin)
+    elif part == "n":
+        ranked = ranked_cores(rec, env)
+        for label, pin, cases in (("fast", pinned(ranked[:4]), "tiny,cupy_tiny,triton,cupy_pyhost"),
+                                  ("slow", pinned(ranked[-4:]), "tiny,cupy_tiny")):
+            nsys_cost(rec, label, pin, cases, rounds=5, env=env)
+    elif part == "o":
+        pin = pinned(ranked_cores(rec, env)[:4])
+        for i in (1, 2, 3):
+            for label in ("plain", "idle"):
+                name = f"time_{label}_{i}.json"
+                program = rec.truth("time", "--case", "tiny,cupy_tiny,triton", "--repeats", "3",
+                                    "--out", str(rec.pack / name))
+                idle = NSYS + ["--capture-range=cudaProfilerApi", "--capture-range-end=stop",
+                               "-o", str(rec.raw / f"idle_{i}")] if label == "idle" else []
+                if rec.run(name, 90, pin + idle + program, env):
+                    rec.say(f"command {name}: " + shlex.join(pin + idle + program))
+                rec.pack_up()
+    elif part == "p":
+        pin = pinned(ranked_cores(rec, env)[:4])
+        for i in (1, 2, 3):
+            for label in ("plain", "traced"):
+                name = f"time_{label}_{i}.json"
+                program = rec.truth("time", "--case", "tiny,cupy_tiny,triton,decode_b1", "--repeats", "3",
+                                    "--time-steps", "20", "--out", str(rec.pack / name))
+                if label == "plain":
+                    if rec.run(name, 90, pin + program, env):
+                        rec.say(f"command {name}: " + shlex.join(pin + program))
+                else:
+                    rec.nsys(f"traced_{i}", "node", program, cap=150, pin=pin)
+                rec.pack_up()
     elif part == "c":
         # Every trace with the same process's untraced timings before and after it (--timed):
         # nsys records only the traced pass (--capture-range=cudaProfilerApi).
