@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gapscope.analysis.host_timeline import N_STATES, HostTimeline
+from gapscope.analysis.host_timeline import N_STATES, STATE_HOST, STATE_LAUNCH, BlockSums, HostTimeline
 from gapscope.analysis.keys import TimeKeys
 
 
@@ -23,17 +23,40 @@ def walked(timeline: HostTimeline, qa: int, qb: int) -> list[int]:
 
 @pytest.mark.parametrize("seed", range(25))
 def test_split_equals_a_walk_over_the_segments(seed):
+    check_split(seed)
+
+
+@pytest.mark.parametrize("seed", range(25))
+@pytest.mark.parametrize("scale", [1, 10_000_000])
+def test_block_sums_split_as_the_walk_does(seed, scale, monkeypatch):
+    """The sums a large timeline keeps per block of segments (here blocks of 4 segments,
+    computed 8 at a time, from the first segment on): the same split, across the blocks, the
+    chunks and the threads; with times ten million times longer a block's sums can pass 32 bits,
+    and that category keeps its plain int64 sums."""
+    monkeypatch.setattr(HostTimeline, "COMPACT_FROM", 0)
+    monkeypatch.setattr(HostTimeline, "BLOCK_SHIFT", 2)
+    monkeypatch.setattr(HostTimeline, "CHUNK", 8)
+    tl = check_split(seed, scale)
+    kept = [s for s in tl._sums if s is not None and not isinstance(s, tuple)]
+    if scale == 1:
+        assert all(isinstance(s, BlockSums) for s in kept)
+    for s in kept:
+        if isinstance(s, BlockSums):
+            assert s.within.dtype == np.uint32 and s.base.size == -(-tl.seg_key.size // 4)
+
+
+def check_split(seed: int, scale: int = 1) -> HostTimeline:
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 60))
     # Threads of two processes (globalTid: the process in bits 24 and up); calls may overlap.
     tid = rng.choice([(1 << 24) | 7, (1 << 24) | 8, (2 << 24) | 9], n)
-    start = rng.integers(0, 5_000, n)
-    end = start + rng.integers(0, 900, n)
+    start = rng.integers(0, 5_000, n) * scale
+    end = start + rng.integers(0, 900, n) * scale
     role = rng.integers(0, 4, n).astype(np.int8)  # ROLE_* codes: other, launch, sync, setup
-    a = rng.integers(0, 6_000, 40)
-    b = a + rng.integers(0, 2_000, 40)
+    a = rng.integers(0, 6_000, 40) * scale
+    b = a + rng.integers(0, 2_000, 40) * scale
     tk = TimeKeys([start, end, a, b], 8)  # as the attribution's: every time it will ask about
-    threshold = int(rng.choice([50, 300, 10_000]))
+    threshold = int(rng.choice([50, 300, 10_000])) * scale
     tl = HostTimeline(start, end, tid, role, threshold, tk)
     assert tl._sums[tl._derived] is None  # the most frequent state is derived, not kept
     threads = rng.integers(0, tl.n_threads, 40)
@@ -44,3 +67,25 @@ def test_split_equals_a_walk_over_the_segments(seed):
         assert int(got[i].sum()) == b[i] - a[i]
         holding = int(np.searchsorted(tl.seg_key, qa, side="right")) - 1
         assert at_a[i] == tl.seg_cat[holding]
+    return tl
+
+
+def test_block_sums_keep_int64_where_a_block_passes_32_bits(monkeypatch):
+    """One thread's launches 10 s apart: the host time of a block of them passes 2**32 ns, so its
+    sums stay plain int64, while the launch time's blocks fit; a window across them splits as
+    the walk does: 4 us of launches (a launch lasts 1 us), the rest host time."""
+    monkeypatch.setattr(HostTimeline, "COMPACT_FROM", 0)
+    monkeypatch.setattr(HostTimeline, "BLOCK_SHIFT", 2)
+    step = 10_000_000_000
+    start = np.arange(8, dtype=np.int64) * step
+    end = start + 1_000
+    role = np.full(8, 1, dtype=np.int8)  # ROLE_LAUNCH
+    tk = TimeKeys([start, end], 2)
+    tl = HostTimeline(start, end, np.full(8, 7), role, 10 * step, tk)
+    assert tl._derived == STATE_LAUNCH  # as many launch segments as host ones: the first is derived
+    assert isinstance(tl._sums[STATE_HOST], np.ndarray) and tl._sums[STATE_HOST].dtype == np.int64
+    a, b = np.array([step // 2]), np.array([4 * step + 500])
+    got, _ = tl.split(np.zeros(1, dtype=np.int64), a, b)
+    qa, qb = int(tk.key(np.zeros(1), a)[0]), int(tk.key(np.zeros(1), b)[0])
+    assert got[0].tolist() == walked(tl, qa, qb)
+    assert got[0][STATE_LAUNCH] == 3 * 1_000 + 500 and got[0].sum() == b[0] - a[0]

@@ -51,6 +51,12 @@ class HostTimeline:
 
     #: A category with fewer segments than this share of all is kept sparsely.
     DENSE_SHARE = 1 / 16
+    #: From this many segments a dense category's sums are kept as :class:`BlockSums` (an int64
+    #: per block of 2**BLOCK_SHIFT segments, an uint32 within it: 4.03 bytes a segment, not 8),
+    #: computed CHUNK segments at a time.
+    COMPACT_FROM = 1 << 22
+    BLOCK_SHIFT = 12
+    CHUNK = 1 << 20
 
     def __init__(self, start: np.ndarray, end: np.ndarray, tid: np.ndarray, role: np.ndarray,
                  threshold_ns: int, tk: TimeKeys, counted: np.ndarray | None = None) -> None:
@@ -99,6 +105,10 @@ class HostTimeline:
             if c == self._derived:
                 self._sums.append(None)
             elif np.count_nonzero(mine) >= self.DENSE_SHARE * seg_key.size:
+                compact = self._block_sums(mine) if seg_key.size >= self.COMPACT_FROM else None
+                if compact is not None:
+                    self._sums.append(compact)
+                    continue
                 # The time of this category before each segment, summed in place (no array
                 # of the segments' own times beside it).
                 dense = np.empty_like(seg_key)
@@ -111,6 +121,39 @@ class HostTimeline:
                 where = np.flatnonzero(mine)
                 nxt = np.minimum(where + 1, seg_key.size - 1)  # the last segment's length is 0
                 self._sums.append((where, np.r_[0, np.cumsum(seg_key[nxt] - seg_key[where])]))
+
+    def _block_sums(self, mine: np.ndarray) -> BlockSums | None:
+        """The time of the segments ``mine`` before each segment as :class:`BlockSums`, or None
+        where a block's sums do not fit its uint32s. A thread's last segment counts no time
+        here (its length runs to the next thread's first key): split() only takes differences
+        of sums within one thread, which never include it."""
+        seg_key, width = self.seg_key, self.tk.width
+        n, shift = seg_key.size, self.BLOCK_SHIFT
+        block = 1 << shift
+        chunk = max(self.CHUNK >> shift, 1) << shift  # whole blocks
+        base = np.empty(-(-n // block), dtype=np.int64)
+        within = np.empty(n, dtype=np.uint32)
+        carry = 0
+        for lo in range(0, n, chunk):
+            hi = min(lo + chunk, n)
+            # The lengths counted in the sums of segments lo+1 .. hi (the last chunk's last
+            # segment ends the timeline: nothing after it).
+            keys = seg_key[lo:min(hi + 1, n)]
+            length = np.diff(keys)
+            length *= mine[lo:lo + length.size]
+            length *= (keys[1:] // width) == (keys[:-1] // width)
+            sums = np.empty(hi - lo, dtype=np.int64)
+            sums[0] = carry
+            np.cumsum(length[:hi - lo - 1], out=sums[1:])
+            sums[1:] += carry
+            carry = int(sums[-1]) + (int(length[-1]) if length.size == hi - lo else 0)
+            first = sums[::block]
+            base[lo >> shift:(lo >> shift) + first.size] = first
+            sums -= np.repeat(first, block)[:hi - lo]
+            if sums.size and int(sums.max()) > np.iinfo(np.uint32).max:
+                return None
+            within[lo:hi] = sums
+        return BlockSums(base, within, shift)
 
     def _thread_segments(self, call_thread: np.ndarray, start: np.ndarray, end: np.ndarray, role: np.ndarray,
                          alone: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -213,11 +256,14 @@ class HostTimeline:
         return np.insert(seg_key, where[o], key[o]), np.insert(seg_cat, where[o], cat[o])
 
     def _before(self, c: int, i: np.ndarray) -> np.ndarray:
-        """Time in category ``c`` of the segments before segment ``i``."""
+        """Time in category ``c`` of the segments before segment ``i`` (up to a constant per
+        thread: only differences within a thread are read)."""
         sums = self._sums[c]
         if isinstance(sums, tuple):
             where, prefix = sums
             return prefix[np.searchsorted(where, i, "left")]
+        if isinstance(sums, BlockSums):
+            return sums.at(i)
         return sums[i]
 
     def split(self, thread: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -240,3 +286,18 @@ class HostTimeline:
         out[rows, self.seg_cat[ib]] += qb - self.seg_key[ib]  # the parts inside those segments
         out[rows, self.seg_cat[ia]] -= qa - self.seg_key[ia]
         return out, self.seg_cat[ia]
+
+
+class BlockSums:
+    """Prefix sums kept in 4 bytes an entry: an int64 ``base`` per block of ``2**shift`` entries
+    and the uint32 rest ``within`` it (the sum at entry ``i`` is ``base[i >> shift] +
+    within[i]``)."""
+
+    def __init__(self, base: np.ndarray, within: np.ndarray, shift: int) -> None:
+        self.base, self.within, self.shift = base, within, shift
+
+    def at(self, i: np.ndarray) -> np.ndarray:
+        """The sums at entries ``i`` (int64)."""
+        out = self.base[np.right_shift(i, self.shift)]
+        out += self.within[i]
+        return out
