@@ -306,8 +306,9 @@ GPU_GRAPH_COSTS: tuple[tuple[str, GraphCosts], ...] = (
 #: What CUPTI reads inside a traced replay per kernel boundary whatever the GPU's own turnaround:
 #: 250-267 ns on an H100 for chains whose untraced turnaround is 89-345 ns (traces/truth/
 #: h100_graph_sizes.json), 250-273 ns in the node-level truth traces of both GPUs' tiny loops.
-#: A trace's own replays that turn around in no more than this tell the tracer's reading, not the
-#: GPU's: the prediction takes the GPU's calibration instead (docs/metrics.md, "Calibration").
+#: A trace's own replays that turn around in no more than this tell the tracer's reading more
+#: than the GPU's: the prediction takes the GPU's calibration where that is lower, and the range
+#: spans both (docs/metrics.md, "Predicted CUDA Graph speedup").
 TRACED_REPLAY_GAP_NS = 300.0
 
 

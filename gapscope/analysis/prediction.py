@@ -169,16 +169,18 @@ def predict(cols: Mapping[str, np.ndarray], cats: np.ndarray, one_off: np.ndarra
     own = np.full(span.size, np.nan)
     if "gap_inside_replays_ns" in col:
         np.divide(col["gap_inside_replays_ns"], own_bounds, out=own, where=own_bounds > 0)
-    # A replay's inside gaps as the tracer read them bound the GPU's turnaround from above (a
-    # tracer never makes the GPU faster); up to what the tracer reads for any chain
-    # (catalog.TRACED_REPLAY_GAP_NS) the GPU's calibration, where lower, is taken.
+    # Inside gaps of at most what the tracer reads inside any chain's replay
+    # (catalog.TRACED_REPLAY_GAP_NS) tell little of the GPU: its calibration is taken where lower,
+    # and the range spans the calibration's and the reading; a lower reading stands (those
+    # replays did turn around that fast), and so does a longer one (the step's own structure).
     trace_t = costs.turnaround_ns if not np.isnan(costs.turnaround_ns) else g.turnaround_ns
     t_traced = np.where(np.isnan(own), trace_t, own)
     measured = ~np.isnan(own) | (not np.isnan(costs.turnaround_ns))
     reading = measured & (t_traced <= catalog.TRACED_REPLAY_GAP_NS)
-    t_mid = np.where(measured, np.where(reading, np.minimum(t_traced, g.turnaround_ns), t_traced), g.turnaround_ns)
-    t_low = np.where(measured, np.where(reading, np.minimum(t_traced, g.turnaround_low_ns), t_mid), g.turnaround_low_ns)
-    t_high = np.where(measured, t_traced, g.turnaround_high_ns)
+    t_mid = np.where(reading, np.minimum(t_traced, g.turnaround_ns), np.where(measured, t_traced, g.turnaround_ns))
+    t_low = np.where(reading, np.minimum(t_traced, g.turnaround_low_ns), np.where(measured, t_mid, g.turnaround_low_ns))
+    t_high = np.where(reading, np.maximum(t_traced, g.turnaround_high_ns),
+                      np.where(measured, t_mid, g.turnaround_high_ns))
 
     nodes = (kernels + memops) / instances
     launch = instances * (g.launch_ns + g.launch_per_node_ns * nodes)
