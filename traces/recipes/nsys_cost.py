@@ -16,7 +16,7 @@ traced launch call are read from a round's report afterwards (gapscope on its SQ
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -26,34 +26,30 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import graph_truth as gt  # noqa: E402
+from profiler_cost import alternated, arguments  # noqa: E402
+
+
+@contextlib.contextmanager
+def captured(dev: torch.device):
+    """A pass between cudaProfilerStart and cudaProfilerStop (one nsys capture range), from a
+    drained queue."""
+    gt.sync(dev)
+    if dev.type == "cuda":
+        torch.cuda.profiler.start()
+    try:
+        yield None
+    finally:
+        if dev.type == "cuda":
+            torch.cuda.profiler.stop()
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--cases", default="tiny,cupy_tiny,triton")
-    ap.add_argument("--rounds", type=int, default=6)
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--out", default="nsys_cost.json")
-    args = ap.parse_args()
+    args = arguments("tiny,cupy_tiny,triton", 6, "nsys_cost.json").parse_args()
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    cuda = dev.type == "cuda"
     cases = gt.make_cases(dev)
     result = {"env": gt.environment(), "rounds": args.rounds, "steps": args.steps, "cases": {}}
     for name in args.cases.split(","):
-        case = cases[name]
-        case.setup()
-        with torch.inference_mode():
-            for _ in range(3):
-                gt.time_phase(case, case.eager_step, 3)
-            un, tr = [], []
-            for _ in range(args.rounds):
-                un.append(gt.time_phase(case, case.eager_step, args.steps))
-                gt.sync(dev)
-                if cuda:
-                    torch.cuda.profiler.start()
-                tr.append(gt.time_phase(case, case.eager_step, args.steps))
-                if cuda:
-                    torch.cuda.profiler.stop()
+        un, tr = alternated(cases[name], args.rounds, args.steps, lambda: captured(dev))
         u, t = statistics.median(un), statistics.median(tr)
         result["cases"][name] = {"untraced_step_s": un, "traced_step_s": tr, "untraced_median_s": u,
                                  "traced_median_s": t}

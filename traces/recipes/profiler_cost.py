@@ -27,7 +27,9 @@ import statistics
 import sys
 import tempfile
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, ContextManager
 
 import torch
 
@@ -94,12 +96,39 @@ def probes(dev: torch.device) -> dict[str, gt.Case]:
     return {c.name: c for c in cases}
 
 
-def main() -> int:
+def arguments(cases: str, rounds: int, out: str) -> argparse.ArgumentParser:
+    """The options of a tracer's cost measurement (this one's and nsys_cost.py's): the cases,
+    the alternated rounds, the steps a pass and the JSON written."""
     ap = argparse.ArgumentParser()
-    ap.add_argument("--cases", default="tiny,decode_b1,hf_llama")
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--cases", default=cases)
+    ap.add_argument("--rounds", type=int, default=rounds)
     ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--out", default="profiler_cost.json")
+    ap.add_argument("--out", default=out)
+    return ap
+
+
+def alternated(case: gt.Case, rounds: int, steps: int, tracing: Callable[[], ContextManager],
+               after: Callable[[Any], None] | None = None) -> tuple[list[float], list[float]]:
+    """(untraced, traced) seconds a step, a figure a round: ``case`` set up and warmed up, then
+    ``rounds`` times ``steps`` eager steps untraced and the same inside ``tracing()`` (``after``
+    called with what it entered as, once each traced pass is done), each timed from a drained
+    queue."""
+    case.setup()
+    un, tr = [], []
+    with torch.inference_mode():
+        for _ in range(3):
+            gt.time_phase(case, case.eager_step, 3)
+        for _ in range(rounds):
+            un.append(gt.time_phase(case, case.eager_step, steps))
+            with tracing() as session:
+                tr.append(gt.time_phase(case, case.eager_step, steps))
+            if after is not None:
+                after(session)
+    return un, tr
+
+
+def main() -> int:
+    ap = arguments("tiny,decode_b1,hf_llama", 5, "profiler_cost.json")
     ap.add_argument("--trace-dir", default=None, help="write each case's last traced pass here")
     ap.add_argument("--record-shapes", action="store_true", help="the profiler with record_shapes=True")
     ap.add_argument("--with-stack", action="store_true", help="the profiler with with_stack=True (its Python tracer)")
@@ -114,17 +143,16 @@ def main() -> int:
               "cases": {}}
     for name in args.cases.split(","):
         case = cases[name]
-        case.setup()
-        with torch.inference_mode():
-            for _ in range(3):
-                gt.time_phase(case, case.eager_step, 3)
-            un, tr, call_us = [], [], []
-            for _ in range(args.rounds):
-                un.append(gt.time_phase(case, case.eager_step, args.steps))
-                with torch.profiler.profile(activities=acts, **options) as prof:
-                    tr.append(gt.time_phase(case, case.eager_step, args.steps))
-                durs = [e.cpu_time_total for e in prof.events() if e.name in LAUNCH_CALLS]
-                call_us.append(statistics.fmean(durs) if durs else None)
+        call_us, last = [], []
+
+        def traced_calls(prof) -> None:
+            durs = [e.cpu_time_total for e in prof.events() if e.name in LAUNCH_CALLS]
+            call_us.append(statistics.fmean(durs) if durs else None)
+            last[:] = [prof]
+
+        un, tr = alternated(case, args.rounds, args.steps,
+                            lambda: torch.profiler.profile(activities=acts, **options), traced_calls)
+        (prof,) = last
         # The last traced pass's events by category, as its exported trace holds them.
         with tempfile.TemporaryDirectory() as tmp:
             plain = os.path.join(args.trace_dir or tmp, f"{name}.pt.trace.json")

@@ -256,6 +256,26 @@ def nsys_cost(rec: Recorder, label: str, pin: list[str], cases: str, rounds: int
     rec.pack_up()
 
 
+def plain_against_nsys(rec: Recorder, env: dict, how: str, cases: str, extra: tuple[str, ...] = ()) -> None:
+    """graph_truth.py's untraced timings of ``cases`` (``extra`` passed on) in a plain process and
+    in one under nsys, alternated three times on the host's four fastest cores: ``how`` is
+    "idle" (a capture range never opened: nsys attached, recording nothing) or "traced" (nsys
+    records the whole process at node level, exported)."""
+    pin = pinned(ranked_cores(rec, env)[:4])
+    for i in (1, 2, 3):
+        for label in ("plain", how):
+            name = f"time_{label}_{i}.json"
+            program = rec.truth("time", "--case", cases, "--repeats", "3", *extra, "--out", str(rec.pack / name))
+            if label == "traced":
+                rec.nsys(f"traced_{i}", "node", program, cap=150, pin=pin)
+            else:
+                idle = NSYS + ["--capture-range=cudaProfilerApi", "--capture-range-end=stop",
+                               "-o", str(rec.raw / f"idle_{i}")] if label == "idle" else []
+                if rec.run(name, 90, pin + idle + program, env):
+                    rec.say(f"command {name}: " + shlex.join(pin + idle + program))
+            rec.pack_up()
+
+
 def is_h200() -> bool:
     """Whether this machine's GPU is an H200 (nvidia-smi's name)."""
     return "H200" in subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
@@ -454,30 +474,9 @@ def main() -> int:
                                   ("slow", pinned(ranked[-4:]), "tiny,cupy_tiny")):
             nsys_cost(rec, label, pin, cases, rounds=5, env=env)
     elif part == "o":
-        pin = pinned(ranked_cores(rec, env)[:4])
-        for i in (1, 2, 3):
-            for label in ("plain", "idle"):
-                name = f"time_{label}_{i}.json"
-                program = rec.truth("time", "--case", "tiny,cupy_tiny,triton", "--repeats", "3",
-                                    "--out", str(rec.pack / name))
-                idle = NSYS + ["--capture-range=cudaProfilerApi", "--capture-range-end=stop",
-                               "-o", str(rec.raw / f"idle_{i}")] if label == "idle" else []
-                if rec.run(name, 90, pin + idle + program, env):
-                    rec.say(f"command {name}: " + shlex.join(pin + idle + program))
-                rec.pack_up()
+        plain_against_nsys(rec, env, "idle", "tiny,cupy_tiny,triton")
     elif part == "p":
-        pin = pinned(ranked_cores(rec, env)[:4])
-        for i in (1, 2, 3):
-            for label in ("plain", "traced"):
-                name = f"time_{label}_{i}.json"
-                program = rec.truth("time", "--case", "tiny,cupy_tiny,triton,decode_b1", "--repeats", "3",
-                                    "--time-steps", "20", "--out", str(rec.pack / name))
-                if label == "plain":
-                    if rec.run(name, 90, pin + program, env):
-                        rec.say(f"command {name}: " + shlex.join(pin + program))
-                else:
-                    rec.nsys(f"traced_{i}", "node", program, cap=150, pin=pin)
-                rec.pack_up()
+        plain_against_nsys(rec, env, "traced", "tiny,cupy_tiny,triton,decode_b1", ("--time-steps", "20"))
     elif part == "c":
         # Every trace with the same process's untraced timings before and after it (--timed):
         # nsys records only the traced pass (--capture-range=cudaProfilerApi).
