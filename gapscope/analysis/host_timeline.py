@@ -71,6 +71,7 @@ class HostTimeline:
             end = np.maximum(end, start)
         codes, threads = pd.factorize(np.asarray(tid))
         self.call_thread = small_codes(codes, len(threads))
+        del codes  # int64 over every call: the narrow codes are kept
         seg_thread = self.call_thread
         if counted is not None:
             counted = np.asarray(counted, dtype=bool)
