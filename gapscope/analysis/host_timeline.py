@@ -132,6 +132,8 @@ class HostTimeline:
         n, shift = seg_key.size, self.BLOCK_SHIFT
         block = 1 << shift
         chunk = max(self.CHUNK >> shift, 1) << shift  # whole blocks
+        # Each thread's last segment but the timeline's: the one before the next thread's keys.
+        thread_last = np.searchsorted(seg_key, np.arange(1, self.n_threads, dtype=np.int64) * width) - 1
         base = np.empty(-(-n // block), dtype=np.int64)
         within = np.empty(n, dtype=np.uint32)
         carry = 0
@@ -139,10 +141,9 @@ class HostTimeline:
             hi = min(lo + chunk, n)
             # The lengths counted in the sums of segments lo+1 .. hi (the last chunk's last
             # segment ends the timeline: nothing after it).
-            keys = seg_key[lo:min(hi + 1, n)]
-            length = np.diff(keys)
+            length = np.diff(seg_key[lo:min(hi + 1, n)])
             length *= mine[lo:lo + length.size]
-            length *= (keys[1:] // width) == (keys[:-1] // width)
+            length[thread_last[(thread_last >= lo) & (thread_last < lo + length.size)] - lo] = 0
             sums = np.empty(hi - lo, dtype=np.int64)
             sums[0] = carry
             np.cumsum(length[:hi - lo - 1], out=sums[1:])

@@ -176,11 +176,13 @@ def predict(cols: Mapping[str, np.ndarray], cats: np.ndarray, one_off: np.ndarra
     trace_t = costs.turnaround_ns if not np.isnan(costs.turnaround_ns) else g.turnaround_ns
     t_traced = np.where(np.isnan(own), trace_t, own)
     measured = ~np.isnan(own) | (not np.isnan(costs.turnaround_ns))
+    t_mid = np.where(measured, t_traced, g.turnaround_ns)
+    t_low = np.where(measured, t_traced, g.turnaround_low_ns)
+    t_high = np.where(measured, t_traced, g.turnaround_high_ns)
     reading = measured & (t_traced <= catalog.TRACED_REPLAY_GAP_NS)
-    t_mid = np.where(reading, np.minimum(t_traced, g.turnaround_ns), np.where(measured, t_traced, g.turnaround_ns))
-    t_low = np.where(reading, np.minimum(t_traced, g.turnaround_low_ns), np.where(measured, t_mid, g.turnaround_low_ns))
-    t_high = np.where(reading, np.maximum(t_traced, g.turnaround_high_ns),
-                      np.where(measured, t_mid, g.turnaround_high_ns))
+    t_mid[reading] = np.minimum(t_traced, g.turnaround_ns)[reading]
+    t_low[reading] = np.minimum(t_traced, g.turnaround_low_ns)[reading]
+    t_high[reading] = np.maximum(t_traced, g.turnaround_high_ns)[reading]
 
     nodes = (kernels + memops) / instances
     launch = instances * (g.launch_ns + g.launch_per_node_ns * nodes)
