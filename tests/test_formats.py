@@ -176,6 +176,23 @@ def _sqlite_frames(path: Path) -> dict:
             {"warnings": list(f.warnings)}
 
 
+def test_arrow_frames_the_same_read_in_slices_with_the_pages_handed_back(monkeypatch):
+    """An arrowdir table (one batch, as nsys writes it) read in slices of 7 rows, the mapped
+    pages handed back after each slice is stored (so that later slices map their pages again):
+    the same frames, row for row, as the read in one slice; a hand-back after every slice of
+    the kernel table (1,488 rows: 213 slices)."""
+    from gapscope.trace import nsys_columnar
+
+    whole = _sqlite_frames(ARROW)
+    handed = []
+    hand_back = nsys_columnar._ArrowFile.hand_back
+    monkeypatch.setattr(nsys_columnar, "BATCH_ROWS", 7)
+    monkeypatch.setattr(nsys_columnar._ArrowFile, "hand_back", lambda self: (handed.append(self), hand_back(self)))
+    assert _sqlite_frames(ARROW) == whole
+    assert len(whole["activities"]["start"]) >= 1488
+    assert -(-1488 // 7) in Counter(map(id, handed)).values()  # the kernel table, slice by slice
+
+
 def test_sqlite_frames_the_same_read_in_many_chunks_and_batches(monkeypatch):
     """The bulk read of a large export (many rowid chunks, each many Arrow batches copied into
     its table's columns; the heap not trimmed: the next chunk's batches reuse its blocks) forced

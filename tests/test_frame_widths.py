@@ -31,6 +31,26 @@ def test_narrow_ids_keeps_64_bits_outside_minus_one_to_the_limit():
     assert narrow_ids(np.zeros(0, dtype=np.int64)).dtype == np.int32
 
 
+def test_name_ids_narrow_to_16_bits_only_where_every_one_fits():
+    """TraceFrames.narrow_name_ids (an analysis that reads its result only): the activities'
+    name ids in int16 with the same values where all lie in [-1, 32767); left as they are
+    otherwise; no column, nothing done."""
+    with open_trace(TRACES / "torch_decode_small_parquet") as trace:
+        frames = trace.frames(syncs=True)
+    ids = frames.activities["name_id"].to_numpy().copy()
+    assert ids.dtype == np.int32 and -1 <= ids.min() and ids.max() < 2**15 - 1
+    frames.narrow_name_ids()
+    assert frames.activities["name_id"].dtype == np.int16
+    assert frames.activities["name_id"].to_numpy().tolist() == ids.tolist()
+    for wide in ([0, 2**15 - 1], [-2, 3]):
+        frames.activities["name_id"] = np.resize(np.array(wide, dtype=np.int32), len(frames.activities))
+        frames.narrow_name_ids()
+        assert frames.activities["name_id"].dtype == np.int32
+    del frames.activities["name_id"]
+    frames.narrow_name_ids()
+    assert "name_id" not in frames.activities
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_frames_hold_ids_in_32_bits(name):
     with open_trace(TRACES / name) as trace:

@@ -12,7 +12,7 @@ import pytest
 
 from gapscope.analysis.intervals import RunningTimelines, group_timelines
 from gapscope.analysis.pipeline import run_analysis
-from gapscope.analysis.windows import WINDOW_ENV, activity_windows
+from gapscope.analysis.windows import WINDOW_ENV, ShortLengths, activity_windows
 from gapscope.trace.handle import open_trace
 from tests.paths import CLOVERLEAF_NAME, FSDP_NAME, SAXPY_NAME, TRACES, thirdparty
 from tests.reference import merge
@@ -50,6 +50,28 @@ def test_a_gap_straddling_two_windows_is_found_once_with_its_holder():
     for group, (span, gap, _) in ((0, merge([(0, 10), (5, 20), (30, 40), (35, 38), (50, 60)])),
                                   (1, merge([(100, 110), (105, 130)]))):
         assert (rt.span_ns[group], rt.gap_ns[group]) == (span, gap)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_short_lengths_give_back_every_length_in_order(seed):
+    """ShortLengths keeps lengths under 65,535 ns in two bytes and the others apart: read back,
+    every length kept, window after window (empty windows among them), equals the lengths
+    given, 32-bit unless one reaches 2**31 - 1 (as keys.narrowed_to_fit widens a window's)."""
+    rng = np.random.default_rng(seed)
+    windows = []
+    for _ in range(int(rng.integers(0, 8))):
+        n = int(rng.integers(0, 50))
+        # around the two bytes' limit, zero, long gaps; a gap of 3 s in the last seeds
+        pool = np.array([0, 1, 65_534, 65_535, 65_536, 70_000, 2**31 - 1] + ([3 * 10**9] if seed >= 8 else []))
+        windows.append(np.where(rng.random(n) < 0.5, rng.integers(0, 65_535, n), rng.choice(pool, n)).astype(np.int64))
+    kept = ShortLengths()
+    for w in windows:
+        kept.append(w)
+    expected = np.concatenate(windows) if windows else np.zeros(0, dtype=np.int64)
+    got = kept.taken()
+    assert got.tolist() == expected.tolist()
+    assert got.dtype == (np.int64 if expected.size and expected.max() >= 2**31 - 1 else np.int32)
+    assert kept.taken().size == 0  # read once: let go
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -159,6 +181,11 @@ def test_letting_the_read_ids_go_changes_no_figure(path):
                                                                              "end", "tid"}}
             for k in before:
                 assert set(getattr(frames, k).columns) == before[k] - gone[k], k
+            if "name_id" in frames.activities:  # kept in 16 bits where every id fits
+                ids = trace.frames(syncs=True).activities["name_id"].to_numpy()
+                narrow = ids.size == 0 or (ids.min() >= -1 and ids.max() < 2**15 - 1)
+                assert frames.activities["name_id"].dtype == (np.int16 if narrow else ids.dtype)
+                assert frames.activities["name_id"].to_numpy().tolist() == ids.tolist()
 
 
 @pytest.mark.parametrize("name, options", [("torch_decode_small.sqlite", {}), ("torch_decode.sqlite", {"ranges": ("eager",)}),

@@ -50,7 +50,7 @@ from gapscope.analysis import host_timeline as ht
 from gapscope.analysis.host_timeline import DEFAULT_STALL_THRESHOLD_NS, HostTimeline
 from gapscope.analysis.intervals import union_blocks
 from gapscope.analysis.keys import (
-    TimeKeys, index_dtype, narrowed, pid_stream_key, small_codes, stream_key, stream_key_without_device,
+    TimeKeys, index_dtype, narrowed, narrowed_to_fit, pid_stream_key, small_codes, stream_key, stream_key_without_device,
     unpack_stream_key,
 )
 from gapscope.analysis.metrics import ActivityArrays, GapList
@@ -171,11 +171,14 @@ class Attributor:
 
     def __init__(self, frames: TraceFrames, acts: ActivityArrays, launch: np.ndarray,
                  names: tuple[np.ndarray, np.ndarray] | None = None, *,
-                 stall_threshold_ns: int = DEFAULT_STALL_THRESHOLD_NS, start_order: np.ndarray | None = None) -> None:
+                 stall_threshold_ns: int = DEFAULT_STALL_THRESHOLD_NS, start_order: np.ndarray | None = None,
+                 read: Callable[[], None] | None = None) -> None:
         """``names``: :func:`api_names` of ``frames``, when the caller has them already;
         ``stall_threshold_ns``: no-call stretches and calls longer than this are ``stall``;
         ``start_order``: the activities in (start, index) order, when the caller has it (the
-        windows' order; else it is made here), from which each one's predecessor on its stream is found."""
+        windows' order; else it is made here), from which each one's predecessor on its stream is found;
+        ``read``: called once the calls' ends and threads are read for good (the host timeline
+        built; the caller may let those frame columns go)."""
         self.stall_threshold_ns = stall_threshold_ns
         self.frames = frames
         self.acts = acts
@@ -183,18 +186,25 @@ class Attributor:
         api = frames.api
         self.name_codes, self.name_table = names if names is not None else api_names(frames)
         self.api_start = api["start"].to_numpy()
-        self.api_end = api["end"].to_numpy()
+        api_end = api["end"].to_numpy()
         self.is_memop = acts.is_memop
         # Times keyed per device, stream or calling thread (the timeline checks its threads).
-        self.tk = TimeKeys([acts.start, acts.end, self.api_start, self.api_end],
+        self.tk = TimeKeys([acts.start, acts.end, self.api_start, api_end],
                            max(acts.device_ids.size, acts.stream_keys.size))
         self.lo = self.tk.lo
         roles = np.array([call_role(str(n)) for n in self.name_table], dtype=np.int8)
         quiet = np.isin(self.name_table, sorted(QUIET_CALLS))
         # (the calls' threads are read here only: the timeline keeps their codes)
-        self.timeline = HostTimeline(self.api_start, self.api_end, api["tid"].to_numpy(), roles[self.name_codes],
+        self.timeline = HostTimeline(self.api_start, api_end, api["tid"].to_numpy(), roles[self.name_codes],
                                      stall_threshold_ns, self.tk,
                                      counted=~quiet[self.name_codes] if quiet.any() else None)
+        # From here a call's end is its start plus its length, kept in 32 bits where every
+        # call fits (4 bytes a call, not the end's 8).
+        length = api_end - self.api_start
+        del api_end
+        self.api_length = narrowed_to_fit(length) if length.min(initial=0) >= np.iinfo(np.int32).min else length
+        if read is not None:
+            read()
         self._index_memops()
         self._index_streams(start_order)
         #: whether any activity has its launching call in the trace (else every gap is `unknown`)
@@ -337,7 +347,7 @@ class Attributor:
             none = np.full(k.size, lowest, dtype=np.int64)
             return linked, none, np.full(k.size, -1, dtype=np.int64), np.zeros(k.size, dtype=bool), none
         c = np.maximum(call, 0)
-        call_end = np.where(linked, self.api_end[c], lowest)
+        call_end = np.where(linked, self.api_start[c] + self.api_length[c], lowest)
         call_thread = np.where(linked, self.timeline.call_thread[c], -1)
         prev = self.prev_on_stream[k]
         p = np.maximum(prev, 0)

@@ -357,6 +357,12 @@ class _Memory:
         if self.release_ids:
             self.frames.release(columns)
 
+    def narrow(self) -> None:
+        """The activities' name ids kept in 16 bits where they fit (only with ``release_ids``:
+        TraceFrames.narrow_name_ids)."""
+        if self.release_ids:
+            self.frames.narrow_name_ids()
+
     def give_back(self) -> None:
         """Hand the heap's free pages back, the analysis done."""
         heap.give_back_for(self.rows)
@@ -468,8 +474,9 @@ class Levels:
     range_gaps: GapList | None = None
 
 
-#: The calls' threads, read up to the attribution's build (its host timeline keeps their codes).
-READ_BY_ATTRIBUTION = {"api": ("tid",)}
+#: The calls' ends and threads, read up to the attribution's host timeline (which keeps the
+#: threads' codes; the attribution, the calls' lengths), where the launch statistics came first.
+READ_BY_ATTRIBUTION = {"api": ("end", "tid")}
 
 #: From this many activities on, the steps that ran side by side on two threads run one after
 #: the other (:func:`_one_at_a_time`). Side by side is faster on few cores, one after the other
@@ -500,6 +507,7 @@ def _linked(frames: TraceFrames, ranges: Sequence[str], domains: Sequence[str], 
     elsewhere = _other_thread_warnings(frames, launch, table, member_range, threads, domains)
     mode = _graph_trace_mode(frames, launch)
     memory.drop(_read_once(frames))
+    memory.narrow()
     n_dev = acts.device_ids.size
     pid, dev_code, stream = unpack_stream_key(acts.stream_keys)
     stream_keys = pd.DataFrame({"pid": pid, "device": acts.device_ids[dev_code], "stream": stream})
@@ -526,12 +534,12 @@ def _launch_rows(w: Linked, m: Memberships, o: LevelOptions, after: Future | Non
                         *w.names, o.stall_threshold_ns)
 
 
-def _attributor(pool: ThreadPoolExecutor, w: Linked, o: LevelOptions,
-                start_order: np.ndarray | None = None) -> Future[Attributor] | None:
+def _attributor(pool: ThreadPoolExecutor, w: Linked, o: LevelOptions, start_order: np.ndarray | None = None,
+                read: Callable[[], None] | None = None) -> Future[Attributor] | None:
     """The attribution's indexes being built on ``pool``, when ``attribution`` (``start_order``:
-    Attributor's, the windows' order of the activities)."""
+    Attributor's, the windows' order of the activities; ``read``: Attributor's)."""
     return pool.submit(Attributor, w.frames, w.acts, w.launch, w.names, stall_threshold_ns=o.stall_threshold_ns,
-                       start_order=start_order) if o.attribution else None
+                       start_order=start_order, read=read) if o.attribution else None
 
 
 def _top_gaps(w: Linked, o: LevelOptions, candidates: GapList | None) -> list[dict] | None:
@@ -630,10 +638,11 @@ def _windows_beside(w: Linked, m: Memberships, o: LevelOptions, plan: windows.Wi
         # first windows their temporaries (some 50 bytes a call) made a large trace's peak.
         launch_rows = _launch_rows(w, m, o)
     with ThreadPoolExecutor(1 if serial else 2) as pool:
-        attributor = _attributor(pool, w, o, plan.order)
+        # Large: the launch statistics and the host timeline have read the calls' ends and
+        # threads once the timeline is built, before the rest of the indexes.
+        attributor = _attributor(pool, w, o, plan.order, partial(memory.drop, READ_BY_ATTRIBUTION) if serial else None)
         if serial and attributor is not None:
             attributor.result()  # built before the windows' own set-up, not beside it
-            memory.drop(READ_BY_ATTRIBUTION)  # the launch statistics and the timeline have read them
         # Beside the windows, once the indexes are built.
         launches = None if serial else pool.submit(_launch_rows, w, m, o, attributor)
         measured = windows.measure(w.acts, m.act, m.pair, plan, w.n_pairs, w.pair_range, w.n_ranges, w.replays,

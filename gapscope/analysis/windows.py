@@ -24,7 +24,7 @@ from gapscope.analysis.attribution import (
 )
 from gapscope.analysis.host_timeline import N_STATES
 from gapscope.analysis.intervals import RunningTimelines, WindowGaps
-from gapscope.analysis.keys import code_dtype, index_dtype, narrowed, narrowed_to_fit
+from gapscope.analysis.keys import code_dtype, index_dtype, narrowed
 from gapscope.analysis.metrics import ActivityArrays, GapList
 from gapscope.analysis.replays import Replays
 
@@ -72,6 +72,46 @@ def activity_windows(start: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarr
     return order, np.array([*cuts, n], dtype=np.int64)
 
 
+class ShortLengths:
+    """Gap lengths kept window by window in 2 bytes each: those under :attr:`SHORT` ns as they
+    are (most of a trace's gaps: 97 % of a decode loop's), the others apart with their
+    positions; read back whole, once (:meth:`taken`)."""
+
+    SHORT = int(np.iinfo(np.uint16).max)
+
+    def __init__(self) -> None:
+        self.short: list[np.ndarray] = []
+        self.long_at: list[np.ndarray] = []
+        self.long: list[np.ndarray] = []
+        self.size = 0
+
+    def append(self, length: np.ndarray) -> None:
+        """Keep one window's lengths after those kept so far."""
+        long_at = np.flatnonzero((length >= self.SHORT) | (length < 0))
+        self.short.append(np.minimum(length, self.SHORT).astype(np.uint16))  # the long ones are mended on taking
+        if long_at.size:
+            self.long.append(length[long_at])
+            long_at += self.size
+            self.long_at.append(long_at)
+        self.size += length.size
+
+    def taken(self) -> np.ndarray:
+        """Every length kept, in order: 32-bit where all are below 2**31 - 1 (as
+        :func:`gapscope.analysis.keys.narrowed_to_fit` gives them),
+        else 64-bit; the lengths are let go."""
+        long = np.concatenate(self.long) if self.long else np.zeros(0, dtype=np.int64)
+        long_at = np.concatenate(self.long_at) if self.long_at else np.zeros(0, dtype=np.int64)
+        out = np.empty(self.size, dtype=index_dtype(max(int(long.max(initial=0)), self.SHORT) + 1))
+        if self.short:
+            np.concatenate(self.short, out=out, casting="safe")
+        out[long_at] = long
+        self.short.clear()
+        self.long.clear()
+        self.long_at.clear()
+        self.size = 0
+        return out
+
+
 @dataclass
 class LevelSums:
     """One level's figures summed over windows: its timelines, gap time per (row, category) and
@@ -87,7 +127,7 @@ class LevelSums:
     setup: np.ndarray | None
     long_stalls: list[LongStalls] | None
     gap_row: list[tuple[np.ndarray, np.ndarray]]
-    gap_length: list[np.ndarray]
+    gap_length: ShortLengths
     gap_lists: list[GapList] | None = None  # each window's (attributed) gaps, when they are kept
 
     @classmethod
@@ -96,7 +136,7 @@ class LevelSums:
         cats = np.zeros((n_groups, N_CATEGORIES), dtype=np.int64) if attributed else None
         setup = np.zeros((n_groups, N_CATEGORIES), dtype=np.int64) if attributed and one_off else None
         return cls(RunningTimelines(n_groups), cats, np.zeros(n_inside, dtype=np.int64), setup,
-                   [] if setup is not None else None, [], [], [] if keep else None)
+                   [] if setup is not None else None, [], ShortLengths(), [] if keep else None)
 
     def kept(self) -> GapList | None:
         """The level's gaps in one pass's order (by row, then time), when they were kept."""
@@ -107,12 +147,12 @@ class LevelSums:
         return gap_subset(gaps, np.argsort(gaps.row, kind="stable"))  # windows come in time order
 
     def keep(self, row: np.ndarray, length: np.ndarray) -> None:
-        """Keep a window's gaps' rows (as runs) and lengths (32 bits where all fit)."""
+        """Keep a window's gaps' rows (as runs) and lengths (:class:`ShortLengths`)."""
         if row.size:
             first = np.flatnonzero(np.r_[True, row[1:] != row[:-1]])
             runs = np.diff(np.r_[first, row.size])
             self.gap_row.append((narrowed(row[first], self.timelines.n_groups), narrowed(runs, row.size + 1)))
-        self.gap_length.append(narrowed_to_fit(length))
+        self.gap_length.append(length)
 
     def lengths(self) -> tuple[np.ndarray, np.ndarray]:
         """(row, length) of every gap of the level, taken out of it (read once)."""
@@ -120,9 +160,7 @@ class LevelSums:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         row = np.repeat(np.concatenate([r for r, _ in self.gap_row]), np.concatenate([n for _, n in self.gap_row]))
         self.gap_row.clear()
-        length = np.concatenate(self.gap_length)
-        self.gap_length.clear()
-        return row, length
+        return row, self.gap_length.taken()
 
 
 def _add_one_off(sums: "LevelSums", gaps: GapList, stall_threshold_ns: int) -> None:

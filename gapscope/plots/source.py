@@ -26,7 +26,7 @@ import numpy as np
 
 from gapscope.analysis.result import AnalysisResult
 from gapscope.errors import GapscopeError
-from gapscope.inputs import Input, resolve
+from gapscope.inputs import resolve
 
 if TYPE_CHECKING:
     from gapscope.analysis.pipeline import AnalysisArrays, Progress

@@ -17,11 +17,9 @@ Everything lands in one output folder:
 from __future__ import annotations
 
 import json
-import statistics
-from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from gapscope.capture.folder import write_json
 from gapscope.capture.progress import Progress
