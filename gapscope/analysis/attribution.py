@@ -50,8 +50,8 @@ from gapscope.analysis import host_timeline as ht
 from gapscope.analysis.host_timeline import DEFAULT_STALL_THRESHOLD_NS, HostTimeline
 from gapscope.analysis.intervals import union_blocks
 from gapscope.analysis.keys import (
-    TimeKeys, index_dtype, narrowed, narrowed_to_fit, pid_stream_key, small_codes, stream_key, stream_key_without_device,
-    unpack_stream_key,
+    TimeKeys, index_dtype, narrowed, narrowed_to_fit, pid_stream_key, small_codes, stream_key,
+    stream_key_without_device, unpack_stream_key,
 )
 from gapscope.analysis.metrics import ActivityArrays, GapList
 from gapscope.trace.cuda_api import QUIET_CALLS, base_name, call_role
