@@ -35,7 +35,8 @@ PART o: what nsys costs a process it is attached to while it records nothing (th
 PART p: what nsys costs a process it records, against a process without it: graph_truth.py's
         untraced timings of tiny, cupy_tiny, triton and decode_b1 in a plain process and in one
         that nsys records whole (node level, exported: its launches and traced launch calls),
-        alternated three times, on the host's four fastest cores.
+        alternated three times (PAIRS in the environment sets how many), on the host's four
+        fastest cores.
 PART k: what copies and event calls cost torch.profiler (profiler_cost.py's probes beside the
         suite's copies, streams and tiny), twice; four fastest cores.
 PART c: every case again, each trace beside untraced timings of the same process before and
@@ -258,11 +259,11 @@ def nsys_cost(rec: Recorder, label: str, pin: list[str], cases: str, rounds: int
 
 def plain_against_nsys(rec: Recorder, env: dict, how: str, cases: str, extra: tuple[str, ...] = ()) -> None:
     """graph_truth.py's untraced timings of ``cases`` (``extra`` passed on) in a plain process and
-    in one under nsys, alternated three times on the host's four fastest cores: ``how`` is
+    in one under nsys, alternated PAIRS times (default 3) on the host's four fastest cores: ``how`` is
     "idle" (a capture range never opened: nsys attached, recording nothing) or "traced" (nsys
     records the whole process at node level, exported)."""
     pin = pinned(ranked_cores(rec, env)[:4])
-    for i in (1, 2, 3):
+    for i in range(1, int(os.environ.get("PAIRS", "3")) + 1):
         for label in ("plain", how):
             name = f"time_{label}_{i}.json"
             program = rec.truth("time", "--case", cases, "--repeats", "3", *extra, "--out", str(rec.pack / name))
