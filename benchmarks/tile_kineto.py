@@ -2,8 +2,10 @@
 own layout: every tile is the source's ``traceEvents`` text again, each ``ts`` shifted by one
 source span (exact decimal arithmetic in integer nanoseconds) and each ``correlation``,
 ``External id`` and flow ``id`` by the source's largest id, so that every tile's kernels match
-their own launches. The top-level fields are the source's, ``traceName`` says SYNTHETIC. The
-output never goes in traces/.
+their own launches. The events without a ``cat`` (the process and thread metadata, the profiler's
+"Iteration Start" and "Record Window End"), which Kineto writes once at the end of a trace, are
+written once, after the last tile, as the source has them. The top-level fields are the source's,
+``traceName`` says SYNTHETIC. The output never goes in traces/.
 
     python benchmarks/tile_kineto.py traces/torch_decode_small.pt.trace.json.gz /tmp/k1m.pt.trace.json.gz --kernels 1000000
 """
@@ -35,6 +37,9 @@ def tile(source: Path, out: Path, kernels: int) -> tuple[int, int]:
     top = msgspec.json.decode(raw, type=dict[str, msgspec.Raw])
     events = msgspec.json.decode(top["traceEvents"], type=list[msgspec.Raw])
     parsed = msgspec.json.decode(top["traceEvents"])
+    once = [bytes(r) for r, e in zip(events, parsed) if not (isinstance(e, dict) and "cat" in e)]
+    events = [r for r, e in zip(events, parsed) if isinstance(e, dict) and "cat" in e]
+    parsed = [e for e in parsed if isinstance(e, dict) and "cat" in e]
     n_kernels = sum(1 for e in parsed if isinstance(e, dict) and e.get("cat") == "kernel")
     body = b",\n  ".join(bytes(e) for e in events)
     pieces = _FIELD.split(body)  # text, key, value, text, key, value, ...
@@ -68,6 +73,8 @@ def tile(source: Path, out: Path, kernels: int) -> tuple[int, int]:
                     number = str(int(values[i]) + k * id_shift).encode()
                 chunks += [b'"', key, b'": ', number, texts[i + 1]]
             fh.write(b"".join(chunks))
+        if once:
+            fh.write(b",\n  " + b",\n  ".join(once))
         fh.write(b"\n  ]\n}\n")
     return n_tiles, n_tiles * n_kernels
 

@@ -346,3 +346,101 @@ def test_a_name_past_64_k_characters_is_cut_and_counted(tmp_path):
     assert rng["name"] == "x" * 65_536 + "…" and len(rng["name"]) == 65_537
     for field in ("kernels", "gpu_span_ns", "gap_ns", "gap_by_category_ns"):
         assert rng[field] == short["by_name"][0][field]
+
+
+# -- the tagged decode (events told by their cat) ----------------------------------------------
+
+def _operator(ts: int, shapes: bool = False) -> dict:
+    args = {"External id": ts, "Record function id": 0, **({"Input Dims": [[4, 4]]} if shapes else {})}
+    return {"ph": "X", "cat": "cpu_op", "name": "aten::add_", "pid": 7, "tid": 8, "ts": f"{ts}.250",
+            "dur": "3.125", "args": args}
+
+
+def _mixed(n: int, t0: int = 1_000_000) -> list[dict]:
+    """SYNTHETIC: 1,000 operators (no shapes: the sample that decides record_shapes), then ``n``
+    launch/kernel pairs each with an operator, a flow, a Python event, an instant event, and a
+    user_annotation range beside every tenth."""
+    out = [_operator(t0 - 5000 + i) for i in range(1000)]
+    for i, e in enumerate(steps(n, t0)):
+        out.append(e)
+        if e["cat"] == "kernel":
+            t = t0 + 10 * (i // 2)
+            out += [_operator(t), {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": i, "pid": 7, "tid": 8,
+                                   "ts": f"{t}.000"},
+                    {"ph": "X", "cat": "python_function", "name": "f", "pid": 7, "tid": 8, "ts": f"{t}.000",
+                     "dur": "1.000", "args": {"Python id": i}},
+                    {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 7, "tid": 8,
+                     "ts": f"{t}.500", "s": "t"}]
+            if i % 20 == 1:
+                out.append({"ph": "X", "cat": "user_annotation", "name": "step", "pid": 7, "tid": 8,
+                            "ts": f"{t}.000", "dur": "9.000"})
+    return out
+
+
+def _both_ways(path: Path, monkeypatch) -> tuple:
+    """The trace read with the tagged decode (and how many pieces it decoded) and without it."""
+    import msgspec
+
+    import gapscope.trace.kineto as kineto
+    import gapscope.trace.kineto_json as kj
+
+    monkeypatch.setattr(kj, "CHUNK", 4096)  # many pieces
+    tagged, used = kineto._TAGGED, []
+
+    class Counting:
+        def decode(self, data):
+            try:
+                out = tagged.decode(data)
+            except msgspec.ValidationError:
+                used.append(False)
+                raise
+            used.append(True)
+            return out
+
+    out = []
+    for decoder in (Counting(), None):
+        monkeypatch.setattr(kineto, "_TAGGED", decoder)
+        k = kineto.Kineto(path)
+        out += [k.load(syncs=True), k._events]
+        k.close()
+    return (*out, used)
+
+
+def test_the_tagged_decode_gives_the_frames_of_the_full_decode(tmp_path, monkeypatch):
+    """SYNTHETIC: with the operators' sample taken, pieces are decoded by category (the skipped
+    ones without fields): the same frames and counts as decoding every event's fields, and the
+    counts are those written (1,000 + 300 operators, 300 Python events, 300 kernels, 30 ranges)."""
+    path = write(tmp_path / "mixed.pt.trace.json.gz", _mixed(300), indent=1)
+    fast, fm, full, um, used = _both_ways(path, monkeypatch)
+    assert sum(used) > 20 and all(used), used  # every piece after the sample: tagged
+    for name in ("activities", "api", "nvtx"):
+        assert getattr(fast, name).equals(getattr(full, name)), name
+    assert (fm.operators, fm.python_functions, fm.shapes_recorded) == (um.operators, um.python_functions, False)
+    assert (fm.operators, fm.python_functions) == (1300, 300)
+    assert (len(fast.activities), len(fast.api), len(fast.nvtx)) == (300, 300, 30)
+
+
+def test_a_piece_the_tagged_decode_refuses_is_decoded_in_full(tmp_path, monkeypatch):
+    """SYNTHETIC: an unknown category, an event without one, two cat keys that disagree, a pid
+    that is a float: each piece holding one goes through the full decode, and the frames,
+    counts and damage are those of the full decode everywhere."""
+    events = _mixed(200)
+    events.insert(1500, {"ph": "X", "cat": "mystery", "name": "m", "pid": 7, "tid": 8, "ts": "1000100.000",
+                         "dur": "1.000"})
+    events.insert(1800, {"ph": "M", "name": "thread_name", "pid": 7, "tid": 8, "args": {"name": "main"}})
+    events.insert(2100, {**call("1000900.000", "2.000", 5000), "pid": 7.5})
+    events.insert(2400, {**kernel("1001200.000", "1.000", 5001), "name": "DUPLICATE_CAT"})
+    path = write(tmp_path / "odd.pt.trace.json", events)
+    text = path.read_text()
+    assert text.count('"name": "DUPLICATE_CAT"') == 1
+    path.write_text(text.replace('"cat": "kernel", "name": "DUPLICATE_CAT"',
+                                 '"cat": "kernel", "name": "DUPLICATE_CAT", "cat": "cpu_op"'))
+    fast, fm, full, um, used = _both_ways(path, monkeypatch)
+    assert used.count(False) >= 4 and used.count(True) > 10, used
+    for name in ("activities", "api", "nvtx"):
+        assert getattr(fast, name).equals(getattr(full, name)), name
+    assert fast.warnings == full.warnings
+    assert (fm.operators, fm.python_functions, fm.skipped) == (um.operators, um.python_functions, um.skipped)
+    # msgspec keeps the last of two keys: the duplicate is an operator, not a kernel
+    assert fm.operators == 1000 + 200 + 1
+    assert len(fast.activities) == 200

@@ -66,6 +66,7 @@ from gapscope.trace.kineto_json import (
     exact_ns,
     json_size,
     open_source,
+    tagged_decoder,
 )
 from gapscope.trace.validation import TIME_LIMIT_NS, Cell
 
@@ -99,6 +100,15 @@ STREAM_WAIT = "Stream Wait Event"
 _KIND = {c: int(k) for c, k in GPU_CATEGORIES.items()}
 #: Every category read.
 _READ_CATS = frozenset({*GPU_CATEGORIES, *CALL_CATEGORIES, *RANGE_CATEGORIES, SYNC_CATEGORY})
+#: The other categories of libkineto (its ActivityType names) and of its Chrome trace (flows,
+#: ``fwdbwd``, the ``Trace`` span): read past without their fields (kineto_json.tagged_decoder), the
+#: operators and Python events counted. A category in neither list sends its piece of events
+#: through the full decode, which reads it the same way, slower.
+SKIPPED_CATEGORIES = (*OPERATOR_CATEGORIES, PYTHON_CATEGORY, "gpu_user_annotation", "external_correlation",
+                      "cpu_instant_event", "overhead", "ac2g", "fwdbwd", "Trace", "glow_runtime",
+                      "cuda_profiler_range", "collective_comm", "xpu_runtime", "mtia_runtime", "mtia_ccp_events",
+                      "privateuse1_runtime", "privateuse1_driver", "hpu_op")
+_TAGGED = tagged_decoder(sorted(_READ_CATS), SKIPPED_CATEGORIES)
 #: Every category read, and which of gpu, call, range, sync it is.
 _CLASS = {**{c: 0 for c in GPU_CATEGORIES}, **{c: 1 for c in CALL_CATEGORIES},
           **{c: 2 for c in RANGE_CATEGORIES}, SYNC_CATEGORY: 3}
@@ -203,6 +213,15 @@ class _Names(dict):
         super().__init__()
         self.strings: list[str] = []
         self.copies: list[int] = []
+        self._copy_mask = np.zeros(0, dtype=bool)
+
+    def copy_mask(self) -> np.ndarray:
+        """Per name id so far, whether it names a graph memcpy-node kernel (made again only
+        when names were added)."""
+        if self._copy_mask.size != len(self.strings):
+            self._copy_mask = np.zeros(len(self.strings), dtype=bool)
+            self._copy_mask[self.copies] = True
+        return self._copy_mask
 
     def __missing__(self, name: str) -> int:
         i = self[name] = len(self.strings)
@@ -223,6 +242,11 @@ class _Reader:
         self.shapes_checked, self.shapes_recorded = 0, False
         self.skipped: Counter = Counter()
 
+    def wants_op_args(self) -> bool:
+        """Whether the operators' args are still looked at (a sample of them, for record_shapes):
+        until then every event is decoded with its fields."""
+        return not self.shapes_recorded and self.shapes_checked < _SHAPES_SAMPLE
+
     def add(self, piece: list[Event]) -> None:
         """Keep the events of one piece that the frames read (``ph`` X of a category read), as
         columns: times and names taken once for all of them, the other fields for each class
@@ -230,7 +254,7 @@ class _Reader:
         cats = list(map(_CAT, piece))
         self.operators += cats.count(OPERATOR_CATEGORIES[0]) + cats.count(OPERATOR_CATEGORIES[1])
         self.python_functions += cats.count(PYTHON_CATEGORY)
-        if self.shapes_checked < _SHAPES_SAMPLE and OPERATOR_CATEGORIES[0] in cats:
+        if self.wants_op_args() and OPERATOR_CATEGORIES[0] in cats:
             # record_shapes is one setting for the whole session: a sample of operators tells it
             ops = list(compress(piece, map(operator.eq, cats, repeat(OPERATOR_CATEGORIES[0]))))[:_SHAPES_SAMPLE]
             self.shapes_checked += len(ops)
@@ -313,7 +337,7 @@ class _Reader:
                 kind = np.fromiter(map(_KIND.__getitem__, compress(cats, mask.tolist())), dtype=np.int64,
                                    count=part["start"].size)
                 if self.ids.copies:  # graph memcpy-node kernels: memcpys
-                    copies = (kind == ActivityKind.KERNEL) & np.isin(part["name_id"], self.ids.copies)
+                    copies = (kind == ActivityKind.KERNEL) & self.ids.copy_mask()[part["name_id"]]
                     kind[copies] = ActivityKind.MEMCPY
                     self.copy_kernels += int(copies.sum())
                 part["kind"] = kind
@@ -401,12 +425,12 @@ def _read(path: Path, head_only: bool = False) -> tuple[dict[str, Any], _Events 
     try:
         fh, read = open_source(path)
         with fh:
-            stream = Stream(path, read)
+            reader = _Reader()
+            stream = Stream(path, read, _TAGGED, reader.wants_op_args)
             if not stream.top():
                 return stream.head, None
             if head_only:
                 return stream.head, None
-            reader = _Reader()
             for piece in stream.pieces():
                 reader.add(piece)
             return stream.head, reader.finish(stream.head, stream.damaged)

@@ -22,10 +22,10 @@ import decimal
 import operator
 import os
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from itertools import repeat
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, ClassVar, Union
 
 import msgspec
 import numpy as np
@@ -81,6 +81,35 @@ class Event(msgspec.Struct, gc=False):
 
 class _Loose(msgspec.Struct, gc=False):
     cat: Any = None
+
+
+class _Tagged(msgspec.Struct, tag_field="cat", gc=False):
+    """An event told by its ``cat`` (msgspec's tagged union): the categories skipped decode into
+    subclasses without fields, read past without making anything; those read, into subclasses
+    with :class:`Event`'s fields. ``cat`` is each subclass's class attribute, so a reader takes
+    it from either kind of struct alike."""
+
+    cat: ClassVar[str | None] = None
+
+
+class _Read(_Tagged):
+    ph: str | None = None
+    name: Any = None
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: msgspec.Raw = None  # type: ignore[assignment]
+    dur: msgspec.Raw = None  # type: ignore[assignment]
+    args: Args | None = None
+
+
+def tagged_decoder(read: Iterable[str], skipped: Iterable[str]) -> msgspec.json.Decoder:
+    """A decoder of a piece of events (a JSON array) whose every event has a ``cat`` among
+    ``read`` (decoded with :class:`Event`'s fields) or ``skipped`` (decoded into structs without
+    fields); it raises msgspec.ValidationError on any other event (no ``cat``, another one, a
+    field of another type than Event's), which :class:`Stream` then decodes the full way."""
+    types = [type(f"_Read_{i}", (_Read,), {"cat": c}, tag=c) for i, c in enumerate(read)]
+    types += [type(f"_Skipped_{i}", (_Tagged,), {"cat": c}, tag=c) for i, c in enumerate(skipped)]
+    return msgspec.json.Decoder(list[Union[tuple(types)]])  # type: ignore[valid-type]
 
 
 _PIECE = msgspec.json.Decoder(list[Event])
@@ -396,8 +425,12 @@ class Stream:
     ``traceEvents``, :meth:`pieces` yields its events a list at a time and then reads the
     fields after it; those gapscope reads are in :attr:`head`."""
 
-    def __init__(self, path: Path, read: Callable[[int], bytes]) -> None:
+    def __init__(self, path: Path, read: Callable[[int], bytes], tagged: msgspec.json.Decoder | None = None,
+                 detailed: Callable[[], bool] = lambda: True) -> None:
         self.path, self._read = path, read
+        #: a :func:`tagged_decoder`, tried first on each piece unless ``detailed()`` says the
+        #: reader still wants every event's fields (a sample of the skipped categories' args)
+        self._tagged, self._detailed = tagged, detailed
         self.head: dict[str, Any] = {}
         self.saw_events = False
         self.damaged: list[str] = []  # the category of each event that could not be decoded
@@ -565,6 +598,11 @@ class Stream:
         buf[0], buf[end] = 0x5B, 0x5D
         try:  # decoded in place: the events' ts and dur (msgspec.Raw) point into buf, which
             # _drop then leaves as it is (a new buffer takes the bytes after the piece)
+            if self._tagged is not None and not self._detailed():
+                try:
+                    return self._tagged.decode(memoryview(buf)[: end + 1])
+                except msgspec.ValidationError:
+                    pass  # an event of another category, without one, or of other types: the full decode
             return _PIECE.decode(memoryview(buf)[: end + 1])
         except msgspec.ValidationError:
             return self._one_by_one(bytes(memoryview(buf)[: end + 1]))
