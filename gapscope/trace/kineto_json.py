@@ -92,14 +92,8 @@ class _Tagged(msgspec.Struct, tag_field="cat", gc=False):
     cat: ClassVar[str | None] = None
 
 
-class _Read(_Tagged):
-    ph: str | None = None
-    name: Any = None
-    pid: int | str | None = None
-    tid: int | str | None = None
-    ts: msgspec.Raw = None  # type: ignore[assignment]
-    dur: msgspec.Raw = None  # type: ignore[assignment]
-    args: Args | None = None
+#: Event's fields but ``cat`` (the tag), for the categories read.
+_READ_FIELDS = [(f.name, f.type, f.default) for f in msgspec.structs.fields(Event) if f.name != "cat"]
 
 
 def tagged_decoder(read: Iterable[str], skipped: Iterable[str]) -> msgspec.json.Decoder:
@@ -107,7 +101,8 @@ def tagged_decoder(read: Iterable[str], skipped: Iterable[str]) -> msgspec.json.
     ``read`` (decoded with :class:`Event`'s fields) or ``skipped`` (decoded into structs without
     fields); it raises msgspec.ValidationError on any other event (no ``cat``, another one, a
     field of another type than Event's), which :class:`Stream` then decodes the full way."""
-    types = [type(f"_Read_{i}", (_Read,), {"cat": c}, tag=c) for i, c in enumerate(read)]
+    types = [msgspec.defstruct(f"_Read_{i}", _READ_FIELDS, bases=(_Tagged,), namespace={"cat": c}, tag=c,
+                               gc=False) for i, c in enumerate(read)]
     types += [type(f"_Skipped_{i}", (_Tagged,), {"cat": c}, tag=c) for i, c in enumerate(skipped)]
     return msgspec.json.Decoder(list[Union[tuple(types)]])  # type: ignore[valid-type]
 
