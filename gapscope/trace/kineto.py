@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gapscope import heap
 from gapscope.errors import GapscopeError
 from gapscope.trace.cuda_api import GRAPH_LAUNCH_CALLS, KERNEL_LAUNCH_CALLS, QUIET_CALLS, base_name
 from gapscope.trace.frames import (
@@ -387,10 +388,13 @@ _PART_COLUMNS = {
 
 
 def _join(parts: list[dict[str, np.ndarray]], names: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """The pieces' columns joined, each piece's column let go once joined (so that the joined
+    trace never sits beside all of its pieces)."""
     out = {}
     for n in names:
         dtype = object if n == "name" else bool if n.endswith("!") else np.int64
-        out[n] = np.concatenate([p[n] for p in parts]) if parts else np.zeros(0, dtype=dtype)
+        out[n] = np.concatenate([p.pop(n) for p in parts]) if parts else np.zeros(0, dtype=dtype)
+    parts.clear()
     return out
 
 
@@ -538,6 +542,10 @@ class Kineto:
                 raise GapscopeError(f"{self.path}: a JSON object without traceEvents: not a PyTorch "
                                     f"profiler trace (gapscope reads {READS})")
             self._events = events
+            if events.gpu["start"].size + events.calls["start"].size >= heap.TRIM_ROWS:
+                # the pieces' many small arrays, freed, sit in the heap; the frames' columns are
+                # mapped apart and could not reuse them (docs/performance.md)
+                heap.give_back_freed_pages()
             ids, calls = np.unique(events.calls["name_id"], return_counts=True)
             names = [events.strings[i] for i in ids.tolist()]
             by_base = list(zip(map(base_name, names), calls.tolist()))
