@@ -378,7 +378,9 @@ def _mixed(n: int, t0: int = 1_000_000) -> list[dict]:
 
 
 def _both_ways(path: Path, monkeypatch) -> tuple:
-    """The trace read with the tagged decode (and how many pieces it decoded) and without it."""
+    """The trace read with the tagged decode (and, per piece or event it was tried on, whether
+    it decoded it) and with every piece decoded in full (as while the operators' sample is
+    taken)."""
     import msgspec
 
     import gapscope.trace.kineto as kineto
@@ -397,12 +399,15 @@ def _both_ways(path: Path, monkeypatch) -> tuple:
             used.append(True)
             return out
 
-    out = []
-    for decoder in (Counting(), None):
-        monkeypatch.setattr(kineto, "_TAGGED", decoder)
-        k = kineto.Kineto(path)
-        out += [k.load(syncs=True), k._events]
-        k.close()
+    monkeypatch.setattr(kineto, "_TAGGED", Counting())
+    k = kineto.Kineto(path)
+    out = [k.load(syncs=True), k._events]
+    k.close()
+    monkeypatch.setattr(kineto, "_TAGGED", tagged)
+    monkeypatch.setattr(kineto._Reader, "wants_op_args", lambda self: True)
+    k = kineto.Kineto(path)
+    out += [k.load(syncs=True), k._events]
+    k.close()
     return (*out, used)
 
 
@@ -421,15 +426,19 @@ def test_the_tagged_decode_gives_the_frames_of_the_full_decode(tmp_path, monkeyp
 
 
 def test_a_piece_the_tagged_decode_refuses_is_decoded_in_full(tmp_path, monkeypatch):
-    """SYNTHETIC: an unknown category, an event without one, two cat keys that disagree, a pid
-    that is a float: each piece holding one goes through the full decode, and the frames,
-    counts and damage are those of the full decode everywhere."""
+    """SYNTHETIC: an unknown category, an event without one, two cat keys that disagree, a
+    call's pid that is a float, operators whose (unread) pid or tid are of other types, one inside
+    the operators' sample: each piece holding one goes through the full decode, and the frames,
+    counts and damage are those of the full decode everywhere (the call left out as damaged, the
+    operators counted)."""
     events = _mixed(200)
     events.insert(1500, {"ph": "X", "cat": "mystery", "name": "m", "pid": 7, "tid": 8, "ts": "1000100.000",
                          "dur": "1.000"})
     events.insert(1800, {"ph": "M", "name": "thread_name", "pid": 7, "tid": 8, "args": {"name": "main"}})
     events.insert(2100, {**call("1000900.000", "2.000", 5000), "pid": 7.5})
     events.insert(2400, {**kernel("1001200.000", "1.000", 5001), "name": "DUPLICATE_CAT"})
+    events.insert(2700, {**_operator(1001500), "tid": 8.5})  # an operator's field (never read) damaged
+    events.insert(10, {**_operator(999000), "pid": [7]})  # the same, inside the operators' sample
     path = write(tmp_path / "odd.pt.trace.json", events)
     text = path.read_text()
     assert text.count('"name": "DUPLICATE_CAT"') == 1
@@ -441,6 +450,9 @@ def test_a_piece_the_tagged_decode_refuses_is_decoded_in_full(tmp_path, monkeypa
         assert getattr(fast, name).equals(getattr(full, name)), name
     assert fast.warnings == full.warnings
     assert (fm.operators, fm.python_functions, fm.skipped) == (um.operators, um.python_functions, um.skipped)
-    # msgspec keeps the last of two keys: the duplicate is an operator, not a kernel
-    assert fm.operators == 1000 + 200 + 1
+    # msgspec keeps the last of two keys: the duplicate is an operator, not a kernel; the two
+    # operators whose unread fields are damaged are operators too, and no damage
+    assert fm.operators == 1000 + 200 + 1 + 2
+    assert not any("cpu_op" in w for w in fast.warnings), fast.warnings
+    assert fm.skipped == {"cuda_runtime": 1}, fm.skipped
     assert len(fast.activities) == 200

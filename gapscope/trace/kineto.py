@@ -259,7 +259,9 @@ class _Reader:
             # record_shapes is one setting for the whole session: a sample of operators tells it
             ops = list(compress(piece, map(operator.eq, cats, repeat(OPERATOR_CATEGORIES[0]))))[:_SHAPES_SAMPLE]
             self.shapes_checked += len(ops)
-            self.shapes_recorded |= any(a is not None and len(a.input_dims) > 0 for a in map(_ARGS, ops))
+            # (an operator whose fields are damaged is a struct without them: it records no shapes)
+            self.shapes_recorded |= any(a is not None and len(a.input_dims) > 0
+                                        for a in (getattr(e, "args", None) for e in ops))
         kept = list(compress(piece, map(_READ_CATS.__contains__, cats)))
         if not kept:
             return

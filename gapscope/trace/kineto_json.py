@@ -613,7 +613,9 @@ class Stream:
 
     def _one_by_one(self, piece: bytes) -> list[Event] | None:
         """A piece whose events do not all have the types gapscope reads: each event decoded
-        on its own, those that fail counted (by category) and left out."""
+        on its own, those that fail counted (by category) and left out; but an event of a
+        category skipped (the tagged decoder's structs without fields), whose fields are never
+        read, is kept as that struct, as the tagged decode of its piece would have kept it."""
         try:
             raws = _RAWS.decode(piece)
         except _DECODE_ERRORS:
@@ -622,12 +624,20 @@ class Stream:
         for raw in raws:  # only a piece holding an event of the wrong types comes here
             try:
                 out.append(_ONE.decode(raw))
+                continue
             except _DECODE_ERRORS:
+                pass
+            if self._tagged is not None:
                 try:
-                    cat = _LOOSE.decode(raw).cat
+                    out.append(self._tagged.decode(b"[" + bytes(raw) + b"]")[0])
+                    continue  # (a category read whose fields fail here fails there too)
                 except _DECODE_ERRORS:
-                    cat = None
-                self.damaged.append(cat if isinstance(cat, str) else "?")
+                    pass
+            try:
+                cat = _LOOSE.decode(raw).cat
+            except _DECODE_ERRORS:
+                cat = None
+            self.damaged.append(cat if isinstance(cat, str) else "?")
         return out
 
     def _scan_piece(self) -> list[Event] | None:
