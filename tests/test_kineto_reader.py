@@ -456,3 +456,63 @@ def test_a_piece_the_tagged_decode_refuses_is_decoded_in_full(tmp_path, monkeypa
     assert not any("cpu_op" in w for w in fast.warnings), fast.warnings
     assert fm.skipped == {"cuda_runtime": 1}, fm.skipped
     assert len(fast.activities) == 200
+
+
+@pytest.mark.parametrize("seed", range(21))
+def test_mutated_traces_read_the_same_tagged_or_in_full(tmp_path, monkeypatch, seed):
+    """SYNTHETIC: a seeded mutation of the shipped steps trace (bytes flipped, cut, a range
+    deleted or repeated, numbers or strings replaced, categories among them), read with the
+    tagged decode after a sample of 10 operators and with every piece decoded in full: the same
+    frames, warnings and counts, or the same error line."""
+    import random
+
+    import gapscope.trace.kineto as kineto
+    import gapscope.trace.kineto_json as kj
+    from gapscope.errors import GapscopeError
+    from paths import TRACES
+
+    src = gzip.decompress((TRACES / "torch_decode_steps.pt.trace.json.gz").read_bytes())
+    values = [b"1e30", b"-1", b"null", b'"x"', b"[]", b"{}", b"-9223372036854775808", b'"\\ud800"',
+              b'"cpu_op"', b'"kernel"', b'"mystery"']
+    rng = random.Random(seed)
+    data = bytearray(src)
+    kind = seed % 7
+    if kind == 0:
+        for _ in range(rng.randrange(1, 20)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+    elif kind == 1:
+        data = data[: rng.randrange(len(data))]
+    elif kind in (2, 3, 6):
+        pattern = re.compile(rb'": (-?[0-9.]+)' if kind == 2 else rb'": ("[^"]*")')
+        for _ in range(rng.randrange(1, 30)):
+            m = rng.choice(list(pattern.finditer(data)))
+            data[m.start(1):m.end(1)] = rng.choice(values)
+    elif kind == 4:
+        i = rng.randrange(len(data))
+        del data[i:i + rng.randrange(1, 400)]
+    else:
+        i = rng.randrange(len(data))
+        data[i:i] = data[i:i + rng.randrange(1, 400)]
+    path = tmp_path / "m.pt.trace.json"
+    path.write_bytes(bytes(data))
+    monkeypatch.setattr(kj, "CHUNK", 16384)
+    monkeypatch.setattr(kineto, "_SHAPES_SAMPLE", 10)
+    tagged_sample = kineto._Reader.wants_op_args
+
+    def read(full: bool):
+        monkeypatch.setattr(kineto._Reader, "wants_op_args", (lambda self: True) if full else tagged_sample)
+        try:
+            k = kineto.Kineto(path)
+            frames, ev = k.load(syncs=True), k._events
+            k.close()
+        except GapscopeError as exc:
+            return str(exc)
+        return frames, (ev.operators, ev.python_functions, ev.skipped)
+
+    tagged, full = read(False), read(True)
+    if isinstance(tagged, str) or isinstance(full, str):
+        assert tagged == full
+        return
+    for name in ("activities", "api", "nvtx", "syncs"):
+        assert getattr(tagged[0], name).equals(getattr(full[0], name)), name
+    assert tagged[0].warnings == full[0].warnings and tagged[1] == full[1]
