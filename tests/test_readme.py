@@ -74,6 +74,13 @@ def test_the_setup_analysis_starts_with_the_readme_example(folder):
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_every_usage_command_runs_as_written(command, folder):
+    # a command that reads what an earlier one of the README writes (`-o result.json`) gets it
+    # made first: the cases may run apart (pytest -n), each worker with a folder of its own
+    words = shlex.split(command)
+    for earlier in COMMANDS[:COMMANDS.index(command)]:
+        e = shlex.split(earlier)
+        if "-o" in e and e[e.index("-o") + 1] in words and not (folder / e[e.index("-o") + 1]).exists():
+            assert run(earlier, folder)[0] == 0, earlier
     code, out, err = run(command, folder)
     # compare exits 1 on a regression: the README's pair has one (a synchronize was added)
     assert code == (1 if command.startswith("gapscope compare") else 0), (command, err)
