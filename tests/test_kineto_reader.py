@@ -516,3 +516,33 @@ def test_mutated_traces_read_the_same_tagged_or_in_full(tmp_path, monkeypatch, s
     for name in ("activities", "api", "nvtx", "syncs"):
         assert getattr(tagged[0], name).equals(getattr(full[0], name)), name
     assert tagged[0].warnings == full[0].warnings and tagged[1] == full[1]
+
+
+def test_after_a_load_names_answer_and_a_second_load_reads_again(tmp_path, monkeypatch):
+    """SYNTHETIC: once its frames are built a trace keeps only what name lookups read (the
+    analysis does not hold the events twice): lookups and kernels' name ids answer without a
+    read, a second load reads the file again and gives the same frames, and a closed trace
+    answers nothing."""
+    import numpy as np
+
+    import gapscope.trace.kineto as kineto
+    from gapscope.trace.frames import ActivityKind, ClosedTraceError
+
+    path = write(tmp_path / "twice.pt.trace.json", steps(30))
+    reads = []
+    real = kineto._read
+    monkeypatch.setattr(kineto, "_read", lambda p, head_only=False: reads.append(head_only) or real(p, head_only))
+    k = kineto.Kineto(path)
+    first = k.load(syncs=True)
+    assert reads == [True, False] and not k._events.whole
+    ids = first.activities["name_id"].to_numpy()
+    assert set(k.lookup(ids).values()) == {"k"}
+    assert (k.activity_name_ids(ActivityKind.KERNEL, np.arange(30)) == ids).all()
+    assert reads == [True, False]  # names answered from what was kept
+    second = k.load(syncs=True)
+    assert reads == [True, False, False]
+    for name in ("activities", "api", "nvtx", "syncs"):
+        assert getattr(first, name).equals(getattr(second, name)), name
+    k.close()
+    with pytest.raises(ClosedTraceError):
+        k.lookup([0])

@@ -35,7 +35,7 @@ import operator
 import re
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import compress, repeat
 from pathlib import Path
 from typing import Any
@@ -175,6 +175,15 @@ class _Events:
     head: dict[str, Any]
     rebased_ns: int = 0  # whole seconds taken off every time (a clock past the time limit)
     short: np.ndarray | None = None  # per string id, the id of its short kernel name
+    whole: bool = True  # False: only what name lookups read is left (:meth:`named_only`)
+
+    def named_only(self) -> "_Events":
+        """These events with only what name lookups read after the frames are built (the
+        strings, the GPU events' kinds and name ids): the other columns let go, so that an
+        analysis does not hold the trace twice; a later load reads the file again."""
+        empty: dict[str, Any] = {}
+        return replace(self, gpu={"kind": self.gpu["kind"], "name_id": self.gpu["name_id"]}, calls=empty,
+                       ranges=empty, waits=empty, bad={}, whole=False)
 
 
 def _ints(values: list[Any], none: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -505,7 +514,9 @@ def _gpu_names(head: dict[str, Any], devices: np.ndarray, call_names: Iterable[s
 
 class Kineto:
     """An open PyTorch profiler trace: its meta data, its frames on demand (the events are parsed
-    once, on the first load), and name lookups that answer until :meth:`close`."""
+    on a load; once its frames are built only what name lookups read is kept, so that an
+    analysis does not hold the trace twice, and a later load parses them again), and name
+    lookups that answer until :meth:`close`."""
 
     format = FORMAT
 
@@ -534,9 +545,10 @@ class Kineto:
         self._closed, self._events = True, None  # the parsed events go with the trace
 
     def _live(self) -> _Events:
+        """The events, read (again, after a load let most of them go) when not held whole."""
         if self._closed:
             raise ClosedTraceError(f"{self.path}: the trace is closed; read it inside its `with` block")
-        if self._events is None:
+        if self._events is None or not self._events.whole:
             head, events = _read(self.path)
             if events is None:
                 from gapscope.inputs import READS
@@ -556,6 +568,12 @@ class Kineto:
             self.meta = self._meta(head, _gpu_names(head, events.gpu["device"], names), events.operators,
                                    launch_calls, int(calls.sum()) - launch_calls - graph_calls)
         return self._events
+
+    def _named(self) -> _Events:
+        """The events as name lookups read them: those held (whole or not), else read."""
+        if self._events is not None and not self._closed:
+            return self._events
+        return self._live()
 
     def row_counts(self) -> RowCounts:
         """How many bytes of JSON the trace holds (gapscope.trace.kineto_json.json_size), its
@@ -614,8 +632,11 @@ class Kineto:
             "nvtx": {k: _cells(v) for k, v in bad["nvtx"].items()},
             "syncs": {k: _cells(v if syncs else v[:0]) for k, v in bad["syncs"].items()},
         }
-        return build_frames(self.meta, activities=activities, api=api, nvtx=nvtx, syncs=sync_frame,
-                            names=self, warnings=warnings, cells=cells)
+        frames = build_frames(self.meta, activities=activities, api=api, nvtx=nvtx, syncs=sync_frame,
+                              names=self, warnings=warnings, cells=cells)
+        del activities, api, nvtx, sync_frame, cells, g, c, r, w, bad
+        self._events = ev.named_only()
+        return frames
 
     def _warnings(self, ev: _Events) -> list[str]:
         out = ["read from a PyTorch profiler trace: ranges are its user_annotation events "
@@ -680,12 +701,12 @@ class Kineto:
     # -- names (gapscope.trace.frames.Names) --------------------------------------------------
     def lookup(self, ids: Iterable[int]) -> dict[int, str]:
         """Map each string id to its text ('[unknown]' where there is none)."""
-        strings = self._live().strings
+        strings = self._named().strings
         return {int(i): strings[int(i)] if 0 <= int(i) < len(strings) else "[unknown]" for i in ids}
 
     def activity_name_ids(self, kind: ActivityKind, rows: np.ndarray) -> np.ndarray:
         """The short-name id of kernels by their row among the trace's kernels (-1 otherwise)."""
-        ev = self._live()
+        ev = self._named()
         rows = np.asarray(rows, dtype=np.int64)
         out = np.full(rows.size, -1, dtype=np.int64)
         if kind is not ActivityKind.KERNEL:
