@@ -288,31 +288,26 @@ def test_bytes_after_the_gzip_stream_are_refused_in_one_line(tmp_path):
     refused(path, "cannot read the PyTorch profiler trace")
 
 
-@pytest.mark.parametrize("seed", range(24))
-def test_mutated_traces_are_read_or_refused_never_a_traceback(tmp_path, seed):
-    """SYNTHETIC: a seeded mutation of the shipped steps trace (bytes flipped, cut, a range
-    deleted or repeated, numbers and strings replaced by hostile values, half of them gzipped):
-    the reader and the analysis give frames or one GapscopeError, nothing else."""
+def _mutated(seed: int, values: list[bytes], kinds: int = 6, most: int = 10) -> bytes:
+    """SYNTHETIC: a seeded mutation of the shipped steps trace's JSON, by ``seed % kinds``: bytes
+    flipped (0), cut (1), up to ``most`` numbers (2) or strings (3, and 6) replaced by ``values``,
+    a range deleted (4) or repeated (5)."""
     import random
 
-    from gapscope.analysis.pipeline import run_analysis
-    from gapscope.errors import GapscopeError
     from paths import TRACES
 
     src = gzip.decompress((TRACES / "torch_decode_steps.pt.trace.json.gz").read_bytes())
-    values = [b"1e30", b"-1", b"null", b'"x"', b"[]", b"{}", b"true", b"-9223372036854775808",
-              b"18446744073709551616", b"1e999", b'"\\ud800"', b"123456789012345678901234567890"]
     rng = random.Random(seed)
     data = bytearray(src)
-    kind = seed % 6
+    kind = seed % kinds
     if kind == 0:
         for _ in range(rng.randrange(1, 20)):
             data[rng.randrange(len(data))] = rng.randrange(256)
     elif kind == 1:
         data = data[: rng.randrange(len(data))]
-    elif kind in (2, 3):
+    elif kind in (2, 3, 6):
         pattern = re.compile(rb'": (-?[0-9.]+)' if kind == 2 else rb'": ("[^"]*")')
-        for _ in range(rng.randrange(1, 10)):
+        for _ in range(rng.randrange(1, most)):
             m = rng.choice(list(pattern.finditer(data)))
             data[m.start(1):m.end(1)] = rng.choice(values)
     elif kind == 4:
@@ -321,8 +316,21 @@ def test_mutated_traces_are_read_or_refused_never_a_traceback(tmp_path, seed):
     else:
         i = rng.randrange(len(data))
         data[i:i] = data[i:i + rng.randrange(1, 400)]
+    return bytes(data)
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_mutated_traces_are_read_or_refused_never_a_traceback(tmp_path, seed):
+    """SYNTHETIC: a seeded mutation of the shipped steps trace (bytes flipped, cut, a range
+    deleted or repeated, numbers and strings replaced by hostile values, half of them gzipped):
+    the reader and the analysis give frames or one GapscopeError, nothing else."""
+    from gapscope.analysis.pipeline import run_analysis
+    from gapscope.errors import GapscopeError
+
+    data = _mutated(seed, [b"1e30", b"-1", b"null", b'"x"', b"[]", b"{}", b"true", b"-9223372036854775808",
+                           b"18446744073709551616", b"1e999", b'"\\ud800"', b"123456789012345678901234567890"])
     path = tmp_path / ("m.pt.trace.json.gz" if seed % 2 else "m.pt.trace.json")
-    path.write_bytes(gzip.compress(bytes(data), 1) if seed % 2 else bytes(data))
+    path.write_bytes(gzip.compress(data, 1) if seed % 2 else data)
     try:
         with open_trace(path, "kineto") as trace:
             run_analysis(trace.frames())
@@ -464,37 +472,14 @@ def test_mutated_traces_read_the_same_tagged_or_in_full(tmp_path, monkeypatch, s
     deleted or repeated, numbers or strings replaced, categories among them), read with the
     tagged decode after a sample of 10 operators and with every piece decoded in full: the same
     frames, warnings and counts, or the same error line."""
-    import random
-
     import gapscope.trace.kineto as kineto
     import gapscope.trace.kineto_json as kj
     from gapscope.errors import GapscopeError
-    from paths import TRACES
 
-    src = gzip.decompress((TRACES / "torch_decode_steps.pt.trace.json.gz").read_bytes())
-    values = [b"1e30", b"-1", b"null", b'"x"', b"[]", b"{}", b"-9223372036854775808", b'"\\ud800"',
-              b'"cpu_op"', b'"kernel"', b'"mystery"']
-    rng = random.Random(seed)
-    data = bytearray(src)
-    kind = seed % 7
-    if kind == 0:
-        for _ in range(rng.randrange(1, 20)):
-            data[rng.randrange(len(data))] = rng.randrange(256)
-    elif kind == 1:
-        data = data[: rng.randrange(len(data))]
-    elif kind in (2, 3, 6):
-        pattern = re.compile(rb'": (-?[0-9.]+)' if kind == 2 else rb'": ("[^"]*")')
-        for _ in range(rng.randrange(1, 30)):
-            m = rng.choice(list(pattern.finditer(data)))
-            data[m.start(1):m.end(1)] = rng.choice(values)
-    elif kind == 4:
-        i = rng.randrange(len(data))
-        del data[i:i + rng.randrange(1, 400)]
-    else:
-        i = rng.randrange(len(data))
-        data[i:i] = data[i:i + rng.randrange(1, 400)]
+    data = _mutated(seed, [b"1e30", b"-1", b"null", b'"x"', b"[]", b"{}", b"-9223372036854775808", b'"\\ud800"',
+                           b'"cpu_op"', b'"kernel"', b'"mystery"'], kinds=7, most=30)
     path = tmp_path / "m.pt.trace.json"
-    path.write_bytes(bytes(data))
+    path.write_bytes(data)
     monkeypatch.setattr(kj, "CHUNK", 16384)
     monkeypatch.setattr(kineto, "_SHAPES_SAMPLE", 10)
     tagged_sample = kineto._Reader.wants_op_args
