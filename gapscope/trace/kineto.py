@@ -603,40 +603,53 @@ class Kineto:
             warnings.append(f"CUDA calls from {pids.size} processes in one PyTorch profiler trace: "
                             f"its GPU events do not say which process launched them, so they are "
                             f"matched to calls by correlation id alone (as process {host})")
+        try:
+            return self._frames(ev, host, pids.size > 1, ok_pid, warnings, syncs, all_calls)
+        finally:  # (its columns were taken as the frames were made: a later load reads the file again)
+            self._events = ev.named_only()
+
+    def _frames(self, ev: _Events, host: int, several: bool, ok_pid: np.ndarray, warnings: list[str],
+                syncs: bool, all_calls: bool) -> TraceFrames:
+        """:meth:`load`'s frames, each of the events' columns let go as its frame column is made
+        (so that the trace is not held twice while the frames are built)."""
+        g, c, r, bad = ev.gpu, ev.calls, ev.ranges, ev.bad
         # GPU work, stacked like nsys's tables: kernels, then copies, then memsets.
         order = np.argsort(g["kind"], kind="stable")
         kind = g["kind"][order]
         row = np.arange(kind.size, dtype=np.int64) - np.searchsorted(kind, kind, side="left")
         activities = pd.DataFrame({
-            "row": row, "start": g["start"][order], "end": g["end"][order], "device": g["device"][order],
-            "stream": g["stream"][order], "proc": np.full(kind.size, host, dtype=np.int64),
-            "corr": g["corr"][order], "kind": kind.astype(np.int8)})[[*ACTIVITY_COLUMNS, "kind"]]
+            "row": row, "start": g.pop("start")[order], "end": g.pop("end")[order],
+            "device": g.pop("device")[order], "stream": g.pop("stream")[order],
+            "proc": np.full(kind.size, host, dtype=np.int64), "corr": g.pop("corr")[order],
+            "kind": kind.astype(np.int8)})[[*ACTIVITY_COLUMNS, "kind"]]
+        del row, kind
         activities["name_id"] = self._short_ids(ev)[g["name_id"][order]]
+        cells = {"activities": {k: _cells(v[order]) for k, v in bad.pop("activities").items()}}
+        del order
         keep = np.ones(c["start"].size, dtype=bool)
         if not all_calls:
             quiet = [i for i, s in enumerate(ev.strings) if base_name(s) in QUIET_CALLS]
             keep = ~np.isin(c["name_id"], quiet)
-        api = pd.DataFrame({"start": c["start"], "end": c["end"], "tid": _thread(c["pid"], c["tid"]),
-                            "corr": c["corr"], "name_id": c["name_id"],
-                            "proc": np.full(c["start"].size, host, dtype=np.int64) if pids.size > 1
-                            else np.where(ok_pid & (c["pid"] >= 0), c["pid"], -1)})[keep].reset_index(drop=True)
+        pid = c.pop("pid")
+        proc = np.full(pid.size, host, dtype=np.int64) if several else np.where(ok_pid & (pid >= 0), pid, -1)
+        tid = _thread(pid, c.pop("tid"))
+        del pid
+        every = bool(keep.all())
+        api = pd.DataFrame({"start": c.pop("start"), "end": c.pop("end"), "tid": tid, "corr": c.pop("corr"),
+                            "name_id": c.pop("name_id"), "proc": proc})
+        del tid, proc
+        if not every:
+            api = api[keep].reset_index(drop=True)
+        cells["api"] = {k: _cells(v if every else v[keep]) for k, v in bad.pop("api").items()}
         nvtx = pd.DataFrame({"start": r["start"], "end": r["end"], "tid": _thread(r["pid"], r["tid"]),
                              "event_type": np.full(r["start"].size, NVTX_PUSH_POP, dtype=np.int64),
                              "domain_id": np.zeros(r["start"].size, dtype=np.int64), "name": r["name"]})
         w = ev.waits if syncs else {k: v[:0] for k, v in ev.waits.items()}
         sync_frame = pd.DataFrame({**w, "proc": np.full(w["start"].size, host, dtype=np.int64)})[list(SYNC_COLUMNS)]
-        bad = ev.bad
-        cells = {
-            "activities": {k: _cells(v[order]) for k, v in bad["activities"].items()},
-            "api": {k: _cells(v[keep]) for k, v in bad["api"].items()},
-            "nvtx": {k: _cells(v) for k, v in bad["nvtx"].items()},
-            "syncs": {k: _cells(v if syncs else v[:0]) for k, v in bad["syncs"].items()},
-        }
-        frames = build_frames(self.meta, activities=activities, api=api, nvtx=nvtx, syncs=sync_frame,
-                              names=self, warnings=warnings, cells=cells)
-        del activities, api, nvtx, sync_frame, cells, g, c, r, w, bad
-        self._events = ev.named_only()
-        return frames
+        cells["nvtx"] = {k: _cells(v) for k, v in bad["nvtx"].items()}
+        cells["syncs"] = {k: _cells(v if syncs else v[:0]) for k, v in bad["syncs"].items()}
+        return build_frames(self.meta, activities=activities, api=api, nvtx=nvtx, syncs=sync_frame,
+                            names=self, warnings=warnings, cells=cells)
 
     def _warnings(self, ev: _Events) -> list[str]:
         out = ["read from a PyTorch profiler trace: ranges are its user_annotation events "
