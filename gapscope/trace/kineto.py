@@ -359,7 +359,13 @@ class _Reader:
 
     def finish(self, head: dict[str, Any], damaged: list[str]) -> _Events:
         self.skipped.update(damaged)
-        cols = {c: _join(parts, _PART_COLUMNS[c]) for c, parts in self.parts.items()}
+        big = sum(len(p["start"]) for parts in self.parts.values() for p in parts) >= heap.TRIM_ROWS
+        cols = {}
+        for c, parts in self.parts.items():
+            cols[c] = _join(parts, _PART_COLUMNS[c])
+            if big:  # the class's pieces, just let go: their many small arrays would sit in the heap,
+                # where the joined columns and the frames' (mapped apart) could not reuse them
+                heap.give_back_freed_pages()
         rebased = _rebase(cols)
         g, k, r, w = cols[0], cols[1], cols[2], cols[3]
         bad = {
@@ -556,10 +562,6 @@ class Kineto:
                 raise GapscopeError(f"{self.path}: a JSON object without traceEvents: not a PyTorch "
                                     f"profiler trace (gapscope reads {READS})")
             self._events = events
-            if events.gpu["start"].size + events.calls["start"].size >= heap.TRIM_ROWS:
-                # the pieces' many small arrays, freed, sit in the heap; the frames' columns are
-                # mapped apart and could not reuse them (docs/performance.md)
-                heap.give_back_freed_pages()
             ids, calls = np.unique(events.calls["name_id"], return_counts=True)
             names = [events.strings[i] for i in ids.tolist()]
             by_base = list(zip(map(base_name, names), calls.tolist()))
@@ -611,7 +613,8 @@ class Kineto:
     def _frames(self, ev: _Events, host: int, several: bool, ok_pid: np.ndarray, warnings: list[str],
                 syncs: bool, all_calls: bool) -> TraceFrames:
         """:meth:`load`'s frames, each of the events' columns let go as its frame column is made
-        (so that the trace is not held twice while the frames are built)."""
+        and the frames holding the arrays made for them (``copy=False``: a block per column, not
+        one copy of them all), so that the trace is not held twice while the frames are built."""
         g, c, r, bad = ev.gpu, ev.calls, ev.ranges, ev.bad
         # GPU work, stacked like nsys's tables: kernels, then copies, then memsets.
         order = np.argsort(g["kind"], kind="stable")
@@ -621,7 +624,7 @@ class Kineto:
             "row": row, "start": g.pop("start")[order], "end": g.pop("end")[order],
             "device": g.pop("device")[order], "stream": g.pop("stream")[order],
             "proc": np.full(kind.size, host, dtype=np.int64), "corr": g.pop("corr")[order],
-            "kind": kind.astype(np.int8)})[[*ACTIVITY_COLUMNS, "kind"]]
+            "kind": kind.astype(np.int8)}, copy=False)[[*ACTIVITY_COLUMNS, "kind"]]
         del row, kind
         activities["name_id"] = self._short_ids(ev)[g["name_id"][order]]
         cells = {"activities": {k: _cells(v[order]) for k, v in bad.pop("activities").items()}}
@@ -636,7 +639,7 @@ class Kineto:
         del pid
         every = bool(keep.all())
         api = pd.DataFrame({"start": c.pop("start"), "end": c.pop("end"), "tid": tid, "corr": c.pop("corr"),
-                            "name_id": c.pop("name_id"), "proc": proc})
+                            "name_id": c.pop("name_id"), "proc": proc}, copy=False)
         del tid, proc
         if not every:
             api = api[keep].reset_index(drop=True)
