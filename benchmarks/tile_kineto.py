@@ -37,17 +37,18 @@ def tile(source: Path, out: Path, kernels: int) -> tuple[int, int]:
     top = msgspec.json.decode(raw, type=dict[str, msgspec.Raw])
     events = msgspec.json.decode(top["traceEvents"], type=list[msgspec.Raw])
     parsed = msgspec.json.decode(top["traceEvents"])
-    once = [bytes(r) for r, e in zip(events, parsed) if not (isinstance(e, dict) and "cat" in e)]
-    events = [r for r, e in zip(events, parsed) if isinstance(e, dict) and "cat" in e]
-    parsed = [e for e in parsed if isinstance(e, dict) and "cat" in e]
-    n_kernels = sum(1 for e in parsed if isinstance(e, dict) and e.get("cat") == "kernel")
+    tiled = [isinstance(e, dict) and "cat" in e for e in parsed]
+    once = [bytes(r) for r, t in zip(events, tiled) if not t]
+    events = [r for r, t in zip(events, tiled) if t]
+    parsed = [e for e, t in zip(parsed, tiled) if t]
+    n_kernels = sum(1 for e in parsed if e.get("cat") == "kernel")
     body = b",\n  ".join(bytes(e) for e in events)
     pieces = _FIELD.split(body)  # text, key, value, text, key, value, ...
     texts, keys, values = pieces[0::3], pieces[1::3], pieces[2::3]
     is_ts = [k == b"ts" for k in keys]
     ts = [_ns(v) for v, t in zip(values, is_ts) if t]
     ids = [int(v) for v, t in zip(values, is_ts) if not t]
-    durs = [round(float(e["dur"]) * 1000) for e in parsed if isinstance(e, dict) and "dur" in e]
+    durs = [round(float(e["dur"]) * 1000) for e in parsed if "dur" in e]
     shift = max(ts) + max(durs, default=0) - min(ts) + 1_000_000
     id_shift = max(ids, default=0) + 1
     n_tiles = math.ceil(kernels / max(n_kernels, 1))

@@ -593,14 +593,15 @@ class Stream:
         buf[0], buf[end] = 0x5B, 0x5D
         try:  # decoded in place: the events' ts and dur (msgspec.Raw) point into buf, which
             # _drop then leaves as it is (a new buffer takes the bytes after the piece)
+            view = memoryview(buf)[: end + 1]
             if self._tagged is not None and not self._detailed():
                 try:
-                    return self._tagged.decode(memoryview(buf)[: end + 1])
+                    return self._tagged.decode(view)
                 except msgspec.ValidationError:
                     pass  # an event of another category, without one, or of other types: the full decode
-            return _PIECE.decode(memoryview(buf)[: end + 1])
+            return _PIECE.decode(view)
         except msgspec.ValidationError:
-            return self._one_by_one(bytes(memoryview(buf)[: end + 1]))
+            return self._one_by_one(bytes(view))
         except _DECODE_ERRORS:
             return None
         finally:
