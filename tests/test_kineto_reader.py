@@ -251,6 +251,42 @@ def test_pieces_of_any_size_give_the_same_frames(tmp_path, monkeypatch):
     assert len(small.activities) == 30
 
 
+def test_ids_past_32_bits_in_one_piece_and_damage_in_another_are_kept_exact(tmp_path, monkeypatch):
+    """SYNTHETIC: 300 launch/kernel pairs read in 4 KiB chunks (many pieces, whose ids are kept
+    in 32 bits where they fit); the last 20 pairs' correlation ids are 2**39 + i and their stream
+    2**31 + 5 (in the ranges gapscope.trace.validation takes, past 32 bits' signed ids), and a
+    first-piece kernel's ``dur`` is text: the joined columns hold every id exactly, each kernel
+    still finds its launch, and the damaged row alone is left out."""
+    import numpy as np
+
+    import gapscope.trace.kineto_json as kj
+
+    events = steps(300)
+    for e in events[-40:]:
+        e["args"]["correlation"] += 2**39
+        if e["cat"] == "kernel":
+            e["args"]["stream"] = e["tid"] = 2**31 + 5
+    events[1]["dur"] = "x"  # the first kernel: a string where a number belongs
+    path = write(tmp_path / "wide.pt.trace.json.gz", events, indent=2)
+    monkeypatch.setattr(kj, "CHUNK", 4096)
+    with open_trace(path) as trace:
+        f = trace.frames()
+        corr = f.activities["corr"].to_numpy()
+        assert corr.dtype == np.int64  # a piece held ids past 32 bits: the column is as wide
+        expected = [i + 1 for i in range(1, 280)] + [2**39 + i + 1 for i in range(280, 300)]
+        assert corr.tolist() == expected
+        assert f.activities["stream"].tolist() == [7] * 279 + [2**31 + 5] * 20
+        assert sorted(f.api["corr"].tolist()) == [i + 1 for i in range(280)] + [2**39 + i + 1 for i in range(280, 300)]
+    r = analyzed(path)
+    assert "left out 1 of 300 GPU activity rows as damaged (end not an integer: 1); every figure covers the other rows" \
+        in r["warnings"]
+    launch = {row["api"]: row for row in r["launch"]}["cudaLaunchKernel"]
+    # calls that launched a kept kernel (docs/metrics.md): all but the damaged kernel's, the 20
+    # wide ids' included (each linked by its correlation id, as the 279 narrow ones)
+    assert launch["calls"] == 299
+    assert launch["latency_median_ns"] == 1000.0  # kernel start 3 us after the call's, which lasts 2 us
+
+
 def test_a_comma_after_the_last_event_is_refused_in_one_line(tmp_path):
     """SYNTHETIC: ``[{...},]`` is not JSON (the scan that finds the last events took it)."""
     path = write(tmp_path / "comma.pt.trace.json", steps(3))

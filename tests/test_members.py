@@ -128,6 +128,28 @@ def test_narrow_durations_a_block_at_a_time(monkeypatch, block):
     assert acts.narrow_durations(np.zeros(0, dtype=np.int32)).tolist() == []
 
 
+@pytest.mark.parametrize("block", [1, 7, 1 << 20])
+def test_range_pair_kernel_counts_a_block_at_a_time_equal_a_count_by_hand(analysis, monkeypatch, block):
+    """level_table counts each range pair's kernels (graph executions included) COUNT_BLOCK
+    memberships at a time (or the pairs' number at a time, when more): the same as a loop over
+    the memberships, whatever the block."""
+    from gapscope.analysis import metrics
+
+    monkeypatch.setattr(metrics, "COUNT_BLOCK", block)
+    acts = analysis.acts
+    n_dev = acts.device_ids.size
+    pair = analysis.member_range.astype(np.int64) * n_dev + acts.device_code[analysis.member_act]
+    n = len(analysis.ranges.frame) * n_dev
+    zeros = np.zeros(n, dtype=np.int64)
+    got = level_table(acts, analysis.member_act, pair, n, zeros, zeros, zeros, None)["kernels"].tolist()
+    kind = analysis.frames.activities["kind"].to_numpy()
+    want = [0] * n
+    for act, row in zip(analysis.member_act.tolist(), pair.tolist()):
+        if kind[act] in (ActivityKind.KERNEL, ActivityKind.GRAPH):
+            want[row] += 1
+    assert got == want and sum(want) > 0
+
+
 @pytest.mark.parametrize("block", [5, 1 << 20])
 def test_replay_counts_a_block_at_a_time_equal_a_plain_count(analysis, monkeypatch, block):
     """Replays.counts read COUNT_BLOCK members at a time: per range, the graph kernels and the

@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from gapscope import heap
 from gapscope.analysis.intervals import expand_slices, grouped_running_max
 from gapscope.analysis.keys import TimeKeys, index_dtype, small_codes
 from gapscope.catalog import process_of
@@ -90,6 +91,11 @@ class HostTimeline:
         # With one calling thread per process, a process's no-call stretches are its thread's.
         alone = np.unique(thread_proc).size == thread_proc.size
         seg_key, seg_cat = self._thread_segments(seg_thread, start, end, np.asarray(role), alone)
+        if start.size >= heap.LARGE_ROWS:
+            # The segments' masks and codes (a byte a call each, under the large blocks' size)
+            # were freed into the heap, where the large blocks to come, mapped apart, cannot
+            # reuse them: handed back (at 10M calls some 600 MB, docs/performance.md).
+            heap.give_back_freed_pages()
         if not alone:
             seg_key, seg_cat = self._with_process_stalls(seg_key, seg_cat, seg_thread, start, end, thread_proc)
         self.seg_key, self.seg_cat = seg_key, seg_cat
@@ -223,10 +229,12 @@ class HostTimeline:
         its threads: a ``stall`` segment where the stretch starts and a ``host`` one where it
         ends (a thread's own next call, if it starts there, comes after that)."""
         tk, thr = self.tk, self.threshold_ns
-        call_proc = thread_proc[call_thread]
+        call_proc = small_codes(thread_proc, int(thread_proc.max(initial=0)) + 1)[call_thread]
         order = np.argsort(tk.key(call_proc, start), kind="stable")
-        p, s, e = call_proc[order], start[order], end[order]
-        run = grouped_running_max(e, p)
+        p, s = call_proc[order], start[order]
+        del call_proc  # (each input let go once taken in order: some 8 bytes a call less at the peak)
+        run = grouped_running_max(end[order], p)
+        del order
         head = np.r_[True, (p[1:] != p[:-1]) | (s[1:] > run[:-1])]  # a block of the process's calls begins
         heads = np.flatnonzero(head)
         b_proc, b_start = p[heads], s[heads]

@@ -104,6 +104,19 @@ def _sum_to(rows: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
+def _member_counts(flag: np.ndarray, member_act: np.ndarray | None, member_row: np.ndarray, n_rows: int) -> np.ndarray:
+    """Per row, its members whose activity is ``flag``ged (``member_act`` None: activity i is
+    member i): counted COUNT_BLOCK memberships at a time (or ``n_rows``, the counts' own size,
+    when more), so that no mask or row list of every membership is made beside them."""
+    if member_act is None:
+        return np.bincount(member_row[flag], minlength=n_rows).astype(np.int64)
+    out = np.zeros(n_rows, dtype=np.int64)
+    block = max(COUNT_BLOCK, n_rows)
+    for lo in range(0, member_act.size, block):
+        out += np.bincount(member_row[lo:lo + block][flag[member_act[lo:lo + block]]], minlength=n_rows)
+    return out
+
+
 def level_stats(
     acts: ActivityArrays,
     member_act: np.ndarray,
@@ -170,9 +183,7 @@ def level_table(acts: ActivityArrays, member_act: np.ndarray | None, member_row:
     gap's (row, length), for the percentiles (None: left NaN, as :func:`level_stats` without
     ``percentiles``); ``kernels``: :func:`member_kernels` of the members, when the caller has it."""
     if kernels is None and gaps is None:  # counts only: no kernel's duration is read
-        k_mask = acts.is_kernel if member_act is None else acts.is_kernel[member_act]
-        kernels_n = np.bincount(member_row[k_mask], minlength=n_rows).astype(np.int64)
-        del k_mask
+        kernels_n = _member_counts(acts.is_kernel, member_act, member_row, n_rows)
     else:
         k_rows, k_dur = kernels if kernels is not None else member_kernels(acts, member_act, member_row)
         kernels_n = np.bincount(k_rows, minlength=n_rows).astype(np.int64)

@@ -344,7 +344,8 @@ class _Memory:
     activities on). Not between the steps: each step's arrays reuse the heap's blocks the steps
     before freed, where pages handed back would be zeroed again (docs/performance.md); except a
     large trace's (heap.LARGE_ROWS activities on), whose large blocks are mapped apart during its
-    analysis. The steps' own arrays go when the step that made them returns."""
+    analysis, and whose frame columns let go are handed back as they go. The steps' own arrays
+    go when the step that made them returns."""
 
     def __init__(self, frames: TraceFrames, release_ids: bool) -> None:
         self.frames = frames
@@ -356,12 +357,22 @@ class _Memory:
         """Let go of these frame columns, read for good (only with ``release_ids``)."""
         if self.release_ids:
             self.frames.release(columns)
+            self.holes()
 
     def narrow(self) -> None:
         """The activities' name ids kept in 16 bits where they fit (only with ``release_ids``:
         TraceFrames.narrow_name_ids)."""
         if self.release_ids:
             self.frames.narrow_name_ids()
+            self.holes()
+
+    def holes(self) -> None:
+        """A large trace's blocks just freed in the heap handed back (frame columns a reader
+        built there, as the PyTorch profiler's does; a step's many small temporaries): its large
+        arrays are mapped apart, so no later step would reuse those blocks, which stayed
+        resident beside them."""
+        if self.rows >= heap.LARGE_ROWS:
+            heap.give_back_freed_pages()
 
     def give_back(self) -> None:
         """Hand the heap's free pages back, the analysis done."""
@@ -637,6 +648,7 @@ def _windows_beside(w: Linked, m: Memberships, o: LevelOptions, plan: windows.Wi
         # The launch statistics first, on their own: beside the attribution's build and the
         # first windows their temporaries (some 50 bytes a call) made a large trace's peak.
         launch_rows = _launch_rows(w, m, o)
+        memory.holes()  # its temporaries, block by block from the heap, not under the indexes' peak
     with ThreadPoolExecutor(1 if serial else 2) as pool:
         # Large: the launch statistics and the host timeline have read the calls' ends and
         # threads once the timeline is built, before the rest of the indexes.

@@ -48,6 +48,7 @@ from gapscope.errors import GapscopeError
 from gapscope.trace.cuda_api import GRAPH_LAUNCH_CALLS, KERNEL_LAUNCH_CALLS, QUIET_CALLS, base_name
 from gapscope.trace.frames import (
     ACTIVITY_COLUMNS,
+    NARROW_LIMIT,
     NVTX_PUSH_POP,
     SYNC_COLUMNS,
     ActivityKind,
@@ -56,6 +57,7 @@ from gapscope.trace.frames import (
     TraceFrames,
     TraceMeta,
     build_frames,
+    narrow_ids,
 )
 from gapscope.trace.kineto_json import (
     INFLATE_ERRORS,
@@ -338,15 +340,17 @@ class _Reader:
             if not mask.any():
                 continue
             sub = mask if where is None else mask[where]
-            part = {k: v[mask] for k, v in times_of.items()} if c != 3 else \
-                {"start": start[mask], "start!": start_bad[mask]}
+            part = {k: _flagged(v[mask]) if k.endswith("!") else v[mask] for k, v in times_of.items()} \
+                if c != 3 else {"start": start[mask], "start!": _flagged(start_bad[mask])}
             for key, (values, bad, _) in got.items():
                 col = "corr" if key == "correlation" else key
-                part[col], part[col + "!"] = values[sub], bad[sub]
+                part[col], part[col + "!"] = values[sub], _flagged(bad[sub])
+                if c != 3:  # ids and threads in 32 bits where they fit (the joined column too)
+                    part[col] = narrow_ids(part[col])
             if c in (0, 1):
-                part["name_id"] = name_id[mask]
+                part["name_id"] = narrow_ids(name_id[mask])
             if c == 0:
-                kind = np.fromiter(map(_KIND.__getitem__, compress(cats, mask.tolist())), dtype=np.int64,
+                kind = np.fromiter(map(_KIND.__getitem__, compress(cats, mask.tolist())), dtype=np.int8,
                                    count=part["start"].size)
                 if self.ids.copies:  # graph memcpy-node kernels: memcpys
                     copies = (kind == ActivityKind.KERNEL) & self.ids.copy_mask()[part["name_id"]]
@@ -362,10 +366,9 @@ class _Reader:
         big = sum(len(p["start"]) for parts in self.parts.values() for p in parts) >= heap.TRIM_ROWS
         cols = {}
         for c, parts in self.parts.items():
-            cols[c] = _join(parts, _PART_COLUMNS[c])
-            if big:  # the class's pieces, just let go: their many small arrays would sit in the heap,
-                # where the joined columns and the frames' (mapped apart) could not reuse them
-                heap.give_back_freed_pages()
+            # (big: the pieces' pages handed back as they are let go: their many small arrays
+            # would sit in the heap, where the joined columns and the frames' could not reuse them)
+            cols[c] = _join(parts, _PART_COLUMNS[c], trim=big)
         rebased = _rebase(cols)
         g, k, r, w = cols[0], cols[1], cols[2], cols[3]
         bad = {
@@ -404,13 +407,35 @@ _PART_COLUMNS = {
 }
 
 
-def _join(parts: list[dict[str, np.ndarray]], names: tuple[str, ...]) -> dict[str, np.ndarray]:
+def _flagged(bad: np.ndarray) -> np.ndarray | None:
+    """A piece's column of damaged values (``!``), or None when it has none (most pieces)."""
+    return bad if bad.any() else None
+
+
+def _join(parts: list[dict[str, np.ndarray | None]], names: tuple[str, ...], trim: bool = False
+          ) -> dict[str, np.ndarray]:
     """The pieces' columns joined, each piece's column let go once joined (so that the joined
-    trace never sits beside all of its pieces)."""
-    out = {}
+    trace never sits beside all of its pieces); with ``trim``, the heap's freed pages handed
+    back after each column (the pieces' small arrays leave holes the joined columns cannot
+    reuse). A column of damage flags is False where a piece had none (None); an id column is
+    as wide as its widest piece's (int32 where every piece's fitted, gapscope.trace.frames)."""
+    sizes = [p["start"].size for p in parts]
+    n_rows = sum(sizes)
+    out: dict[str, np.ndarray] = {}
     for n in names:
-        dtype = object if n == "name" else bool if n.endswith("!") else np.int64
-        out[n] = np.concatenate([p.pop(n) for p in parts]) if parts else np.zeros(0, dtype=dtype)
+        cols = [p.pop(n) for p in parts]
+        if n.endswith("!"):
+            if all(c is None for c in cols):
+                out[n] = np.zeros(n_rows, dtype=bool)
+            else:
+                out[n] = np.concatenate([np.zeros(k, dtype=bool) if c is None else c for c, k in zip(cols, sizes)])
+        elif cols:
+            out[n] = np.concatenate(cols)
+        else:
+            out[n] = np.zeros(0, dtype=object if n == "name" else np.int8 if n == "kind" else np.int64)
+        del cols
+        if trim:
+            heap.give_back_freed_pages()
     parts.clear()
     return out
 
@@ -605,10 +630,13 @@ class Kineto:
             warnings.append(f"CUDA calls from {pids.size} processes in one PyTorch profiler trace: "
                             f"its GPU events do not say which process launched them, so they are "
                             f"matched to calls by correlation id alone (as process {host})")
+        rows = g["kind"].size + c["start"].size
         try:
             return self._frames(ev, host, pids.size > 1, ok_pid, warnings, syncs, all_calls)
         finally:  # (its columns were taken as the frames were made: a later load reads the file again)
             self._events = ev.named_only()
+            if rows >= heap.TRIM_ROWS:  # the events' columns, let go: the analysis starts from what it holds
+                heap.give_back_freed_pages()
 
     def _frames(self, ev: _Events, host: int, several: bool, ok_pid: np.ndarray, warnings: list[str],
                 syncs: bool, all_calls: bool) -> TraceFrames:
@@ -617,14 +645,18 @@ class Kineto:
         one copy of them all), so that the trace is not held twice while the frames are built."""
         g, c, r, bad = ev.gpu, ev.calls, ev.ranges, ev.bad
         # GPU work, stacked like nsys's tables: kernels, then copies, then memsets.
+        # (the ids made here in 32 bits where they fit, as the frames keep them: gapscope.trace.frames)
         order = np.argsort(g["kind"], kind="stable")
         kind = g["kind"][order]
-        row = np.arange(kind.size, dtype=np.int64) - np.searchsorted(kind, kind, side="left")
+        narrow = np.int32 if kind.size < NARROW_LIMIT else np.int64
+        cuts = np.flatnonzero(kind[1:] != kind[:-1]) + 1  # where each kind's rows begin, counted from 0
+        row = np.concatenate([np.arange(k, dtype=narrow) for k in np.diff(np.r_[0, cuts, kind.size]).tolist()])
         activities = pd.DataFrame({
             "row": row, "start": g.pop("start")[order], "end": g.pop("end")[order],
             "device": g.pop("device")[order], "stream": g.pop("stream")[order],
-            "proc": np.full(kind.size, host, dtype=np.int64), "corr": g.pop("corr")[order],
-            "kind": kind.astype(np.int8)}, copy=False)[[*ACTIVITY_COLUMNS, "kind"]]
+            "proc": np.full(kind.size, host, dtype=np.int32 if -1 <= host < NARROW_LIMIT else np.int64),
+            "corr": g.pop("corr")[order], "kind": kind.astype(np.int8, copy=False)},
+            copy=False)[[*ACTIVITY_COLUMNS, "kind"]]
         del row, kind
         activities["name_id"] = self._short_ids(ev)[g["name_id"][order]]
         cells = {"activities": {k: _cells(v[order]) for k, v in bad.pop("activities").items()}}
@@ -638,11 +670,14 @@ class Kineto:
         tid = _thread(pid, c.pop("tid"))
         del pid
         every = bool(keep.all())
-        api = pd.DataFrame({"start": c.pop("start"), "end": c.pop("end"), "tid": tid, "corr": c.pop("corr"),
-                            "name_id": c.pop("name_id"), "proc": proc}, copy=False)
+        calls = {"start": c.pop("start"), "end": c.pop("end"), "tid": tid, "corr": c.pop("corr"),
+                 "name_id": c.pop("name_id"), "proc": proc}
         del tid, proc
-        if not every:
-            api = api[keep].reset_index(drop=True)
+        if not every:  # the quiet calls left out a column at a time (not a second frame of them all)
+            for k in calls:
+                calls[k] = calls[k][keep]
+        api = pd.DataFrame(calls, copy=False)
+        del calls
         cells["api"] = {k: _cells(v if every else v[keep]) for k, v in bad.pop("api").items()}
         nvtx = pd.DataFrame({"start": r["start"], "end": r["end"], "tid": _thread(r["pid"], r["tid"]),
                              "event_type": np.full(r["start"].size, NVTX_PUSH_POP, dtype=np.int64),
@@ -702,7 +737,7 @@ class Kineto:
         computed once per distinct kernel name, on first use."""
         if ev.short is not None:
             return ev.short
-        out = np.arange(len(ev.strings), dtype=np.int64)
+        out = np.arange(len(ev.strings), dtype=np.int64)  # (in 32 bits below, as the frames keep ids)
         kernel_ids = np.unique(ev.gpu["name_id"][ev.gpu["kind"] == ActivityKind.KERNEL])
         index = {s: i for i, s in enumerate(ev.strings)}
         for i in kernel_ids.tolist():
@@ -711,7 +746,7 @@ class Kineto:
                 index[short] = len(ev.strings)
                 ev.strings.append(short)
             out[i] = index[short]
-        ev.short = np.concatenate([out, np.arange(out.size, len(ev.strings), dtype=np.int64)])
+        ev.short = narrow_ids(np.concatenate([out, np.arange(out.size, len(ev.strings), dtype=np.int64)]))
         return ev.short
 
     # -- names (gapscope.trace.frames.Names) --------------------------------------------------
@@ -734,12 +769,24 @@ class Kineto:
 
 
 def _cells(bad: np.ndarray) -> np.ndarray:
-    """Cell codes (gapscope.trace.validation.Cell) of one column: NOT_INTEGER where ``bad``."""
-    return np.where(bad, int(Cell.NOT_INTEGER), int(Cell.OK)).astype(np.int8)
+    """Cell codes (gapscope.trace.validation.Cell) of one column: NOT_INTEGER where ``bad``, OK
+    (0) elsewhere; made in 8 bits (no wider temporary a row)."""
+    out = bad.astype(np.int8)
+    out *= int(Cell.NOT_INTEGER) - int(Cell.OK)
+    out += int(Cell.OK)
+    return out
 
 
 def _thread(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
     """nsys's globalTid layout: the process above bit 24, the thread below; -1 (out of range:
-    the row is damage) where either is negative."""
+    the row is damage) where either is negative. Made in place (one 64-bit temporary a row)."""
     mask = (1 << _THREAD_BITS) - 1
-    return np.where((pid < 0) | (tid < 0), -1, ((pid & mask) << _THREAD_BITS) | (tid & mask))
+    out = pid.astype(np.int64)  # (pid and tid read in 32 bits where they fit)
+    out &= mask
+    out <<= _THREAD_BITS
+    low = tid.astype(np.int64)
+    low &= mask
+    out |= low
+    del low
+    out[(pid < 0) | (tid < 0)] = -1
+    return out
