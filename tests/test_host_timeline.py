@@ -7,7 +7,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gapscope.analysis.host_timeline import N_STATES, STATE_HOST, STATE_LAUNCH, BlockSums, HostTimeline
+from gapscope.analysis.host_timeline import (
+    N_STATES,
+    STATE_HOST,
+    STATE_LAUNCH,
+    STATE_SETUP,
+    STATE_STALL,
+    STATE_SYNC,
+    BlockSums,
+    HostTimeline,
+)
 from gapscope.analysis.keys import TimeKeys
 
 
@@ -89,3 +98,80 @@ def test_block_sums_keep_int64_where_a_block_passes_32_bits(monkeypatch):
     qa, qb = int(tk.key(np.zeros(1), a)[0]), int(tk.key(np.zeros(1), b)[0])
     assert got[0].tolist() == walked(tl, qa, qb)
     assert got[0][STATE_LAUNCH] == 3 * 1_000 + 500 and got[0].sum() == b[0] - a[0]
+
+
+def segments_by_hand(tid: np.ndarray, start: np.ndarray, end: np.ndarray, role: np.ndarray, threshold: int,
+                     tk: TimeKeys) -> tuple[list[int], list[int]]:
+    """(key, category) of every segment, call by call in (thread, start) order, for threads that
+    are each their process's only caller: a lead stretch from the trace's start to a thread's
+    first call, each call, and the stretch after a call where the thread's next call starts past
+    the end of the calls so far (or it has none); a stretch longer than ``threshold`` is a stall
+    (the one after a thread's last call always)."""
+    code = {t: i for i, t in enumerate(dict.fromkeys(tid.tolist()))}  # first seen, first code
+    calls = sorted(range(tid.size), key=lambda i: (code[int(tid[i])], int(start[i]), i))
+    keys, cats = [], []
+
+    def key(c: int, t: int) -> int:
+        return c * tk.width + t - tk.lo
+
+    for j, i in enumerate(calls):
+        c = code[int(tid[i])]
+        first = j == 0 or code[int(tid[calls[j - 1]])] != c
+        last = j + 1 == len(calls) or code[int(tid[calls[j + 1]])] != c
+        if first:
+            run = int(end[i])
+            if start[i] > tk.lo:
+                keys.append(key(c, tk.lo))
+                cats.append(STATE_STALL if start[i] - tk.lo > threshold else STATE_HOST)
+        run = max(run, int(end[i]))
+        cat = STATE_HOST
+        if role[i] == 1:
+            cat = STATE_LAUNCH
+        if end[i] - start[i] > threshold:
+            cat = STATE_STALL
+        cat = {4: STATE_LAUNCH, 3: STATE_SETUP, 2: STATE_SYNC}.get(int(role[i]), cat)
+        keys.append(key(c, int(start[i])))
+        cats.append(cat)
+        nxt = None if last else int(start[calls[j + 1]])
+        if last or nxt > run:
+            keys.append(key(c, run))
+            cats.append(STATE_STALL if last or nxt - run > threshold else STATE_HOST)
+    return keys, cats
+
+
+@pytest.mark.parametrize("seed", range(25))
+@pytest.mark.parametrize("chunk", [1, 3, 1 << 20])
+def test_segments_of_sole_callers_equal_a_walk_over_the_calls(seed, chunk, monkeypatch):
+    """Threads that are each their process's only caller: the timeline's segments, made a
+    CHUNK of calls at a time, equal the segments written call by call here (leads, calls,
+    stretches, and which stretches are stalls)."""
+    monkeypatch.setattr(HostTimeline, "CHUNK", chunk)
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 60))
+    tid = rng.choice([(1 << 24) | 7, (2 << 24) | 8, (3 << 24) | 9], n)  # three processes, one thread each
+    start = rng.integers(0, 5_000, n)
+    end = start + rng.integers(0, 900, n)
+    role = rng.integers(0, 5, n).astype(np.int8)
+    tk = TimeKeys([start, end], 8)
+    threshold = int(rng.choice([50, 300, 10_000]))
+    tl = HostTimeline(start, end, tid, role, threshold, tk)
+    keys, cats = segments_by_hand(tid, start, end, role, threshold, tk)
+    assert tl.seg_key.tolist() == keys and tl.seg_cat.tolist() == cats
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_segments_do_not_depend_on_the_chunk(seed, monkeypatch):
+    """Threads sharing processes (the processes' stalls added): the segments made one call at a
+    time equal those made all at once."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 60))
+    tid = rng.choice([(1 << 24) | 7, (1 << 24) | 8, (2 << 24) | 9], n)
+    start = rng.integers(0, 5_000, n)
+    end = start + rng.integers(0, 900, n)
+    role = rng.integers(0, 5, n).astype(np.int8)
+    tk = TimeKeys([start, end], 8)
+    threshold = int(rng.choice([50, 300, 10_000]))
+    whole = HostTimeline(start, end, tid, role, threshold, tk)
+    monkeypatch.setattr(HostTimeline, "CHUNK", 1)
+    one = HostTimeline(start, end, tid, role, threshold, tk)
+    assert one.seg_key.tolist() == whole.seg_key.tolist() and one.seg_cat.tolist() == whole.seg_cat.tolist()

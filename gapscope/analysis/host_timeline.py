@@ -185,6 +185,7 @@ class HostTimeline:
         has_stretch = last.copy()
         has_stretch[:-1] |= s[1:] > run[:-1]
         has_lead = first & (s > tk.lo)
+        del same, first
 
         call_cat = np.full(s.size, STATE_HOST, dtype=np.int8)
         call_cat[r == ROLE_LAUNCH] = STATE_LAUNCH
@@ -206,20 +207,25 @@ class HostTimeline:
         seg_key = np.empty(total, dtype=np.int64)
         seg_cat = np.full(total, STATE_HOST, dtype=np.int8)
         seg_key[pos] = key
+        del key
         seg_cat[pos] = call_cat
+        del call_cat
         lead = pos[has_lead] - 1
         seg_key[lead] = tk.key(t[has_lead], tk.lo)
-        after = pos[has_stretch] + 1
-        key += run  # the calls' keys are not read again: each becomes its block's end, in place
-        key -= s
-        seg_key[after] = key[has_stretch]
         if alone:
-            long_lead = (s - tk.lo)[has_lead] > self.threshold_ns
-            long_after = last.copy()
-            long_after[:-1] |= (s[1:] - run[:-1]) > self.threshold_ns
-            long_after = long_after[has_stretch]
-            seg_cat[lead[long_lead]] = STATE_STALL
-            seg_cat[after[long_after]] = STATE_STALL
+            seg_cat[lead[s[has_lead] - tk.lo > self.threshold_ns]] = STATE_STALL
+        # The stretch after each call that has one: from its block's end, a chunk of calls at a
+        # time (no array of every call's stretch beside the segments).
+        for lo in range(0, s.size, self.CHUNK):
+            hi = min(lo + self.CHUNK, s.size)
+            mine = has_stretch[lo:hi]
+            after = pos[lo:hi][mine] + 1
+            seg_key[after] = tk.key(t[lo:hi][mine], run[lo:hi][mine])
+            if alone:  # a stretch to the thread's next call (or none) longer than the threshold
+                long_after = last[lo:hi].copy()
+                nxt = s[lo + 1:hi + 1]
+                long_after[:nxt.size] |= (nxt - run[lo:lo + nxt.size]) > self.threshold_ns
+                seg_cat[after[long_after[mine]]] = STATE_STALL
         return seg_key, seg_cat
 
     def _with_process_stalls(self, seg_key: np.ndarray, seg_cat: np.ndarray, call_thread: np.ndarray,
@@ -235,19 +241,20 @@ class HostTimeline:
         del call_proc  # (each input let go once taken in order: some 8 bytes a call less at the peak)
         run = grouped_running_max(end[order], p)
         del order
-        head = np.r_[True, (p[1:] != p[:-1]) | (s[1:] > run[:-1])]  # a block of the process's calls begins
-        heads = np.flatnonzero(head)
-        b_proc, b_start = p[heads], s[heads]
-        b_end = run[np.r_[heads[1:], p.size] - 1]
-        same = np.r_[b_proc[1:] == b_proc[:-1], False]
+        # Long stretches: before a process's first call, between its blocks of overlapping
+        # calls, after its last. Read call by call, with no array of every block: a block ends
+        # at call i where the process's next call starts after run[i] (the block's end).
+        same = np.r_[p[1:] == p[:-1], False]  # call i's process makes call i + 1 too
         first = np.r_[True, ~same[:-1]]
-        # Long stretches: before a process's first call, between its blocks, after its last.
-        lead = first & (b_start - tk.lo > thr)
-        between = same & (np.r_[b_start[1:], 0] - b_end > thr)
-        l_proc = np.concatenate([b_proc[lead], b_proc[between], b_proc[~same]])
-        l_start = np.concatenate([np.full(int(lead.sum()), tk.lo, dtype=np.int64), b_end[between], b_end[~same]])
-        l_end = np.concatenate([b_start[lead], np.r_[b_start[1:], 0][between],
-                                np.full(int((~same).sum()), -1, dtype=np.int64)])  # -1: never ends
+        lead = np.flatnonzero(first & (s > tk.lo + thr))
+        del first
+        between = np.flatnonzero(same[:-1] & (s[1:] - run[:-1] > thr))
+        last = np.flatnonzero(~same)
+        del same
+        l_proc = np.concatenate([p[lead], p[between], p[last]])
+        l_start = np.concatenate([np.full(lead.size, tk.lo, dtype=np.int64), run[between], run[last]])
+        l_end = np.concatenate([s[lead], s[between + 1], np.full(last.size, -1, dtype=np.int64)])  # -1: never ends
+        del p, s, run
         # Every thread of the stretch's process gets the stretch.
         t_order = np.argsort(thread_proc, kind="stable")
         t_lo = np.searchsorted(thread_proc[t_order], l_proc, "left")
