@@ -139,6 +139,18 @@ def segments_by_hand(tid: np.ndarray, start: np.ndarray, end: np.ndarray, role: 
     return keys, cats
 
 
+def random_calls(seed: int, threads: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, TimeKeys]:
+    """SYNTHETIC: (tid, start, end, role, threshold, keys) of 1-59 random calls (some
+    overlapping) of the given nsys globalTids, every role, and one of three thresholds."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 60))
+    tid = rng.choice(threads, n)
+    start = rng.integers(0, 5_000, n)
+    end = start + rng.integers(0, 900, n)
+    role = rng.integers(0, 5, n).astype(np.int8)
+    return tid, start, end, role, int(rng.choice([50, 300, 10_000])), TimeKeys([start, end], 8)
+
+
 @pytest.mark.parametrize("seed", range(25))
 @pytest.mark.parametrize("chunk", [1, 3, 1 << 20])
 def test_segments_of_sole_callers_equal_a_walk_over_the_calls(seed, chunk, monkeypatch):
@@ -146,14 +158,8 @@ def test_segments_of_sole_callers_equal_a_walk_over_the_calls(seed, chunk, monke
     CHUNK of calls at a time, equal the segments written call by call here (leads, calls,
     stretches, and which stretches are stalls)."""
     monkeypatch.setattr(HostTimeline, "CHUNK", chunk)
-    rng = np.random.default_rng(seed)
-    n = int(rng.integers(1, 60))
-    tid = rng.choice([(1 << 24) | 7, (2 << 24) | 8, (3 << 24) | 9], n)  # three processes, one thread each
-    start = rng.integers(0, 5_000, n)
-    end = start + rng.integers(0, 900, n)
-    role = rng.integers(0, 5, n).astype(np.int8)
-    tk = TimeKeys([start, end], 8)
-    threshold = int(rng.choice([50, 300, 10_000]))
+    # three processes, one thread each
+    tid, start, end, role, threshold, tk = random_calls(seed, [(1 << 24) | 7, (2 << 24) | 8, (3 << 24) | 9])
     tl = HostTimeline(start, end, tid, role, threshold, tk)
     keys, cats = segments_by_hand(tid, start, end, role, threshold, tk)
     assert tl.seg_key.tolist() == keys and tl.seg_cat.tolist() == cats
@@ -163,14 +169,7 @@ def test_segments_of_sole_callers_equal_a_walk_over_the_calls(seed, chunk, monke
 def test_segments_do_not_depend_on_the_chunk(seed, monkeypatch):
     """Threads sharing processes (the processes' stalls added): the segments made one call at a
     time equal those made all at once."""
-    rng = np.random.default_rng(seed)
-    n = int(rng.integers(1, 60))
-    tid = rng.choice([(1 << 24) | 7, (1 << 24) | 8, (2 << 24) | 9], n)
-    start = rng.integers(0, 5_000, n)
-    end = start + rng.integers(0, 900, n)
-    role = rng.integers(0, 5, n).astype(np.int8)
-    tk = TimeKeys([start, end], 8)
-    threshold = int(rng.choice([50, 300, 10_000]))
+    tid, start, end, role, threshold, tk = random_calls(seed, [(1 << 24) | 7, (1 << 24) | 8, (2 << 24) | 9])
     whole = HostTimeline(start, end, tid, role, threshold, tk)
     monkeypatch.setattr(HostTimeline, "CHUNK", 1)
     one = HostTimeline(start, end, tid, role, threshold, tk)
