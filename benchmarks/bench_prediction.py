@@ -1,13 +1,14 @@
 """The CUDA Graph prediction against untraced measurements (issue 37's ground truth).
 
-    python benchmarks/bench_prediction.py [--truth traces/truth] [--tolerance 0.15]
+    python benchmarks/bench_prediction.py [--truth traces/truth] [--tolerance F]
 
 For every trace of traces/truth/ (traces/README.md, "Ground truth"; its GPU as the trace names it): gapscope's predicted
 speedup of the `eager` range (steady state, untraced) beside the speedup measured without any
 profiler in the same process (eager step time / replayed step time, each of the six timed
 repeats before and after the traced pass: the range min..max), the graph ceiling beside the
 speedup the trace itself measured (traced eager span / traced graph span), and whether the
-prediction lies within the tolerance of the measured range. Coverage cases (fallback, rerecord:
+prediction lies within the tolerance of the measured range (issue 37's: 15 % from nsys traces,
+25 % from torch.profiler traces; ``--tolerance`` one for both). Coverage cases (fallback, rerecord:
 their graph phase is not a full replay) and the calibration case (tiny under nsys on the H200:
 nsys's calibration came from its loop) are listed apart; every other trace is validation.
 
@@ -80,20 +81,26 @@ def rows(truth: Path) -> list[dict]:
     return out
 
 
+#: Issue 37's tolerance of a prediction against its measured range, by the trace's tracer.
+TOLERANCE = {"nsys": 0.15, "torch": 0.25}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--truth", type=Path, default=ROOT / "traces" / "truth")
-    ap.add_argument("--tolerance", type=float, default=0.15)
+    ap.add_argument("--tolerance", type=float, default=None,
+                    help="one tolerance for the table's marks (default: each tracer's, TOLERANCE)")
     args = ap.parse_args()
     table = rows(args.truth)
     print(f"{'trace':36} {'GPU':5} {'role':11} {'predicted (range)':>24} {'measured untraced':>18} {'error':>7} "
           f"{'ceiling':>8} {'traced':>7}  reading")
     for r in table:
-        flag = "" if abs(r["error"]) <= args.tolerance else "  <-- outside"
+        limit = TOLERANCE[r["tracer"]] if args.tolerance is None else args.tolerance
+        flag = "" if abs(r["error"]) <= limit else "  <-- outside"
         print(f"{r['trace']:36} {r['gpu']:5} {r['role']:11} {r['predicted']:7.2f}x ({r['low']:5.2f}-{r['high']:6.2f}) "
               f"{r['measured_lo']:7.2f}-{r['measured_hi']:6.2f}x {r['error'] * 100:+6.0f}% {r['ceiling']:7.2f}x "
               f"{r['traced']:6.2f}x  {r['reading']}{flag}")
-    for tracer, limit in (("nsys", 0.15), ("torch", 0.25)):
+    for tracer, limit in TOLERANCE.items():
         for gpu in sorted({r["gpu"] for r in table}):
             checked = [r for r in table if r["role"] == "validation" and r["tracer"] == tracer and r["gpu"] == gpu]
             if not checked:
