@@ -276,3 +276,20 @@ def test_previous_on_stream_a_block_at_a_time_is_the_stream_sort(seed):
     for block in (1, 7, n):
         got = previous_on_stream(code, n_streams + 1, by_start, block)
         assert got.dtype == np.int32 and got.tolist() == want, block
+
+
+@pytest.mark.parametrize("block", [1, 3, 1 << 20])
+def test_call_lengths_a_block_at_a_time_are_exact_and_as_narrow_as_they_fit(monkeypatch, block):
+    """SYNTHETIC calls: each call's length (end - start) exact, made a block of calls at a time;
+    32 bits while every length lies in [-2**31, 2**31 - 1), 64 once one does not."""
+    from gapscope.analysis import attribution
+
+    monkeypatch.setattr(attribution, "STREAM_BLOCK", block)
+    start = np.array([10, 5_000, 7, 2**40, 0, 3], dtype=np.int64)
+    for end, wide in (([15, 5_000, 9, 2**40 + 2**31 - 2, 1, 2], False),
+                      ([15, 5_000, 9, 2**40 + 2**31 - 1, 1, 2], True),
+                      ([15, 5_000, 9, 2**40 + 1, 1, 3 - 2**31 - 1], True)):
+        end = np.array(end, dtype=np.int64)
+        got = attribution._call_lengths(start, end)
+        assert got.tolist() == [int(e) - int(s) for s, e in zip(start.tolist(), end.tolist())]
+        assert got.dtype == (np.int64 if wide else np.int32)

@@ -50,7 +50,7 @@ from gapscope.analysis import host_timeline as ht
 from gapscope.analysis.host_timeline import DEFAULT_STALL_THRESHOLD_NS, HostTimeline
 from gapscope.analysis.intervals import union_blocks
 from gapscope.analysis.keys import (
-    TimeKeys, index_dtype, narrowed, narrowed_to_fit, pid_stream_key, small_codes, stream_key,
+    TimeKeys, index_dtype, narrowed, pid_stream_key, small_codes, stream_key,
     stream_key_without_device, unpack_stream_key,
 )
 from gapscope.analysis.metrics import ActivityArrays, GapList
@@ -200,9 +200,8 @@ class Attributor:
                                      counted=~quiet[self.name_codes] if quiet.any() else None)
         # From here a call's end is its start plus its length, kept in 32 bits where every
         # call fits (4 bytes a call, not the end's 8).
-        length = api_end - self.api_start
+        self.api_length = _call_lengths(self.api_start, api_end)
         del api_end
-        self.api_length = narrowed_to_fit(length) if length.min(initial=0) >= np.iinfo(np.int32).min else length
         if read is not None:
             read()
         self._index_memops()
@@ -500,6 +499,21 @@ class Attributor:
 
 #: Activities :func:`previous_on_stream` takes at a time.
 STREAM_BLOCK = 1 << 20
+
+
+def _call_lengths(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """``end - start`` per call, in 32 bits where every one fits (none below -2**31 nor at or
+    above 2**31 - 1, as ``narrowed_to_fit`` keeps them), else 64; made STREAM_BLOCK calls at a
+    time, so that no 64-bit array of every length is held beside the narrow one."""
+    lo = hi = 0
+    for a in range(0, start.size, STREAM_BLOCK):
+        d = end[a:a + STREAM_BLOCK] - start[a:a + STREAM_BLOCK]
+        lo, hi = min(lo, int(d.min(initial=0))), max(hi, int(d.max(initial=0)))
+    dtype = index_dtype(hi + 1) if lo >= np.iinfo(np.int32).min else np.int64
+    out = np.empty(start.size, dtype=dtype)
+    for a in range(0, start.size, STREAM_BLOCK):
+        out[a:a + STREAM_BLOCK] = end[a:a + STREAM_BLOCK] - start[a:a + STREAM_BLOCK]  # (each fits)
+    return out
 
 
 def previous_on_stream(stream_code: np.ndarray, n_streams: int, start_order: np.ndarray,

@@ -226,8 +226,6 @@ def _launch_slices(frames: TraceFrames, launch: np.ndarray, ranges: RangeTable, 
         call_owner, rng_owner = api["proc"].to_numpy()[call], process_of(rf["tid"].to_numpy())
     else:
         call_owner, rng_owner = api["tid"].to_numpy()[call], rf["tid"].to_numpy()
-    call_start = api["start"].to_numpy()[call]
-    del call
     # Sort launches by (owner, call start); a range is then one slice of that order. Each
     # temporary over every launch is let go once the next is made (they were 68 bytes a launch).
     # Owners numbered in order of appearance, the calls' first, then those only ranges have
@@ -235,6 +233,8 @@ def _launch_slices(frames: TraceFrames, launch: np.ndarray, ranges: RangeTable, 
     t_call, owners = pd.factorize(call_owner)
     del call_owner
     t_call = narrowed(t_call, owners.size)
+    call_start = api["start"].to_numpy()[call]  # (taken after the owners' codes: not beside them)
+    del call
     t_rng = pd.Index(owners).get_indexer(rng_owner).astype(np.int64)
     alone = t_rng < 0
     extra, _ = pd.factorize(rng_owner[alone])
