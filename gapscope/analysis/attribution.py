@@ -50,7 +50,7 @@ from gapscope.analysis import host_timeline as ht
 from gapscope.analysis.host_timeline import DEFAULT_STALL_THRESHOLD_NS, HostTimeline
 from gapscope.analysis.intervals import union_blocks
 from gapscope.analysis.keys import (
-    TimeKeys, index_dtype, narrowed, pid_stream_key, small_codes, stream_key,
+    TimeKeys, index_dtype, narrowed, narrowed_blocks, pid_stream_key, small_codes, stream_key,
     stream_key_without_device, unpack_stream_key,
 )
 from gapscope.analysis.metrics import ActivityArrays, GapList
@@ -502,18 +502,9 @@ STREAM_BLOCK = 1 << 20
 
 
 def _call_lengths(start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """``end - start`` per call, in 32 bits where every one fits (none below -2**31 nor at or
-    above 2**31 - 1, as ``narrowed_to_fit`` keeps them), else 64; made STREAM_BLOCK calls at a
-    time, so that no 64-bit array of every length is held beside the narrow one."""
-    lo = hi = 0
-    for a in range(0, start.size, STREAM_BLOCK):
-        d = end[a:a + STREAM_BLOCK] - start[a:a + STREAM_BLOCK]
-        lo, hi = min(lo, int(d.min(initial=0))), max(hi, int(d.max(initial=0)))
-    dtype = index_dtype(hi + 1) if lo >= np.iinfo(np.int32).min else np.int64
-    out = np.empty(start.size, dtype=dtype)
-    for a in range(0, start.size, STREAM_BLOCK):
-        out[a:a + STREAM_BLOCK] = end[a:a + STREAM_BLOCK] - start[a:a + STREAM_BLOCK]  # (each fits)
-    return out
+    """``end - start`` per call, in 32 bits where every one fits, else 64 (keys.narrowed_blocks,
+    STREAM_BLOCK calls at a time): no 64-bit array of every length held beside the narrow one."""
+    return narrowed_blocks(start.size, STREAM_BLOCK, lambda lo, hi: end[lo:hi] - start[lo:hi])
 
 
 def previous_on_stream(stream_code: np.ndarray, n_streams: int, start_order: np.ndarray,

@@ -29,6 +29,8 @@ codes) are held in 32 bits where every value is below 2**31: :func:`index_dtype`
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from gapscope.errors import GapscopeError
@@ -109,6 +111,21 @@ def narrowed_to_fit(values: np.ndarray) -> np.ndarray:
     """:func:`narrowed` with the bound its own largest value gives (none below -2**31): 32 bits
     when every value is below 2**31 (a duration under 2.1 s, a row), else as they are."""
     return narrowed(values, int(np.asarray(values).max(initial=0)) + 1)
+
+
+def narrowed_blocks(n: int, block: int, values: Callable[[int, int], np.ndarray]) -> np.ndarray:
+    """The ``n`` values ``values(lo, hi)`` gives ``block`` at a time (a duration, a length), in
+    32 bits while every one fits (from -2**31 to below 2**31 - 1, as :func:`narrowed_to_fit`
+    keeps them), widened to 64 bits once one does not: no 64-bit array of them all is made
+    while they fit."""
+    out = np.empty(n, dtype=np.int32)
+    for lo in range(0, n, block):
+        part = values(lo, min(lo + block, n))
+        if out.dtype == np.int32 and part.size and (
+                int(part.min()) < np.iinfo(np.int32).min or index_dtype(int(part.max()) + 1) is np.int64):
+            out = out.astype(np.int64)
+        out[lo:lo + part.size] = part
+    return out
 
 
 def pair_code(row: np.ndarray, device_code: np.ndarray, n_devices: int) -> np.ndarray:

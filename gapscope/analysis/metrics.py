@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from gapscope.analysis.intervals import group_timelines, grouped_quantiles, key_dtype
-from gapscope.analysis.keys import index_dtype, narrowed, narrowed_to_fit, unpack_stream_key
+from gapscope.analysis.keys import narrowed, narrowed_blocks, narrowed_to_fit, unpack_stream_key
 from gapscope.schema import STATS_FIELDS  # noqa: F401  (the columns every timeline row carries)
 
 QUANTILES = (0.5, 0.9, 0.99, 1.0)
@@ -65,13 +65,7 @@ class ActivityArrays:
         gives it), computed DURATION_BLOCK activities at a time: no 64-bit copy of them all, and
         no two gathers of every start and end held at once."""
         idx = np.asarray(idx)
-        out = np.empty(idx.size, dtype=np.int32)
-        for lo in range(0, idx.size, DURATION_BLOCK):
-            part = self.duration_of(idx[lo:lo + DURATION_BLOCK])
-            if out.dtype == np.int32 and part.size and index_dtype(int(part.max()) + 1) is np.int64:
-                out = out.astype(np.int64)  # a duration of 2.1 s or more: every one in 64 bits
-            out[lo:lo + part.size] = part
-        return out
+        return narrowed_blocks(idx.size, DURATION_BLOCK, lambda lo, hi: self.duration_of(idx[lo:hi]))
 
 
 @dataclass(frozen=True)
