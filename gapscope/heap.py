@@ -125,6 +125,15 @@ def give_back_for(rows: int) -> None:
         _mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD, "MALLOC_MMAP_THRESHOLD_")
 
 
+def give_back_holes_for(rows: int) -> None:
+    """For a trace of LARGE_ROWS rows (activities, calls) or more, whose large arrays its
+    analysis maps apart (:func:`map_apart_for`): the heap's freed blocks handed back as a step
+    lets them go (frame columns a reader built in the heap, a step's many small temporaries),
+    since no later large block reuses them and, kept, they stay resident beside it."""
+    if rows >= LARGE_ROWS:
+        give_back_freed_pages()
+
+
 def give_back_freed_pages() -> None:
     """Hand the C heap's free pages back to the system (glibc's ``malloc_trim``). Pages handed
     back are zeroed again when the heap reuses them: not during an analysis's steps, whose arrays

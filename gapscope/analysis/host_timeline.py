@@ -91,11 +91,10 @@ class HostTimeline:
         # With one calling thread per process, a process's no-call stretches are its thread's.
         alone = np.unique(thread_proc).size == thread_proc.size
         seg_key, seg_cat = self._thread_segments(seg_thread, start, end, np.asarray(role), alone)
-        if start.size >= heap.LARGE_ROWS:
-            # The segments' masks and codes (a byte a call each, under the large blocks' size)
-            # were freed into the heap, where the large blocks to come, mapped apart, cannot
-            # reuse them: handed back (at 10M calls some 600 MB, docs/performance.md).
-            heap.give_back_freed_pages()
+        # The segments' masks and codes (a byte a call each, under the large blocks' size) were
+        # freed into the heap: handed back for a large trace (at 10M calls some 600 MB,
+        # docs/performance.md).
+        heap.give_back_holes_for(start.size)
         if not alone:
             seg_key, seg_cat = self._with_process_stalls(seg_key, seg_cat, seg_thread, start, end, thread_proc)
         self.seg_key, self.seg_cat = seg_key, seg_cat

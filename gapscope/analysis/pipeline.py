@@ -367,12 +367,8 @@ class _Memory:
             self.holes()
 
     def holes(self) -> None:
-        """A large trace's blocks just freed in the heap handed back (frame columns a reader
-        built there, as the PyTorch profiler's does; a step's many small temporaries): its large
-        arrays are mapped apart, so no later step would reuse those blocks, which stayed
-        resident beside them."""
-        if self.rows >= heap.LARGE_ROWS:
-            heap.give_back_freed_pages()
+        """A large trace's blocks just freed in the heap handed back (heap.give_back_holes_for)."""
+        heap.give_back_holes_for(self.rows)
 
     def give_back(self) -> None:
         """Hand the heap's free pages back, the analysis done."""
