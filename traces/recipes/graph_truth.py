@@ -571,6 +571,10 @@ class HFLlama(Case):
     #: The transformers config and model classes, and the key-value heads (on CUDA, on the CPU).
     ARCH = ("LlamaConfig", "LlamaForCausalLM")
     KV_HEADS = (16, 4)
+    #: Whether the config is told its head size (hidden / heads; an architecture whose default
+    #: is a size of its own), and any other settings of the architecture's config.
+    HEAD_DIM = False
+    CONFIG: dict = {}
 
     def setup(self) -> None:
         import transformers
@@ -581,11 +585,13 @@ class HFLlama(Case):
         cuda = self.dev.type == "cuda"
         dt = torch.bfloat16 if cuda else torch.float32
         hidden, layers = (1024, 4) if cuda else (64, 2)
+        heads = 16 if cuda else 4
+        extra = {"head_dim": hidden // heads} if self.HEAD_DIM else {}
         cfg = config_class(vocab_size=32000 if cuda else 512, hidden_size=hidden,
                            intermediate_size=hidden * 11 // 4, num_hidden_layers=layers,
-                           num_attention_heads=16 if cuda else 4,
+                           num_attention_heads=heads,
                            num_key_value_heads=self.KV_HEADS[0] if cuda else self.KV_HEADS[1],
-                           max_position_embeddings=512)
+                           max_position_embeddings=512, **extra, **self.CONFIG)
         self.model = model_class(cfg).to(self.dev, dt).eval()
         try:  # transformers 5: the cache is sized on its first update
             self.cache = StaticCache(config=cfg, max_cache_len=256)
@@ -630,11 +636,43 @@ class HFQwen2(HFLlama):
     KV_HEADS = (4, 2)
 
 
+class HFGemma(HFLlama):
+    """A third Hugging Face architecture, recorded after the model and its calibration were fixed
+    (part q): Gemma's GeGLU MLP (tanh GELU), RMSNorm of (1 + weight), embeddings scaled by the
+    square root of the hidden size, one key-value head (multi-query attention)."""
+
+    name = "hf_gemma"
+    what = ("Hugging Face GemmaForCausalLM (random init: 4 layers, hidden 1024, 16 heads of 64, one "
+            "key-value head, vocab 32,000, bf16), one token per step, batch 1, against a StaticCache of "
+            "256 (its forward, the next token's argmax, the position advanced on the device)")
+
+    ARCH = ("GemmaConfig", "GemmaForCausalLM")
+    KV_HEADS = (1, 1)
+    HEAD_DIM = True  # Gemma's own default is 256
+
+
+class HFPhi3(HFLlama):
+    """A fourth Hugging Face architecture, recorded after the model and its calibration were fixed
+    (part r): Phi-3's fused q/k/v projection and fused gate/up projection (fewer, larger GEMMs a
+    layer than Llama's)."""
+
+    name = "hf_phi3"
+    what = ("Hugging Face Phi3ForCausalLM (random init: 4 layers, hidden 1024, 16 heads, 16 key-value "
+            "heads, fused qkv and gate-up projections, vocab 32,000, bf16), one token per step, batch 1, "
+            "against a StaticCache of 256 (its forward, the next token's argmax, the position advanced "
+            "on the device)")
+
+    ARCH = ("Phi3Config", "Phi3ForCausalLM")
+    KV_HEADS = (16, 4)
+    CONFIG = {"pad_token_id": 0, "eos_token_id": 2}  # Phi-3's defaults (32,000) lie outside the vocabulary
+
+
 def make_cases(dev: torch.device) -> dict[str, Case]:
     cases = [Tiny(dev), PyHost(dev), Sleep(dev), SyncEach(dev), Gemm(dev), Medium(dev),
              Streams(dev), Copies(dev), Decode(dev, 1, 1024, "decode_b1"),
              Decode(dev, 256, 2048, "decode_b256"), TritonAdd(dev), OneOff(dev), Fallback(dev),
-             Rerecord(dev), BigGraph(dev), HFLlama(dev), HFQwen2(dev), CupyTiny(dev), CupyPyHost(dev)]
+             Rerecord(dev), BigGraph(dev), HFLlama(dev), HFQwen2(dev), HFGemma(dev), HFPhi3(dev),
+             CupyTiny(dev), CupyPyHost(dev)]
     return {c.name: c for c in cases}
 
 

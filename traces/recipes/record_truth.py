@@ -19,6 +19,9 @@ PART j: torch.profiler's cost with its options (profiler_cost.py on four cases, 
         as part h's, with record_shapes=True, with with_stack=True; on an H200 the sweep first,
         and with what is left the eleven programs' plain cost.
 PART l: hf_qwen2 (a second Hugging Face architecture) as part g recorded hf_llama.
+PART q: hf_gemma (a third Hugging Face architecture, after the model was fixed) as part g
+        recorded hf_llama.
+PART r: hf_phi3 (a fourth) the same.
 PART m: launches through the driver API (cuLaunchKernel: CuPy, Triton) under nsys: cupy_tiny on the
         host's four fastest cores twice and on its four slowest once, cupy_pyhost and triton, and
         tiny (the runtime API's calibration program) beside them, each at node level in its own
@@ -452,6 +455,10 @@ def main() -> int:
         # A second workload outside the injected causes, recorded after the model was fitted
         # (graph_truth.py's hf_qwen2), as part g recorded hf_llama.
         workload(rec, "hf_qwen2", env)
+    elif part in ("q", "r"):
+        # Two more workloads outside the injected causes, recorded after the model and its
+        # calibration were fixed (graph_truth.py's hf_gemma, hf_phi3), as part g recorded hf_llama.
+        workload(rec, {"q": "hf_gemma", "r": "hf_phi3"}[part], env)
     elif part == "k":
         # What copies and event calls cost the profiler: probes that vary the copies' count and
         # size and the event calls' kind, beside the suite's copies, streams and tiny, twice.
