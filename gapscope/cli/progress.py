@@ -6,14 +6,16 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from rich.console import Console
-from rich.table import Column
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from gapscope.fleet.executors import Outcome
 from gapscope.text import name, printable
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
+
+    from gapscope.fleet.executors import Outcome
 
 
 class FileProgress:
@@ -24,6 +26,8 @@ class FileProgress:
     """
 
     def __init__(self, total: int, file: TextIO, *, what: str = "", bar: bool | None = None) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
         self.console = Console(file=file, highlight=False, markup=False)
         show = self.console.is_terminal if bar is None else bar
         self._progress = Progress(
@@ -99,6 +103,10 @@ class TraceStatus:
         what = f"{step} {printable(self.path.name)}" + (f": {rows:,} GPU activities" if rows is not None else "")
         self.shown.append(what)
         if self._progress is None:
+            # rich's bars imported only now: most traces finish before a line would help.
+            from rich.progress import Progress, TextColumn, TimeElapsedColumn
+            from rich.table import Column
+
             # The time ticking says the work goes on; the text is cut at the terminal's edge.
             self._progress = Progress(
                 TimeElapsedColumn(table_column=Column(min_width=7, no_wrap=True)),
