@@ -558,14 +558,19 @@ class BigGraph(Case):
         torch.cuda.synchronize()
 
 
+def hf_what(model: str, heads: str) -> str:
+    """What a Hugging Face decode case runs: ``model`` (its class) with ``heads`` (its attention)."""
+    return (f"Hugging Face {model} (random init: 4 layers, hidden 1024, {heads}, vocab 32,000, bf16), "
+            "one token per step, batch 1, against a StaticCache of 256 (its forward, the next token's "
+            "argmax, the position advanced on the device)")
+
+
 class HFLlama(Case):
     """A Hugging Face model's own forward as a decode step: a workload outside the injected
     causes, to check the prediction on (issue 37: other real workloads, the same way)."""
 
     name = "hf_llama"
-    what = ("Hugging Face LlamaForCausalLM (random init: 4 layers, hidden 1024, 16 heads, vocab "
-            "32,000, bf16), one token per step, batch 1, against a StaticCache of 256 (its forward, "
-            "the next token's argmax, the position advanced on the device)")
+    what = hf_what("LlamaForCausalLM", "16 heads")
     START = 64  # the decode begins after a prompt of this many positions
 
     #: The transformers config and model classes, and the key-value heads (on CUDA, on the CPU).
@@ -628,9 +633,7 @@ class HFQwen2(HFLlama):
     injected causes, recorded after the prediction was fitted."""
 
     name = "hf_qwen2"
-    what = ("Hugging Face Qwen2ForCausalLM (random init: 4 layers, hidden 1024, 16 heads, 4 key-value "
-            "heads, vocab 32,000, bf16), one token per step, batch 1, against a StaticCache of 256 (its "
-            "forward, the next token's argmax, the position advanced on the device)")
+    what = hf_what("Qwen2ForCausalLM", "16 heads, 4 key-value heads")
 
     ARCH = ("Qwen2Config", "Qwen2ForCausalLM")
     KV_HEADS = (4, 2)
@@ -642,9 +645,7 @@ class HFGemma(HFLlama):
     square root of the hidden size, one key-value head (multi-query attention)."""
 
     name = "hf_gemma"
-    what = ("Hugging Face GemmaForCausalLM (random init: 4 layers, hidden 1024, 16 heads of 64, one "
-            "key-value head, vocab 32,000, bf16), one token per step, batch 1, against a StaticCache of "
-            "256 (its forward, the next token's argmax, the position advanced on the device)")
+    what = hf_what("GemmaForCausalLM", "16 heads of 64, one key-value head")
 
     ARCH = ("GemmaConfig", "GemmaForCausalLM")
     KV_HEADS = (1, 1)
@@ -657,10 +658,7 @@ class HFPhi3(HFLlama):
     layer than Llama's)."""
 
     name = "hf_phi3"
-    what = ("Hugging Face Phi3ForCausalLM (random init: 4 layers, hidden 1024, 16 heads, 16 key-value "
-            "heads, fused qkv and gate-up projections, vocab 32,000, bf16), one token per step, batch 1, "
-            "against a StaticCache of 256 (its forward, the next token's argmax, the position advanced "
-            "on the device)")
+    what = hf_what("Phi3ForCausalLM", "16 heads, 16 key-value heads, fused qkv and gate-up projections")
 
     ARCH = ("Phi3Config", "Phi3ForCausalLM")
     KV_HEADS = (16, 4)
