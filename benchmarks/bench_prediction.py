@@ -12,6 +12,9 @@ prediction lies within the tolerance of the measured range (issue 37's: 15 % fro
 their graph phase is not a full replay) and the calibration case (tiny under nsys on the H200:
 nsys's calibration came from its loop) are listed apart; every other trace is validation.
 
+Then the two sides of each prediction, a step each: the untraced eager step and the replayed step
+as the model predicts them beside the same process's untraced repeats (which side a miss is on).
+
 Then torch.profiler's cost itself: for each measurement of it in traces/truth
 (`*profiler_cost_*.json` that record their traced launch calls: traced and untraced passes of the
 same eager steps alternated in one process), the model's cost per step
@@ -69,7 +72,19 @@ def rows(truth: Path) -> list[dict]:
         gpu = gpu.replace("NVIDIA ", "").split()[0]
         role = "calibration" if (timing["case"], timing["tracer"], gpu) == CALIBRATION \
             else ROLES.get(timing["case"], "validation")
+        eager_range = next(x for x in result.ranges if x["name"] == "eager")
+        steps = sum(1 for x in result.ranges if x["name"] == "step"
+                    and eager_range["start_ns"] <= x["start_ns"] <= eager_range["end_ns"])
+        runs = [timing["untraced"][k] for k in ("before", "after")]
         out.append({
+            "steps": steps,
+            "eager_step_us": eager["eager_untraced_ns"] / steps / 1e3,
+            "replay_step_us": eager["graph_predicted_ns"] / steps / 1e3,
+            "eager_measured_us": [min(t for r in runs for t in r["eager_s"]) * 1e6,
+                                  max(t for r in runs for t in r["eager_s"]) * 1e6],
+            "replay_measured_us": [min(t for r in runs for t in r["graph_s"]) * 1e6,
+                                   max(t for r in runs for t in r["graph_s"]) * 1e6],
+            "traced_eager_step_us": timing["traced_step_s"]["eager"] * 1e6,
             "trace": name, "case": timing["case"], "tracer": timing["tracer"],
             "gpu": gpu, "level": timing["graph_trace"] or "-", "role": role,
             "predicted": p, "low": eager["graph_predicted_low"], "high": eager["graph_predicted_high"],
@@ -111,8 +126,25 @@ def main() -> int:
                   f"{statistics.median(abs(r['error']) for r in checked) * 100:.1f}%")
     below = [r["trace"] for r in table if r["ceiling"] < r["traced"] - 1e-9]
     print("ceiling below the trace's own measured replay speedup:", ", ".join(below) or "none")
+    sides(table)
     tracer_cost(args.truth)
     return 0
+
+
+def sides(table: list[dict]) -> None:
+    """The two sides of each predicted speedup, a step each: the untraced eager step and the replayed
+    step as the model predicts them (the eager range's eager_untraced_ns and graph_predicted_ns over
+    the `step` ranges inside it) beside the same process's untraced repeats (min-max), and the
+    traced eager step: which side a prediction outside its range missed on."""
+    print(f"\nthe two sides, a step (us): predicted beside the untraced repeats; error = distance to that range")
+    print(f"{'trace':36} {'steps':>5} {'traced eager':>12} {'eager predicted':>15} {'measured':>17} {'error':>6} "
+          f"{'replay predicted':>16} {'measured':>15} {'error':>6}")
+    for r in table:
+        e_lo, e_hi = r["eager_measured_us"]
+        g_lo, g_hi = r["replay_measured_us"]
+        print(f"{r['trace']:36} {r['steps']:5} {r['traced_eager_step_us']:12.0f} {r['eager_step_us']:15.0f} "
+              f"{e_lo:8.0f}-{e_hi:8.0f} {error(r['eager_step_us'], e_lo, e_hi) * 100:+5.0f}% "
+              f"{r['replay_step_us']:16.1f} {g_lo:7.1f}-{g_hi:7.1f} {error(r['replay_step_us'], g_lo, g_hi) * 100:+5.0f}%")
 
 
 def tracer_cost(truth: Path) -> None:
