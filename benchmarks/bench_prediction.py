@@ -43,10 +43,15 @@ ROLES = {"fallback": "coverage", "rerecord": "coverage"}
 CALIBRATION = ("tiny", "nsys", "H200")
 
 
+def repeats(timing: dict, phase: str) -> list[float]:
+    """Seconds a step of ``phase`` ("eager_s", "graph_s") in each of the same process's untraced
+    repeats, before the traced pass then after it (the two phases' lists in the same order)."""
+    return [t for k in ("before", "after") for t in timing["untraced"][k][phase]]
+
+
 def measured(timing: dict) -> tuple[float, float]:
     """(min, max) of eager / graph over the same process's untraced repeats."""
-    runs = [timing["untraced"][k] for k in ("before", "after")]
-    speedups = [e / g for r in runs for e, g in zip(r["eager_s"], r["graph_s"])]
+    speedups = [e / g for e, g in zip(repeats(timing, "eager_s"), repeats(timing, "graph_s"))]
     return min(speedups), max(speedups)
 
 
@@ -75,15 +80,12 @@ def rows(truth: Path) -> list[dict]:
         eager_range = next(x for x in result.ranges if x["name"] == "eager")
         steps = sum(1 for x in result.ranges if x["name"] == "step"
                     and eager_range["start_ns"] <= x["start_ns"] <= eager_range["end_ns"])
-        runs = [timing["untraced"][k] for k in ("before", "after")]
         out.append({
             "steps": steps,
             "eager_step_us": eager["eager_untraced_ns"] / steps / 1e3,
             "replay_step_us": eager["graph_predicted_ns"] / steps / 1e3,
-            "eager_measured_us": [min(t for r in runs for t in r["eager_s"]) * 1e6,
-                                  max(t for r in runs for t in r["eager_s"]) * 1e6],
-            "replay_measured_us": [min(t for r in runs for t in r["graph_s"]) * 1e6,
-                                   max(t for r in runs for t in r["graph_s"]) * 1e6],
+            "eager_measured_us": [min(repeats(timing, "eager_s")) * 1e6, max(repeats(timing, "eager_s")) * 1e6],
+            "replay_measured_us": [min(repeats(timing, "graph_s")) * 1e6, max(repeats(timing, "graph_s")) * 1e6],
             "traced_eager_step_us": timing["traced_step_s"]["eager"] * 1e6,
             "trace": name, "case": timing["case"], "tracer": timing["tracer"],
             "gpu": gpu, "level": timing["graph_trace"] or "-", "role": role,

@@ -225,7 +225,7 @@ def workload(rec: Recorder, case: str, env: dict) -> None:
     """A workload outside the injected causes (a Hugging Face model's forward as the decode step):
     at node level twice (separate processes), at graph level and under torch.profiler, each with
     its own untraced timings; on the host's four fastest cores. The second node-level recording
-    (not shipped: a check of the first) comes last, the first dropped when the budget runs out."""
+    (not shipped: a check of the first) comes last, so that it is the one a short budget drops."""
     p4 = pinned(ranked_cores(rec, env)[:4])
 
     def node_or_graph(name: str, level: str) -> None:
