@@ -221,6 +221,13 @@ def fits_narrow(values: np.ndarray, limit: int = NARROW_LIMIT) -> bool:
     return int(values.min()) >= -1 and int(values.max()) < limit
 
 
+def id_dtype(low: int, high: int) -> type:
+    """The integer type of an id column whose values run from ``low`` to ``high`` (a row number,
+    a process made without scanning a column): int32 when they fit, as :func:`fits_narrow` reads
+    a column (from -1 to below NARROW_LIMIT), else int64."""
+    return np.int32 if low >= -1 and high < NARROW_LIMIT else np.int64
+
+
 def narrow_ids(values: np.ndarray) -> np.ndarray:
     """An id column as int32 when it :func:`fits_narrow`, else as it is (no copy either way when
     it is int32 already)."""

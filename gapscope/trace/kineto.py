@@ -48,7 +48,6 @@ from gapscope.errors import GapscopeError
 from gapscope.trace.cuda_api import GRAPH_LAUNCH_CALLS, KERNEL_LAUNCH_CALLS, QUIET_CALLS, base_name
 from gapscope.trace.frames import (
     ACTIVITY_COLUMNS,
-    NARROW_LIMIT,
     NVTX_PUSH_POP,
     SYNC_COLUMNS,
     ActivityKind,
@@ -57,6 +56,7 @@ from gapscope.trace.frames import (
     TraceFrames,
     TraceMeta,
     build_frames,
+    id_dtype,
     narrow_ids,
 )
 from gapscope.trace.kineto_json import (
@@ -648,13 +648,13 @@ class Kineto:
         # (the ids made here in 32 bits where they fit, as the frames keep them: gapscope.trace.frames)
         order = np.argsort(g["kind"], kind="stable")
         kind = g["kind"][order]
-        narrow = np.int32 if kind.size < NARROW_LIMIT else np.int64
+        narrow = id_dtype(0, kind.size - 1)
         cuts = np.flatnonzero(kind[1:] != kind[:-1]) + 1  # where each kind's rows begin, counted from 0
         row = np.concatenate([np.arange(k, dtype=narrow) for k in np.diff(np.r_[0, cuts, kind.size]).tolist()])
         activities = pd.DataFrame({
             "row": row, "start": g.pop("start")[order], "end": g.pop("end")[order],
             "device": g.pop("device")[order], "stream": g.pop("stream")[order],
-            "proc": np.full(kind.size, host, dtype=np.int32 if -1 <= host < NARROW_LIMIT else np.int64),
+            "proc": np.full(kind.size, host, dtype=id_dtype(host, host)),
             "corr": g.pop("corr")[order], "kind": kind.astype(np.int8, copy=False)},
             copy=False)[[*ACTIVITY_COLUMNS, "kind"]]
         del row, kind

@@ -42,8 +42,8 @@ from gapscope.inputs import READS
 from gapscope.text import printable
 from gapscope.trace.cuda_api import QUIET_CALLS
 from gapscope.trace.frames import (
-    ACTIVITY_COLUMNS, NARROW_LIMIT, NVTX_COLUMNS, NVTX_DOMAIN_CREATE, NVTX_PUSH_POP, NVTX_START_END,
-    ActivityKind, ClosedTraceError, RowCounts, TraceFrames, TraceMeta,
+    ACTIVITY_COLUMNS, NVTX_COLUMNS, NVTX_DOMAIN_CREATE, NVTX_PUSH_POP, NVTX_START_END,
+    ActivityKind, ClosedTraceError, RowCounts, TraceFrames, TraceMeta, id_dtype,
 )
 from gapscope.trace.nsys_schema import (
     ACTIVITY_REQUIRED, ACTIVITY_SOURCE, ACTIVITY_TABLES, API_SOURCE, CONTEXT_REQUIRED, CONTEXT_SOURCE, CONTEXT_TABLE,
@@ -330,7 +330,7 @@ class NsysColumnar:
         for table, source in sources.items():
             self._fill(table, source, into=fill)
         total = fill.rows
-        row = np.empty(total, dtype=np.int32 if max(sizes.values()) <= NARROW_LIMIT else np.int64)
+        row = np.empty(total, dtype=id_dtype(0, max(sizes.values()) - 1))
         kind = np.empty(total, dtype=np.int8)
         at = 0
         for table, n in sizes.items():  # a table's rows are all read: no activity row is left out here
