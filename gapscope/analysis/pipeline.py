@@ -60,7 +60,7 @@ from gapscope.analysis.result import AnalysisResult
 from gapscope.analysis.rows import Nested, RowTable, rows_of
 from gapscope.analysis.verdicts import column_verdicts
 from gapscope import catalog
-from gapscope.catalog import GRAPH_SHARE, process_of
+from gapscope.catalog import CATEGORY_NAMES, GRAPH_SHARE, process_of
 from gapscope.errors import GapscopeError
 from gapscope.trace.cuda_api import GRAPH_LAUNCH_CALLS, QUIET_CALLS, base_name
 from gapscope.trace.frames import ActivityKind, TraceFrames
@@ -246,15 +246,21 @@ def _with_prediction(columns: dict[str, Any], sums: np.ndarray, setup: np.ndarra
         columns[field] = np.rint(values).astype(np.int64) if field in prediction.WHOLE_NS else values
 
 
+def _instance_kinds(range_cols: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """(replayed, eager) per range instance with GPU work: replayed where more than GRAPH_SHARE of
+    its kernels came from graph launches, eager otherwise (docs/metrics.md, "Graph coverage")."""
+    kernels = np.asarray(range_cols["kernels"])
+    replayed = (np.asarray(range_cols["graph_replays"]) > 0) & (kernels > 0) & \
+        (np.asarray(range_cols["graph_kernels"]) > GRAPH_SHARE * kernels)
+    return replayed, (kernels > 0) & ~replayed
+
+
 def _with_coverage(range_cols: dict[str, Any], name_cols: dict[str, Any], range_name: np.ndarray) -> None:
     """Graph coverage per range name (docs/metrics.md, "Graph coverage"): how many of its
     instances with GPU work ran as replays and how many eagerly, the first and last eager
     instance's id, and the median span of each kind."""
     n_names = len(name_cols["name"])
-    kernels = np.asarray(range_cols["kernels"])
-    replayed = (np.asarray(range_cols["graph_replays"]) > 0) & (kernels > 0) & \
-        (np.asarray(range_cols["graph_kernels"]) > GRAPH_SHARE * kernels)
-    eager = (kernels > 0) & ~replayed
+    replayed, eager = _instance_kinds(range_cols)
     name_cols["replayed_instances"] = np.bincount(range_name[replayed], minlength=n_names)
     name_cols["eager_instances"] = np.bincount(range_name[eager], minlength=n_names)
     e = np.flatnonzero(eager)
@@ -808,8 +814,8 @@ def _with_all_categories(w: Linked, lv: Levels, range_name: np.ndarray, range_co
         np.add.at(out, range_name, range_values)
         return out
 
-    costs = _trace_costs(w, lv, device_cols)
     range_cats, range_setup = by_range(lv.pairs.categories), by_range(lv.pairs.setup)
+    costs = _trace_costs(w, lv, device_cols, range_cols, range_name, range_cats)
     range_stalls = lv.pairs.long_stalls.regrouped(w.pair_range)
     for columns, cats, setup, stalls in (
             (range_cols, range_cats, range_setup, range_stalls),
@@ -821,9 +827,11 @@ def _with_all_categories(w: Linked, lv: Levels, range_name: np.ndarray, range_co
     return costs
 
 
-def _trace_costs(w: Linked, lv: Levels, device_cols: dict[str, Any]) -> prediction.TraceCosts:
+def _trace_costs(w: Linked, lv: Levels, device_cols: dict[str, Any], range_cols: dict[str, Any],
+                 range_name: np.ndarray, range_cats: np.ndarray) -> prediction.TraceCosts:
     """What the prediction takes from the trace as a whole (gapscope.analysis.prediction): its
-    tracer, its eager launch calls' durations, its GPU, the turnaround inside its replays and
+    tracer, its eager launch calls' durations, its GPU, the turnaround inside its replays, the
+    one its graph-level replays measure against eager instances of the same range names, and
     the framework operators and other CUDA calls its tracer recorded."""
     meta = w.frames.meta
     tracer = catalog.trace_format(meta.format).tracer if meta.format in catalog.FORMAT_NAMES else "nsys"
@@ -831,8 +839,19 @@ def _trace_costs(w: Linked, lv: Levels, device_cols: dict[str, Any]) -> predicti
     inside = float(np.asarray(device_cols["gap_inside_replays_ns"]).sum())
     bounds = float(np.maximum(np.asarray(device_cols["graph_kernels"]) - np.asarray(device_cols["graph_replays"]),
                               0).sum())
+    # A replay traced at graph level is one opaque interval per graph launch (as many graph
+    # kernels as replays); the eager side, instances that launched no graph at all.
+    replayed, eager = _instance_kinds(range_cols)
+    graph_kernels, graph_replays = np.asarray(range_cols["graph_kernels"]), np.asarray(range_cols["graph_replays"])
+    opaque = replayed & (graph_kernels == graph_replays)
+    eager = eager & (graph_replays == 0)
+    copies = np.maximum(np.asarray(range_cols["memop_ns"], dtype=np.float64),
+                        range_cats[:, CATEGORY_NAMES.index("memop")])
+    graph_level = prediction.opaque_replay_turnaround(
+        range_name, eager, opaque, np.asarray(range_cols["gpu_span_ns"]), np.asarray(range_cols["busy_ns"]), copies,
+        np.asarray(range_cols["kernels"])) if w.n_ranges and opaque.any() else float("nan")
     return prediction.trace_costs(tracer, lv.launch_rows, gpu, inside, bounds, meta.operators, meta.launch_calls,
-                                  meta.other_calls)
+                                  meta.other_calls, graph_level)
 
 
 def run_analysis(

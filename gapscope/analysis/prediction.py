@@ -11,7 +11,9 @@ The model, per row, on its steady state (span and gap time without the one-off g
   calls per kernel launch call) scaled by the host's speed, which the traced launch call gauges
   (torch.profiler);
 * replay time P: the device runs the same kernels back to back, each boundary costing the
-  replay turnaround (measured on the trace's own replays, else the GPU's calibration), copies
+  replay turnaround (measured on the trace's own replays: the gaps inside them traced at node
+  level, or, at graph level, a replay's length against the same range name's eager work; else
+  the GPU's calibration), copies
   included with the hand-offs around them, the hand-offs between streams become graph edges;
   the host launches one graph per instance and keeps its stalls, setup and syncs. A row that
   synchronizes runs host and device one after the other (P = device + host + sync gap time); one
@@ -34,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from gapscope import catalog
 from gapscope.catalog import CATEGORY_NAMES, GRAPH_SHARE, GraphCosts, Tracer
@@ -56,31 +59,38 @@ class TraceCosts:
     operators_per_launch: float = 0.0
     #: the CUDA calls other than launches it recorded per kernel launch call (0: none counted)
     calls_per_launch: float = 0.0
+    #: the turnaround per boundary that replays traced at graph level measure against the same
+    #: range names' eager instances (:func:`opaque_replay_turnaround`; nan: none)
+    graph_level_turnaround_ns: float = float("nan")
 
     def inputs(self) -> dict[str, Any]:
         """The model's trace-wide inputs as the result's ``trace.prediction`` holds them
         (docs/schema.md), so that a reader can recompute each row's prediction: the tracer, its
         traced launch call (ns, null: none), operators and other CUDA calls per launch call, the
-        turnaround measured inside the trace's replays (null: none traced at node level) and the
-        GPU's calibration (turnaround, graph launch and its cost per node)."""
+        turnaround measured inside the trace's replays (null: none traced at node level), the one
+        its replays traced at graph level measure against eager instances of the same range names
+        (null: none) and the GPU's calibration (turnaround, graph launch and its cost per node)."""
         def ns(x: float) -> float | None:
             return round(float(x), 1) if x is not None and np.isfinite(x) else None
 
         return {"tracer": self.tracer.name, "launch_call_ns": ns(self.launch_call_ns),
                 "operators_per_launch": round(self.operators_per_launch, 4),
                 "calls_per_launch": round(self.calls_per_launch, 4),
-                "replay_turnaround_ns": ns(self.turnaround_ns), "gpu_turnaround_ns": self.gpu.turnaround_ns,
+                "replay_turnaround_ns": ns(self.turnaround_ns),
+                "graph_level_turnaround_ns": ns(self.graph_level_turnaround_ns),
+                "gpu_turnaround_ns": self.gpu.turnaround_ns,
                 "graph_launch_ns": self.gpu.launch_ns, "graph_launch_per_node_ns": self.gpu.launch_per_node_ns}
 
 
 def trace_costs(tracer: str, launch_rows: list[Mapping], gpu: str | None, inside_ns: float,
                 inside_boundaries: float, operators: int | None = None, launch_calls: int | None = None,
-                other_calls: int | None = None) -> TraceCosts:
+                other_calls: int | None = None, graph_level_ns: float = float("nan")) -> TraceCosts:
     """The trace-wide inputs of the model from the trace's tracer (a key of catalog.TRACERS), its
     launch statistics (the result's ``launch`` rows), the GPU's name, the gap time and
-    boundaries inside its replays, and the framework operators the tracer recorded, its kernel
+    boundaries inside its replays, the framework operators the tracer recorded, its kernel
     launch calls, captured ones included, and its other CUDA calls (None: the format records no
-    operators, or its calls are not counted)."""
+    operators, or its calls are not counted), and the turnaround its graph-level replays measure
+    (:func:`opaque_replay_turnaround`)."""
     # Every eager kernel launch's tracer cost adds to the span, so the mean call is what counts.
     # Calls longer than the stall threshold are stalls (a module load inside a first call), left
     # out of each API's mean; copy calls are left out (a copy from pageable memory returns when
@@ -97,7 +107,33 @@ def trace_costs(tracer: str, launch_rows: list[Mapping], gpu: str | None, inside
     per_launch = operators / launch_calls if operators and launch_calls else 0.0
     calls_per_launch = other_calls / launch_calls if other_calls and launch_calls else 0.0
     return TraceCosts(catalog.TRACERS[tracer], launch, catalog.graph_costs(gpu), turnaround, per_launch,
-                      calls_per_launch)
+                      calls_per_launch, graph_level_ns)
+
+
+def opaque_replay_turnaround(name: np.ndarray, eager: np.ndarray, opaque: np.ndarray, span: np.ndarray,
+                             busy: np.ndarray, copies: np.ndarray, kernels: np.ndarray) -> float:
+    """The replay turnaround per kernel boundary that replays traced at graph level measure (a
+    replay there is one opaque interval, so no gap inside it is seen): for each range name
+    (``name``, per range instance) that ran both eagerly (``eager``: no graph launched) and as such replays
+    (``opaque``), its median replayed instance's span less its median eager instance's busy and
+    copy time (``copies``: the device's time behind copies, as the replay time counts it), over
+    that eager instance's kernel boundaries; the names' sums divided, at least 0 (a kernel can
+    run shorter inside a replay). nan where no name ran both ways."""
+    both = np.intersect1d(name[eager], name[opaque])
+    if both.size == 0:
+        return float("nan")
+
+    def medians(mask: np.ndarray, values: np.ndarray) -> np.ndarray:
+        keep = mask & np.isin(name, both)
+        return pd.Series(np.asarray(values, dtype=np.float64)[keep]).groupby(name[keep]).median() \
+            .reindex(both).to_numpy()
+
+    boundaries = medians(eager, kernels) - 1.0
+    saved = medians(opaque, span) - medians(eager, busy) - medians(eager, copies)
+    counted = boundaries > 0
+    if not counted.any():
+        return float("nan")
+    return max(float(saved[counted].sum() / boundaries[counted].sum()), 0.0)
 
 
 def launch_cost_ns(tracer: Tracer, traced_call_ns: float, operators_per_launch: float,
@@ -163,7 +199,8 @@ def predict(cols: Mapping[str, np.ndarray], cats: np.ndarray, one_off: np.ndarra
     e_low = eager(overhead(tr.launch_call_low_ns, tr.cost_high))
     e_high = eager(overhead(tr.launch_call_high_ns, tr.cost_low))
 
-    # The replay turnaround: the row's own replays, else the trace's, else the GPU's calibration.
+    # The replay turnaround: the row's own replays, else the trace's (the gaps inside its replays
+    # traced at node level, else what its graph-level replays measure), else the GPU's calibration.
     g = costs.gpu
     own_bounds = np.maximum(graph_kernels - replays, 0.0)
     own = np.full(span.size, np.nan)
@@ -173,13 +210,17 @@ def predict(cols: Mapping[str, np.ndarray], cats: np.ndarray, one_off: np.ndarra
     # (catalog.TRACED_REPLAY_GAP_NS) tell little of the GPU: its calibration is taken where lower,
     # and the range spans the calibration's and the reading; a lower reading stands (those
     # replays did turn around that fast), and so does a longer one (the step's own structure).
-    trace_t = costs.turnaround_ns if not np.isnan(costs.turnaround_ns) else g.turnaround_ns
+    # A graph-level replay's length is not what the tracer reads inside it: that measure stands.
+    inside_traced = not np.isnan(costs.turnaround_ns)
+    graph_level = not inside_traced and not np.isnan(costs.graph_level_turnaround_ns)
+    trace_t = costs.turnaround_ns if inside_traced else \
+        costs.graph_level_turnaround_ns if graph_level else g.turnaround_ns
     t_traced = np.where(np.isnan(own), trace_t, own)
-    measured = ~np.isnan(own) | (not np.isnan(costs.turnaround_ns))
+    measured = ~np.isnan(own) | inside_traced | graph_level
     t_mid = np.where(measured, t_traced, g.turnaround_ns)
     t_low = np.where(measured, t_traced, g.turnaround_low_ns)
     t_high = np.where(measured, t_traced, g.turnaround_high_ns)
-    reading = measured & (t_traced <= catalog.TRACED_REPLAY_GAP_NS)
+    reading = measured & (t_traced <= catalog.TRACED_REPLAY_GAP_NS) & (~np.isnan(own) | inside_traced)
     t_mid[reading] = np.minimum(t_traced, g.turnaround_ns)[reading]
     t_low[reading] = np.minimum(t_traced, g.turnaround_low_ns)[reading]
     t_high[reading] = np.maximum(t_traced, g.turnaround_high_ns)[reading]
