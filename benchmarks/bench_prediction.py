@@ -117,7 +117,8 @@ def main() -> int:
         print(f"{r['trace']:36} {r['gpu']:5} {r['role']:11} {r['predicted']:7.2f}x ({r['low']:5.2f}-{r['high']:6.2f}) "
               f"{r['measured_lo']:7.2f}-{r['measured_hi']:6.2f}x {r['error'] * 100:+6.0f}% {r['ceiling']:7.2f}x "
               f"{r['traced']:6.2f}x  {r['reading']}{flag}")
-    for tracer, limit in TOLERANCE.items():
+    for tracer, default in TOLERANCE.items():
+        limit = default if args.tolerance is None else args.tolerance
         for gpu in sorted({r["gpu"] for r in table}):
             checked = [r for r in table if r["role"] == "validation" and r["tracer"] == tracer and r["gpu"] == gpu]
             if not checked:
