@@ -162,6 +162,34 @@ def test_graph_level_replays_measure_the_turnaround(name):
         assert 30 < want_t < 45
 
 
+def test_opaque_replay_turnaround_by_hand():
+    """prediction.opaque_replay_turnaround on SYNTHETIC rows (per range instance: name, eager,
+    replayed as one opaque interval, span, busy, copies, kernels), each figure worked by hand:
+    names' medians, the names' sums divided, at least 0, nan where no name ran both ways."""
+    import numpy as np
+
+    from gapscope.analysis.prediction import opaque_replay_turnaround
+
+    def t(rows):
+        cols = [np.array(c) for c in zip(*rows)]
+        return opaque_replay_turnaround(cols[0], cols[1].astype(bool), cols[2].astype(bool), *cols[3:])
+
+    # name 0: eager busy 1,000, 1,100 and 1,900 (median 1,100, not the mean), 11 kernels; replays
+    # of 1,300, 1,400 and 1,450 (median 1,400): (1,400 - 1,100 - 0) / 10 = 30 ns
+    one = [(0, 1, 0, 9_000, 1_000, 0, 11), (0, 1, 0, 9_500, 1_100, 0, 11), (0, 1, 0, 9_900, 1_900, 0, 11),
+           (0, 0, 1, 1_300, 1_300, 0, 1), (0, 0, 1, 1_400, 1_400, 0, 1), (0, 0, 1, 1_450, 1_450, 0, 1)]
+    assert t(one) == 30.0
+    # name 1: copies 200 behind, 21 kernels: (2,700 - 2,000 - 200) = 500 over 20; both names
+    # together: (300 + 500) / (10 + 20), not the mean of 30 and 25
+    two = one + [(1, 1, 0, 50_000, 2_000, 200, 21), (1, 0, 1, 2_700, 2_700, 0, 1)]
+    assert t(two) == pytest.approx(800 / 30)
+    # a replay shorter than the eager kernels' busy time: 0, not negative
+    assert t([(0, 1, 0, 9_000, 1_000, 0, 11), (0, 0, 1, 900, 900, 0, 1)]) == 0.0
+    # a name replayed but never eager, an eager name of one kernel (no boundary): nan
+    assert np.isnan(t([(0, 0, 1, 900, 900, 0, 1), (1, 1, 0, 9_000, 1_000, 0, 11)]))
+    assert np.isnan(t([(0, 1, 0, 900, 800, 0, 1), (0, 0, 1, 900, 900, 0, 1)]))
+
+
 def kineto_counts(path, stall_ns: int = 1_000_000) -> tuple[int, int, float, int]:
     """From a PyTorch profiler trace's JSON, read plainly: its operators (``cpu_op`` events), its
     kernel launch calls (inside a graph capture too), the traced launch call as the model takes
