@@ -172,3 +172,46 @@ def test_launch_statistics(results):
     assert launch["cudaLaunchKernel"]["calls"] == 1756
     assert launch["cudaGraphLaunch"]["calls"] == 32
     assert all("_v" not in api for api in launch)
+
+
+def shipped_units() -> list[str]:
+    """Every trace and measurement shipped in traces/, as traces/README.md names it: an entry of
+    traces/ or of traces/truth/ (a file, or an export's folder), or a peer's file under
+    traces/thirdparty/ as ``peer/file``; the recipes, the provenance files, READMEs and licences
+    aside."""
+    units = []
+    for entry in sorted(TRACES.iterdir()):
+        if entry.name in ("recipes", "provenance", "README.md", "__pycache__"):
+            continue
+        if entry.name == "truth":
+            units += [p.name for p in sorted(entry.iterdir()) if p.name != "__pycache__"]
+        elif entry.name == "thirdparty":
+            units += [f"{peer.name}/{p.name}" for peer in sorted(entry.iterdir()) if peer.is_dir()
+                      for p in sorted(peer.iterdir()) if p.name != "LICENSE"]
+        else:
+            units.append(entry.name)
+    return units
+
+
+def test_every_shipped_trace_has_its_provenance_in_the_readme():
+    """traces/README.md names each shipped file (or its folder): literally in backticks, or by
+    a pattern it gives: ``<case>`` for any name part, ``CASE`` for a case of its table of the
+    ground truth's programs, ``{a,b}`` for either."""
+    import fnmatch
+    import re
+
+    text = (TRACES / "README.md").read_text(encoding="utf-8")
+    cases = [c.strip() for row in re.findall(r"^\| ([a-z0-9_, ]+) \| (?:calibration|validation|coverage) \|",
+                                             text, flags=re.M) for c in row.split(",")]
+    assert "tiny" in cases and "biggraph" in cases
+    patterns = set()
+    for token in re.findall(r"`([^`\s]+)`", text):
+        token = token.strip("/")
+        brace = re.search(r"\{([^}]*)\}", token)
+        for alt in [token] if not brace else [token[:brace.start()] + a + token[brace.end():]
+                                              for a in brace.group(1).split(",")]:
+            alt = re.sub(r"<[^>]+>", "*", alt)
+            patterns.update([alt.replace("CASE", c) for c in cases] if "CASE" in alt else [alt])
+    unnamed = [u for u in shipped_units()
+               if not any(fnmatch.fnmatchcase(u, p) or fnmatch.fnmatchcase(u.split("/")[-1], p) for p in patterns)]
+    assert unnamed == []
