@@ -92,6 +92,15 @@ def fraction(num: np.ndarray, den: np.ndarray) -> np.ndarray:
     return out
 
 
+def group_medians(values: np.ndarray, mask: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarray:
+    """The median of ``values`` over the rows of ``mask`` in each of ``n_groups`` groups
+    (``groups``: each row's group), nan for a group with no such row."""
+    medians = pd.Series(np.asarray(values)[mask]).groupby(groups[mask]).median()
+    out = np.full(n_groups, np.nan)
+    out[medians.index.to_numpy()] = medians.to_numpy()
+    return out
+
+
 def _sum_to(rows: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     out = np.zeros(n, dtype=np.int64)
     np.add.at(out, rows, values.astype(np.int64))

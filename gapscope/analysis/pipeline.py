@@ -46,8 +46,8 @@ from gapscope.analysis.host_timeline import DEFAULT_STALL_THRESHOLD_NS
 from gapscope.analysis.keys import code_dtype, narrowed, pair_code, small_codes, stream_key, unpack_stream_key
 from gapscope.analysis.launches import launch_stats
 from gapscope.analysis.metrics import (
-    QUANTILES, STATS_FIELDS, ActivityArrays, GapList, kernel_counts, level_stats, level_table, member_kernels,
-    rollup_quantiles, rollup_stats, rollup_table,
+    QUANTILES, STATS_FIELDS, ActivityArrays, GapList, group_medians, kernel_counts, level_stats, level_table,
+    member_kernels, rollup_quantiles, rollup_stats, rollup_table,
 )
 from gapscope.analysis.payoff import measured_pairs
 from gapscope.analysis.ranges import (
@@ -272,10 +272,7 @@ def _with_coverage(range_cols: dict[str, Any], name_cols: dict[str, Any], range_
     name_cols["last_eager_instance"] = np.where(np.isfinite(last), last, np.nan)
     span = np.asarray(range_cols["gpu_span_ns"], dtype=np.float64)
     for field, mask in (("eager_instance_span_ns", eager), ("replayed_instance_span_ns", replayed)):
-        medians = pd.Series(span[mask]).groupby(range_name[mask]).median()
-        out = np.full(n_names, np.nan)
-        out[medians.index.to_numpy()] = medians.to_numpy()
-        name_cols[field] = out
+        name_cols[field] = group_medians(span, mask, range_name, n_names)
 
 
 def _named(rf: pd.DataFrame, domains: Sequence[str]) -> tuple[int, str]:
@@ -842,14 +839,13 @@ def _trace_costs(w: Linked, lv: Levels, device_cols: dict[str, Any], range_cols:
     # A replay traced at graph level is one opaque interval per graph launch (as many graph
     # kernels as replays); the eager side, instances that launched no graph at all.
     replayed, eager = _instance_kinds(range_cols)
-    graph_kernels, graph_replays = np.asarray(range_cols["graph_kernels"]), np.asarray(range_cols["graph_replays"])
-    opaque = replayed & (graph_kernels == graph_replays)
-    eager = eager & (graph_replays == 0)
-    copies = np.maximum(np.asarray(range_cols["memop_ns"], dtype=np.float64),
-                        range_cats[:, CATEGORY_NAMES.index("memop")])
+    graph_replays = np.asarray(range_cols["graph_replays"])
+    opaque = replayed & (np.asarray(range_cols["graph_kernels"]) == graph_replays)
+    copies = prediction.behind_copies(np.asarray(range_cols["memop_ns"], dtype=np.float64),
+                                      range_cats[:, CATEGORY_NAMES.index("memop")])
     graph_level = prediction.opaque_replay_turnaround(
-        range_name, eager, opaque, np.asarray(range_cols["gpu_span_ns"]), np.asarray(range_cols["busy_ns"]), copies,
-        np.asarray(range_cols["kernels"])) if w.n_ranges and opaque.any() else float("nan")
+        range_name, eager & (graph_replays == 0), opaque, np.asarray(range_cols["gpu_span_ns"]),
+        np.asarray(range_cols["busy_ns"]), copies, np.asarray(range_cols["kernels"])) if opaque.any() else float("nan")
     return prediction.trace_costs(tracer, lv.launch_rows, gpu, inside, bounds, meta.operators, meta.launch_calls,
                                   meta.other_calls, graph_level)
 

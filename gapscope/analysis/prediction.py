@@ -36,9 +36,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from gapscope import catalog
+from gapscope.analysis.metrics import group_medians
 from gapscope.catalog import CATEGORY_NAMES, GRAPH_SHARE, GraphCosts, Tracer
 from gapscope.trace.cuda_api import GRAPH_LAUNCH_CALLS, KERNEL_LAUNCH_CALLS
 
@@ -119,21 +119,25 @@ def opaque_replay_turnaround(name: np.ndarray, eager: np.ndarray, opaque: np.nda
     copy time (``copies``: the device's time behind copies, as the replay time counts it), over
     that eager instance's kernel boundaries; the names' sums divided, at least 0 (a kernel can
     run shorter inside a replay). nan where no name ran both ways."""
-    both = np.intersect1d(name[eager], name[opaque])
-    if both.size == 0:
-        return float("nan")
+    n = int(name.max()) + 1 if name.size else 0
 
     def medians(mask: np.ndarray, values: np.ndarray) -> np.ndarray:
-        keep = mask & np.isin(name, both)
-        return pd.Series(np.asarray(values, dtype=np.float64)[keep]).groupby(name[keep]).median() \
-            .reindex(both).to_numpy()
+        return group_medians(np.asarray(values, dtype=np.float64), mask, name, n)
 
     boundaries = medians(eager, kernels) - 1.0
+    # nan for a name that did not run both ways
     saved = medians(opaque, span) - medians(eager, busy) - medians(eager, copies)
-    counted = boundaries > 0
+    counted = ~np.isnan(saved) & (boundaries > 0)
     if not counted.any():
         return float("nan")
     return max(float(saved[counted].sum() / boundaries[counted].sum()), 0.0)
+
+
+def behind_copies(memop_ns: np.ndarray, memop_gap_ns: np.ndarray) -> np.ndarray:
+    """The device's time behind copies in a replay: a copy node keeps the hand-offs around it that
+    it had eager (the memop gap time: the copy and the idle time beside it), at least the copies'
+    own time (``memop_ns``)."""
+    return np.maximum(memop_ns, memop_gap_ns)
 
 
 def launch_cost_ns(tracer: Tracer, traced_call_ns: float, operators_per_launch: float,
@@ -231,12 +235,10 @@ def predict(cols: Mapping[str, np.ndarray], cats: np.ndarray, one_off: np.ndarra
     host = launch + c["stall"] + c["setup"]
     syncs = c["sync"] > 0
 
-    # A copy node keeps its hand-offs in a replay as it had them eager: the device spends the
-    # eager memop gap time behind copies (copy and hand-offs), at least the copies' own time.
-    behind_copies = np.maximum(col["memop_ns"], c["memop"])
+    copies = behind_copies(col["memop_ns"], c["memop"])
 
     def replay(t: np.ndarray, serial: np.ndarray) -> np.ndarray:
-        device = busy + behind_copies + boundaries * t
+        device = busy + copies + boundaries * t
         return np.where(serial, device + host + c["sync"], np.maximum(device, host))
 
     p_mid = replay(t_mid, syncs)
