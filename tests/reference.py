@@ -938,8 +938,8 @@ def predicted(row: dict, one_off_cats: dict[str, int], launch_call_ns: float, tu
     host = instances * (5000 + 7 * nodes) + cats["stall"] + cats["setup"]
     device = busy + max(row["memop_ns"], cats["memop"]) + max(kernels - instances, 0) * turnaround_ns
     replay = device + host + cats["sync"] if cats["sync"] > 0 else max(device, host)
-    # an eager kernel may run up to 100 ns shorter inside a replay, the kernels at least half their time
-    floor = max(busy - 100 * max(kernels - row["graph_kernels"], 0), busy / 2)
+    # an eager kernel may run up to 150 ns shorter inside a replay, the kernels at least half their time
+    floor = max(busy - 150 * max(kernels - row["graph_kernels"], 0), busy / 2)
     ceiling_span = max(floor + min(row["memop_ns"], cats["memop"]), cats["stall"])
     return {"steady_span_ns": span, "eager_untraced_ns": e, "graph_predicted_ns": replay,
             "graph_predicted_speedup": e / replay, "graph_ceiling_speedup": span / ceiling_span}

@@ -117,7 +117,7 @@ def test_analyze_returns_the_figures_of_the_command(served: Served) -> None:
     assert data["launch"]["rows"] == want["launch"]
     assert data["held"] == {"ranges": 66, "streams": 3, "top_gaps": 10}
     text = served.call("analyze", path=DECODE).content[0].text
-    assert "eager (x1): gap 93.4% of 107 ms, host-bound: graphs ~10x, graph ceiling 15.73x" in text
+    assert "eager (x1): gap 93.4% of 107 ms, host-bound: graphs ~10x, graph ceiling 16.03x" in text
 
 
 def test_analyze_pages_the_range_names_and_narrows_like_the_command(served: Served) -> None:

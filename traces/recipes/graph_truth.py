@@ -97,6 +97,8 @@ class Case:
     steps = 16          # traced steps per phase
     time_steps = 50     # untraced steps per timed repeat
     role = "validation"  # or "calibration", "coverage"
+    #: Whether the case runs under torch.inference_mode (a training step needs autograd).
+    inference = True
 
     def __init__(self, dev: torch.device) -> None:
         self.dev = dev
@@ -665,12 +667,81 @@ class HFPhi3(HFLlama):
     CONFIG = {"pad_token_id": 0, "eos_token_id": 2}  # Phi-3's defaults (32,000) lie outside the vocabulary
 
 
+class ConvNet(Case):
+    """A small residual convolutional network's inference at batch 1 (cuDNN convolutions): a
+    workload of another kind than the decoders, recorded after the model and its calibration
+    were fixed (part t)."""
+
+    name = "cnn_b1"
+    what = ("ResNet-style CNN (a 3x3 stem, 8 residual blocks of two 3x3 convolutions with batch "
+            "norm and ReLU, 64 channels, global pooling, a 1,000-way classifier), batch 1, 56x56 "
+            "input, bf16, eval; the class's argmax kept on the device")
+
+    def setup(self) -> None:
+        from torch import nn
+
+        class Block(nn.Module):
+            def __init__(self, c: int) -> None:
+                super().__init__()
+                self.c1, self.b1 = nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)
+                self.c2, self.b2 = nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)
+
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                y = torch.relu(self.b1(self.c1(x)))
+                return torch.relu(self.b2(self.c2(y)) + x)
+
+        torch.manual_seed(0)
+        cuda = self.dev.type == "cuda"
+        dt = torch.bfloat16 if cuda else torch.float32
+        c, side = (64, 56) if cuda else (8, 16)
+        self.model = nn.Sequential(nn.Conv2d(3, c, 3, padding=1, bias=False), nn.BatchNorm2d(c),
+                                   nn.ReLU(), *[Block(c) for _ in range(8)],
+                                   nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                                   nn.Linear(c, 1000)).to(self.dev, dt).eval()
+        self.x = torch.randn(1, 3, side, side, device=self.dev, dtype=dt)
+        self.cls = torch.zeros(1, dtype=torch.long, device=self.dev)
+
+    def body(self) -> None:
+        self.cls.copy_(self.model(self.x).argmax(-1))
+
+
+class TrainMLP(Case):
+    """One training step (forward, loss, backward, optimizer) of a small MLP, captured whole as
+    torch's documentation captures a network: the backward pass is launched from autograd's own
+    device thread, not the thread that opened the step's range (gapscope: ``--threads process``).
+    Recorded after the model and its calibration were fixed (part t)."""
+
+    name = "train_mlp"
+    what = ("one training step of a 4-layer MLP (Linear 1,024 x 1,024 and GELU, batch 32, fp32): "
+            "forward, MSE loss, backward (autograd's device thread), AdamW (foreach, capturable)")
+    inference = False
+
+    def setup(self) -> None:
+        from torch import nn
+
+        torch.manual_seed(0)
+        cuda = self.dev.type == "cuda"
+        d = 1024 if cuda else 64
+        self.model = nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(d, d), nn.GELU())]).to(self.dev)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4, foreach=True, capturable=cuda)
+        self.x = torch.randn(32, d, device=self.dev)
+        self.y = torch.randn(32, d, device=self.dev)
+
+    def body(self) -> None:
+        # zero_grad(set_to_none) is host work only; inside the capture it lets backward allocate
+        # the gradients from the graph's own pool (torch's whole-network capture).
+        self.opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.mse_loss(self.model(self.x), self.y)
+        loss.backward()
+        self.opt.step()
+
+
 def make_cases(dev: torch.device) -> dict[str, Case]:
     cases = [Tiny(dev), PyHost(dev), Sleep(dev), SyncEach(dev), Gemm(dev), Medium(dev),
              Streams(dev), Copies(dev), Decode(dev, 1, 1024, "decode_b1"),
              Decode(dev, 256, 2048, "decode_b256"), TritonAdd(dev), OneOff(dev), Fallback(dev),
              Rerecord(dev), BigGraph(dev), HFLlama(dev), HFQwen2(dev), HFGemma(dev), HFPhi3(dev),
-             CupyTiny(dev), CupyPyHost(dev)]
+             CupyTiny(dev), CupyPyHost(dev), ConvNet(dev), TrainMLP(dev)]
     return {c.name: c for c in cases}
 
 
@@ -679,7 +750,7 @@ def make_cases(dev: torch.device) -> dict[str, Case]:
 
 def prepare(case: Case) -> None:
     case.setup()
-    with torch.inference_mode():
+    with torch.inference_mode(case.inference):
         case.reset()
         case.capture()
         case.reset()
@@ -692,7 +763,7 @@ def run_pass(case: Case, ranges: Ranges, steps: int, one_off: bool) -> dict:
     one-off work of `first_step_extra` runs in it)."""
     dev = case.dev
     wall = {}
-    with torch.inference_mode():
+    with torch.inference_mode(case.inference):
         for phase, step in (("eager", case.eager_step), ("graph", case.graph_step)):
             case.reset()
             sync(dev)
@@ -722,7 +793,7 @@ def time_phase(case: Case, step, steps: int) -> float:
 
 def time_case(case: Case, repeats: int) -> dict:
     out = {"eager_s": [], "graph_s": []}
-    with torch.inference_mode():
+    with torch.inference_mode(case.inference):
         for _ in range(2):  # warm the paths up (first-use costs, allocator, the CPU's caches)
             time_phase(case, case.eager_step, 3)
             time_phase(case, case.graph_step, 3)

@@ -22,6 +22,10 @@ PART l: hf_qwen2 (a second Hugging Face architecture) as part g recorded hf_llam
 PART q: hf_gemma (a third Hugging Face architecture, after the model was fixed) as part g
         recorded hf_llama.
 PART r: hf_phi3 (a fourth) the same.
+PART t: two workloads of other kinds, after the model and its calibration were fixed, as part g
+        recorded hf_llama: train_mlp (a training step whose backward pass autograd's device thread
+        launches) and cnn_b1 (a residual CNN's inference at batch 1, cuDNN convolutions); then
+        biggraph at graph level again (the graph-level turnaround's case, on another host).
 PART m: launches through the driver API (cuLaunchKernel: CuPy, Triton) under nsys: cupy_tiny on the
         host's four fastest cores twice and on its four slowest once, cupy_pyhost and triton, and
         tiny (the runtime API's calibration program) beside them, each at node level in its own
@@ -221,12 +225,12 @@ def torch_case(rec: Recorder, case: str, pin: list[str], env: dict, cap: float =
     rec.pack_up()
 
 
-def workload(rec: Recorder, case: str, env: dict) -> None:
+def workload(rec: Recorder, case: str, env: dict, p4: list[str] | None = None) -> None:
     """A workload outside the injected causes (a Hugging Face model's forward as the decode step):
     at node level twice (separate processes), at graph level and under torch.profiler, each with
     its own untraced timings; on the host's four fastest cores. The second node-level recording
     (not shipped: a check of the first) comes last, so that it is the one a short budget drops."""
-    p4 = pinned(ranked_cores(rec, env)[:4])
+    p4 = pinned(ranked_cores(rec, env)[:4]) if p4 is None else p4
 
     def node_or_graph(name: str, level: str) -> None:
         rec.nsys(name, level, rec.truth("run", "--case", case, "--timed", "3", "--profiler-api",
@@ -465,6 +469,13 @@ def main() -> int:
         # Two more workloads outside the injected causes, recorded after the model and its
         # calibration were fixed (graph_truth.py's hf_gemma, hf_phi3), as part g recorded hf_llama.
         workload(rec, {"q": "hf_gemma", "r": "hf_phi3"}[part], env)
+    elif part == "t":
+        p4 = pinned(ranked_cores(rec, env)[:4])
+        workload(rec, "train_mlp", env, p4)
+        workload(rec, "cnn_b1", env, p4)
+        rec.nsys("biggraph_graphlevel_t", "graph", rec.truth(
+            "run", "--case", "biggraph", "--timed", "3", "--profiler-api", "--wall-out",
+            str(rec.pack / "biggraph_graphlevel_t_wall.json")), cap=120, capture=True, pin=p4)
     elif part == "k":
         # What copies and event calls cost the profiler: probes that vary the copies' count and
         # size and the event calls' kind, beside the suite's copies, streams and tiny, twice.
