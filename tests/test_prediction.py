@@ -76,6 +76,19 @@ def name_row(r, name):
     return next(x for x in r.by_name if x["name"] == name)
 
 
+def assert_the_reference_model(row, r, trace, attr, one_off) -> None:
+    """A row's steady span, untraced eager time, replay time, predicted speedup and ceiling are
+    what the reference computes from the trace's rows (its launch calls, the gap time inside its
+    replays, the row's one-off gaps ``one_off``)."""
+    gpu = next(iter(r.trace["gpus"].values()))
+    want = reference.predicted(row, one_off, launch_call_ns(trace), replay_turnaround(trace, attr, gpu))
+    assert row["steady_span_ns"] == want["steady_span_ns"]
+    for field in ("eager_untraced_ns", "graph_predicted_ns"):
+        assert row[field] == pytest.approx(want[field], abs=0.5)
+    for field in ("graph_predicted_speedup", "graph_ceiling_speedup"):
+        assert row[field] == pytest.approx(want[field], rel=1e-9)
+
+
 @pytest.mark.parametrize("path, name", [
     (TRACES / "torch_decode.sqlite", "eager"),
     (TRUTH / "tiny.sqlite", "eager"),
@@ -99,13 +112,7 @@ def test_the_model_equals_the_reference(path, name):
     row = name_row(result(path), name)
     assert row["one_off_by_category_ns"] == one_off
     assert row["one_off_stalls"] == stalls
-    gpu = next(iter(result(path).trace["gpus"].values()))
-    want = reference.predicted(row, one_off, launch_call_ns(trace), replay_turnaround(trace, attr, gpu))
-    assert row["steady_span_ns"] == want["steady_span_ns"]
-    for field in ("eager_untraced_ns", "graph_predicted_ns"):
-        assert row[field] == pytest.approx(want[field], abs=0.5)
-    for field in ("graph_predicted_speedup", "graph_ceiling_speedup"):
-        assert row[field] == pytest.approx(want[field], rel=1e-9)
+    assert_the_reference_model(row, result(path), trace, attr, one_off)
     assert row["graph_predicted_low"] <= row["graph_predicted_speedup"] <= row["graph_predicted_high"] \
         <= row["graph_ceiling_speedup"]
 
@@ -325,13 +332,7 @@ def test_a_training_step_counts_the_backward_that_autograd_launches():
     assert row["kernels"] == len(kernels)
     one_off, stalls = reference.one_off(attr, acts)
     assert (row["one_off_by_category_ns"], row["one_off_stalls"]) == (one_off, stalls)
-    gpu = next(iter(r.trace["gpus"].values()))
-    want = reference.predicted(row, one_off, launch_call_ns(trace), replay_turnaround(trace, attr, gpu))
-    assert row["steady_span_ns"] == want["steady_span_ns"]
-    for field in ("eager_untraced_ns", "graph_predicted_ns"):
-        assert row[field] == pytest.approx(want[field], abs=0.5)
-    for field in ("graph_predicted_speedup", "graph_ceiling_speedup"):
-        assert row[field] == pytest.approx(want[field], rel=1e-9)
+    assert_the_reference_model(row, r, trace, attr, one_off)
 
 
 #: Analysis options by case, as bench_prediction.py takes them (the trace's warning's own advice).
