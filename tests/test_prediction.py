@@ -335,8 +335,9 @@ def test_a_training_step_counts_the_backward_that_autograd_launches():
     assert_the_reference_model(row, r, trace, attr, one_off)
 
 
-#: Analysis options by case, as bench_prediction.py takes them (the trace's warning's own advice).
-OPTIONS = {"train_mlp": {"threads": "process"}}
+#: Cases analyzed with ``threads="process"``, as bench_prediction.py analyzes them (their traces'
+#: warning's own advice).
+PROCESS_THREADS = ("train_mlp",)
 
 
 def measured(timing: dict) -> tuple[float, float]:
@@ -360,7 +361,7 @@ def test_predictions_against_untraced_measurements():
     for name, timing in sorted(timings.items()):
         if timing["case"] in ("fallback", "rerecord"):
             continue
-        r = result_process(TRUTH / name) if OPTIONS.get(timing["case"]) else result(TRUTH / name)
+        r = (result_process if timing["case"] in PROCESS_THREADS else result)(TRUTH / name)
         if (timing["case"], timing["tracer"]) == ("tiny", "nsys") and "H200" in next(iter(r.trace["gpus"].values())):
             continue
         eager, graph = name_row(r, "eager"), name_row(r, "graph")
