@@ -676,6 +676,7 @@ class ConvNet(Case):
     what = ("ResNet-style CNN (a 3x3 stem, 8 residual blocks of two 3x3 convolutions with batch "
             "norm and ReLU, 64 channels, global pooling, a 1,000-way classifier), batch 1, 56x56 "
             "input, bf16, eval; the class's argmax kept on the device")
+    BATCH = 1
 
     def setup(self) -> None:
         from torch import nn
@@ -698,11 +699,65 @@ class ConvNet(Case):
                                    nn.ReLU(), *[Block(c) for _ in range(8)],
                                    nn.AdaptiveAvgPool2d(1), nn.Flatten(),
                                    nn.Linear(c, 1000)).to(self.dev, dt).eval()
-        self.x = torch.randn(1, 3, side, side, device=self.dev, dtype=dt)
-        self.cls = torch.zeros(1, dtype=torch.long, device=self.dev)
+        self.x = torch.randn(self.BATCH, 3, side, side, device=self.dev, dtype=dt)
+        self.cls = torch.zeros(self.BATCH, dtype=torch.long, device=self.dev)
 
     def body(self) -> None:
         self.cls.copy_(self.model(self.x).argmax(-1))
+
+
+class ConvNet32(ConvNet):
+    """cnn_b1's network at batch 32: the device's work about as long as the host's launches, the
+    middle ground between launch-bound and GPU-bound (part u)."""
+
+    name = "cnn_b32"
+    what = ConvNet.what.replace("batch 1,", "batch 32,")
+    BATCH = 32
+
+
+class CompiledDecode(Decode):
+    """decode_b1's step compiled by torch.compile in Inductor's default mode (its own Triton
+    kernels and cuBLAS calls, launched by its generated wrapper code, no graphs of its own),
+    then captured and replayed as the other cases are: host work per kernel of another kind than
+    eager PyTorch's (part u). On the CPU (a dry run) the step runs uncompiled."""
+
+    def __init__(self, dev: torch.device) -> None:
+        super().__init__(dev, 1, 1024, "compiled_b1")
+        self.what = ("decode_b1's step (4-layer bf16 transformer decode step, batch 1, d_model "
+                     "1024, static KV cache of 128) under torch.compile(mode='default', "
+                     "fullgraph=True)")
+
+    def setup(self) -> None:
+        super().setup()
+        self.fn = self.model.step
+        if self.dev.type == "cuda":
+            self.fn = torch.compile(self.model.step, mode="default", fullgraph=True, dynamic=False)
+
+    def body(self) -> None:
+        self.fn(self.x, self.pos)
+
+
+class CompiledConvNet(ConvNet):
+    """cnn_b1's step (the network and the class's argmax) compiled by torch.compile in Inductor's
+    default mode (cuDNN's convolutions as extern kernels, the batch norms, ReLUs and adds fused
+    into Triton kernels): a second compiled program, recorded after the compiled decoder (part v).
+    On the CPU (a dry run) the step runs uncompiled."""
+
+    name = "compiled_cnn"
+    what = ConvNet.what + "; the step under torch.compile(mode='default', fullgraph=True)"
+
+    def setup(self) -> None:
+        super().setup()
+
+        def step(x: torch.Tensor, cls: torch.Tensor) -> None:
+            cls.copy_(self.model(x).argmax(-1))
+
+        self.fn = step
+        if self.dev.type == "cuda":
+            self.fn = torch.compile(step, mode="default", fullgraph=True, dynamic=False)
+
+    def body(self) -> None:
+        self.fn(self.x, self.cls)
 
 
 class TrainMLP(Case):
@@ -741,7 +796,8 @@ def make_cases(dev: torch.device) -> dict[str, Case]:
              Streams(dev), Copies(dev), Decode(dev, 1, 1024, "decode_b1"),
              Decode(dev, 256, 2048, "decode_b256"), TritonAdd(dev), OneOff(dev), Fallback(dev),
              Rerecord(dev), BigGraph(dev), HFLlama(dev), HFQwen2(dev), HFGemma(dev), HFPhi3(dev),
-             CupyTiny(dev), CupyPyHost(dev), ConvNet(dev), TrainMLP(dev)]
+             CupyTiny(dev), CupyPyHost(dev), ConvNet(dev), TrainMLP(dev), ConvNet32(dev),
+             CompiledDecode(dev), CompiledConvNet(dev)]
     return {c.name: c for c in cases}
 
 

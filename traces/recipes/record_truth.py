@@ -26,6 +26,12 @@ PART t: two workloads of other kinds, after the model and its calibration were f
         recorded hf_llama: train_mlp (a training step whose backward pass autograd's device thread
         launches) and cnn_b1 (a residual CNN's inference at batch 1, cuDNN convolutions); then
         biggraph at graph level again (the graph-level turnaround's case, on another host).
+PART u: two more the same way: compiled_b1 (decode_b1's step under torch.compile's default mode:
+        Inductor's Triton kernels and cuBLAS calls) and cnn_b32 (cnn_b1's network at batch 32:
+        the device's work about as long as the host's).
+PART v: torch.profiler's cost on compiled programs (profiler_cost.py, traced and untraced passes
+        alternated: compiled_b1, compiled_cnn, and decode_b1 and cnn_b1 eager beside them), then
+        compiled_cnn (cnn_b1's step under torch.compile) recorded as part g recorded hf_llama.
 PART m: launches through the driver API (cuLaunchKernel: CuPy, Triton) under nsys: cupy_tiny on the
         host's four fastest cores twice and on its four slowest once, cupy_pyhost and triton, and
         tiny (the runtime API's calibration program) beside them, each at node level in its own
@@ -476,6 +482,15 @@ def main() -> int:
         rec.nsys("biggraph_graphlevel_t", "graph", rec.truth(
             "run", "--case", "biggraph", "--timed", "3", "--profiler-api", "--wall-out",
             str(rec.pack / "biggraph_graphlevel_t_wall.json")), cap=120, capture=True, pin=p4)
+    elif part == "u":
+        p4 = pinned(ranked_cores(rec, env)[:4])
+        workload(rec, "compiled_b1", env, p4)
+        workload(rec, "cnn_b32", env, p4)
+    elif part == "v":
+        p4 = pinned(ranked_cores(rec, env)[:4])
+        profiler_cost(rec, "profiler_cost_v", "profiler_cost_v.json", "compiled_b1,compiled_cnn,decode_b1,cnn_b1",
+                      p4, env, 240)
+        workload(rec, "compiled_cnn", env, p4)
     elif part == "k":
         # What copies and event calls cost the profiler: probes that vary the copies' count and
         # size and the event calls' kind, beside the suite's copies, streams and tiny, twice.
