@@ -30,7 +30,7 @@ PART u: two more the same way: compiled_b1 (decode_b1's step under torch.compile
         Inductor's Triton kernels and cuBLAS calls) and cnn_b32 (cnn_b1's network at batch 32:
         the device's work about as long as the host's).
 PART v: torch.profiler's cost on compiled programs (profiler_cost.py, traced and untraced passes
-        alternated: compiled_b1, compiled_cnn, and decode_b1 and cnn_b1 eager beside them), then
+        alternated: compiled_b1, compiled_cnn, and cnn_b1 eager beside them), then
         compiled_cnn (cnn_b1's step under torch.compile) recorded as part g recorded hf_llama.
 PART m: launches through the driver API (cuLaunchKernel: CuPy, Triton) under nsys: cupy_tiny on the
         host's four fastest cores twice and on its four slowest once, cupy_pyhost and triton, and
@@ -488,8 +488,7 @@ def main() -> int:
         workload(rec, "cnn_b32", env, p4)
     elif part == "v":
         p4 = pinned(ranked_cores(rec, env)[:4])
-        profiler_cost(rec, "profiler_cost_v", "profiler_cost_v.json", "compiled_b1,compiled_cnn,decode_b1,cnn_b1",
-                      p4, env, 240)
+        profiler_cost(rec, "profiler_cost_v", "profiler_cost_v.json", "compiled_b1,compiled_cnn,cnn_b1", p4, env, 200)
         workload(rec, "compiled_cnn", env, p4)
     elif part == "k":
         # What copies and event calls cost the profiler: probes that vary the copies' count and
