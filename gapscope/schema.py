@@ -63,8 +63,8 @@ DOMAINS: dict[str, tuple[float, float, str]] = {
         "eager_untraced_ns", "graph_predicted_ns", "steady_span_ns", "one_off_ns", "one_off_stalls",
         "tracer_overhead_ns", "replayed_instances", "eager_instances", "first_eager_instance",
         "last_eager_instance", "eager_instance_span_ns", "replayed_instance_span_ns", "wall_ns", "api_calls",
-        "api_ns", "graph_recordings", "recording_ns", "recording_instances", "first_recording_instance",
-        "last_recording_instance")},
+        "api_ns", "other_thread_work", "graph_recordings", "recording_ns", "recording_instances",
+        "first_recording_instance", "last_recording_instance")},
     **{f: _ANY for f in ("latency_median_ns", "latency_p90_ns", "excess_gap_ns", "worst_step_excess_ns")},
 }
 #: Fields that hold an integer (an id that results are matched on), and fields that hold text.

@@ -316,9 +316,10 @@ def result_process(path):
 def test_a_training_step_counts_the_backward_that_autograd_launches():
     """traces/truth/h100_train_mlp_1.sqlite (part t, out of sample): a training step whose backward
     pass autograd's device thread launches. By default the `eager` range warns that it misses
-    other threads' work; with ``threads="process"`` it holds every kernel launched inside it by any
-    thread of its process (the reference's rows), and its one-off gaps, untraced eager time, replay
-    time, predicted speedup and ceiling are the reference's on those rows."""
+    other threads' work, and the row and its answer count what it leaves out (the work launched
+    inside it by other threads); with ``threads="process"`` it holds every kernel launched inside
+    it by any thread of its process (the reference's rows), and its one-off gaps, untraced eager
+    time, replay time, predicted speedup and ceiling are the reference's on those rows."""
     path = TRUTH / "h100_train_mlp_1.sqlite"
     trace, attr, ranges = ref(path)
     (rng,) = [x for x in ranges if x["name"] == "eager"]
@@ -327,10 +328,14 @@ def test_a_training_step_counts_the_backward_that_autograd_launches():
     kernels = [a for a in acts if a["kind"] != "memop"]
     assert name_row(result(path), "eager")["kernels"] == len(own) < len(kernels)
     assert any("autograd thread" in w and "eager x1" in w for w in result(path).warnings)
+    left_out = len(acts) - len(reference.range_acts(trace, rng))
+    assert (name_row(result(path), "eager")["other_thread_work"], left_out) == (left_out, 320)
+    (entry,) = [e for e in result(path).answer if e["name"] == "eager"]
+    assert lines(entry)[-1] == "  other threads' 320 kernels/copies not counted (--threads process)"
     r = result_process(path)
     assert not any("autograd thread" in w for w in r.warnings)
     row = name_row(r, "eager")
-    assert row["kernels"] == len(kernels)
+    assert (row["kernels"], row["other_thread_work"]) == (len(kernels), 0)
     one_off, stalls = reference.one_off(attr, acts)
     assert (row["one_off_by_category_ns"], row["one_off_stalls"]) == (one_off, stalls)
     assert_the_reference_model(row, r, trace, attr, one_off)

@@ -26,7 +26,7 @@ _ROW_FIELDS = ("verdict", "reading", "gap_fraction", "graph_predicted_speedup", 
                "steady_span_ns", "one_off_ns", "one_off_stalls", "eager_instances", "replayed_instances",
                "eager_instance_span_ns", "replayed_instance_span_ns", "first_eager_instance",
                "graph_recordings", "recording_ns", "recording_instances", "first_recording_instance",
-               "last_recording_instance")
+               "last_recording_instance", "other_thread_work")
 
 
 def _saved(row: Mapping[str, Any]) -> float:
@@ -117,9 +117,10 @@ def _recording(entry: Mapping[str, Any]) -> str:
 
 
 def lines(entry: Mapping[str, Any]) -> list[str]:
-    """An entry in two or three short lines: the range and its reading; the predicted speedup,
+    """An entry in two to four short lines: the range and its reading; the predicted speedup,
     its range, the ceiling and any measured replay; what was left out as one-off, and which
-    instances ran eagerly beside replayed ones."""
+    instances ran eagerly beside replayed ones; the work other threads launched inside it that
+    it does not count."""
     count = entry.get("count") or 1
     head = f"{entry['name']}" + (f" (x{count})" if entry.get("scope") == "range" else "")
     out = [f"{head}: {entry.get('reading') or READINGS.get(entry.get('verdict', ''), '')}"]
@@ -162,4 +163,8 @@ def lines(entry: Mapping[str, Any]) -> list[str]:
                                                                 if stalls else " (setup)"))
     if notes:
         out.append("  " + "; ".join(notes))
+    elsewhere = entry.get("other_thread_work") or 0
+    if elsewhere > 0:
+        # the prediction is of the range's own work: say what it leaves out, and how to count it
+        out.append(f"  other threads' {elsewhere:,} kernels/copies not counted (--threads process)")
     return out

@@ -24,6 +24,7 @@ and the case figures use them instead of computing them again.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -285,21 +286,31 @@ def _named(rf: pd.DataFrame, domains: Sequence[str]) -> tuple[int, str]:
     return len(rf), ", ".join(named[:4]) + (f" and {len(named) - 4} more names" if len(named) > 4 else "")
 
 
-def _other_thread_warnings(frames: TraceFrames, launch: np.ndarray, table: RangeTable, member_range: np.ndarray,
-                           threads: str, domains: Sequence[str]) -> list[str]:
-    """With ``threads="same"``: warnings naming the ranges that got no GPU work on their own
-    thread while other threads of their process launched work inside them, and those that got
-    some but miss what other threads launched inside them."""
-    if threads != "same" or len(table.frame) == 0 or not (launch >= 0).any():
-        return []
+def _other_thread_work(frames: TraceFrames, launch: np.ndarray, table: RangeTable, member_range: np.ndarray,
+                       threads: str) -> np.ndarray:
+    """Per range, the GPU work other threads of its process launched inside it that it does not
+    count (``threads="same"``; zeros with ``"process"``, or where no other thread launched)."""
+    n = len(table.frame)
+    none = np.zeros(n, dtype=np.int64)
+    if threads != "same" or n == 0 or not (launch >= 0).any():
+        return none
     launching = _launching_threads(frames, launch)  # globalTids: process in bits 24+
     holding = pd.unique(table.frame["tid"].to_numpy())
     pairs = pd.DataFrame({"p": process_of(holding), "r": holding}).merge(
         pd.DataFrame({"p": process_of(launching), "t": launching}))
     if not (pairs["t"] != pairs["r"]).any():  # no other thread launches in a range's process
+        return none
+    return process_work_counts(frames, launch, table) - np.bincount(member_range, minlength=n)
+
+
+def _other_thread_warnings(table: RangeTable, member_range: np.ndarray, extra: np.ndarray,
+                           domains: Sequence[str]) -> list[str]:
+    """Warnings naming the ranges that got no GPU work on their own thread while other threads
+    of their process launched work inside them (``extra``: :func:`_other_thread_work`), and
+    those that got some but miss what other threads launched inside them."""
+    if not extra.any():
         return []
     own = np.bincount(member_range, minlength=len(table.frame))
-    extra = process_work_counts(frames, launch, table) - own
     out = []
     for sel, text in (((own == 0) & (extra > 0), "launched no GPU work on their own thread while other threads of "
                        "their process launched work inside them; `--threads process` gives them that work"),
@@ -400,6 +411,8 @@ class Linked:
     host_calls: tuple[np.ndarray, np.ndarray] = (np.zeros(0, np.int64), np.zeros(0, np.int64))
     #: per range, the graphs its thread recorded inside it and the recording's time (recording.py)
     recording: tuple[np.ndarray, np.ndarray] = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+    #: per range, the GPU work other threads launched inside it that it does not count
+    other_thread_work: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
 
     @property
     def n_ranges(self) -> int:
@@ -514,7 +527,8 @@ def _linked(frames: TraceFrames, ranges: Sequence[str], domains: Sequence[str], 
     quiet = np.isin(names[1], sorted(QUIET_CALLS))
     host_calls = range_calls(frames, table, ~quiet[names[0]] if quiet.any() else None)
     recorded = range_recording(frames, table, names)
-    elsewhere = _other_thread_warnings(frames, launch, table, member_range, threads, domains)
+    other_work = _other_thread_work(frames, launch, table, member_range, threads)
+    elsewhere = _other_thread_warnings(table, member_range, other_work, domains)
     mode = _graph_trace_mode(frames, launch)
     memory.drop(_read_once(frames))
     memory.narrow()
@@ -528,7 +542,7 @@ def _linked(frames: TraceFrames, ranges: Sequence[str], domains: Sequence[str], 
     replays = Replays(frames.activities["kind"].to_numpy(), launch, graph_call)
     pair_range = np.arange(n_pairs, dtype=np.int64) // max(n_dev, 1)
     return Linked(frames, acts, launch, table, names, replays, stream_keys, pair_range, mode, elsewhere,
-                  host_calls, recorded), members
+                  host_calls, recorded, other_work), members
 
 
 def _launch_rows(w: Linked, m: Memberships, o: LevelOptions, after: Future | None = None) -> list[dict]:
@@ -766,15 +780,17 @@ def _with_kernel_counts(w: Linked, m: Memberships, range_name: np.ndarray, membe
 def _with_host_calls(w: Linked, range_name: np.ndarray, range_cols: dict[str, Any], name_cols: dict[str, Any]) -> None:
     """The range and name sections' host work (docs/metrics.md, "Host work"): the CUDA calls
     the range's thread made inside it and their summed duration (a name sums its instances'), and
-    of those, the graph recording calls (docs/metrics.md, "Graph recording")."""
+    of those, the graph recording calls (docs/metrics.md, "Graph recording"); and the GPU work
+    other threads launched inside the range that it does not count (``threads="same"``)."""
     calls, call_ns = w.host_calls
     range_cols["api_calls"], range_cols["api_ns"] = calls, call_ns
     n_names = len(name_cols["name"])
     recordings, recording_ns = w.recording
     range_cols["graph_recordings"], range_cols["recording_ns"] = recordings, recording_ns
     name_cols.update(name_recording(recordings, recording_ns, range_name, n_names))
-    for field, values in (("api_calls", calls), ("api_ns", call_ns)):
-        name_cols[field] = np.bincount(range_name, weights=values, minlength=n_names).astype(np.int64) \
+    range_cols["other_thread_work"] = w.other_thread_work
+    for column, values in (("api_calls", calls), ("api_ns", call_ns), ("other_thread_work", w.other_thread_work)):
+        name_cols[column] = np.bincount(range_name, weights=values, minlength=n_names).astype(np.int64) \
             if w.n_ranges else np.zeros(n_names, dtype=np.int64)
 
 
