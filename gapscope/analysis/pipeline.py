@@ -287,30 +287,30 @@ def _named(rf: pd.DataFrame, domains: Sequence[str]) -> tuple[int, str]:
 
 
 def _other_thread_work(frames: TraceFrames, launch: np.ndarray, table: RangeTable, member_range: np.ndarray,
-                       threads: str) -> np.ndarray:
-    """Per range, the GPU work other threads of its process launched inside it that it does not
-    count (``threads="same"``; zeros with ``"process"``, or where no other thread launched)."""
+                       threads: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per range, (the GPU work it counts, the GPU work other threads of its process launched
+    inside it that it does not count) with ``threads="same"``; zeros both with ``"process"``, or
+    where no other thread launched (its own work then not counted here)."""
     n = len(table.frame)
     none = np.zeros(n, dtype=np.int64)
     if threads != "same" or n == 0 or not (launch >= 0).any():
-        return none
+        return none, none
     launching = _launching_threads(frames, launch)  # globalTids: process in bits 24+
     holding = pd.unique(table.frame["tid"].to_numpy())
     pairs = pd.DataFrame({"p": process_of(holding), "r": holding}).merge(
         pd.DataFrame({"p": process_of(launching), "t": launching}))
     if not (pairs["t"] != pairs["r"]).any():  # no other thread launches in a range's process
-        return none
-    return process_work_counts(frames, launch, table) - np.bincount(member_range, minlength=n)
+        return none, none
+    own = np.bincount(member_range, minlength=n)
+    return own, process_work_counts(frames, launch, table) - own
 
 
-def _other_thread_warnings(table: RangeTable, member_range: np.ndarray, extra: np.ndarray,
-                           domains: Sequence[str]) -> list[str]:
+def _other_thread_warnings(table: RangeTable, own: np.ndarray, extra: np.ndarray, domains: Sequence[str]) -> list[str]:
     """Warnings naming the ranges that got no GPU work on their own thread while other threads
-    of their process launched work inside them (``extra``: :func:`_other_thread_work`), and
-    those that got some but miss what other threads launched inside them."""
+    of their process launched work inside them, and those that got some but miss what other
+    threads launched inside them (``own``, ``extra``: :func:`_other_thread_work`)."""
     if not extra.any():
         return []
-    own = np.bincount(member_range, minlength=len(table.frame))
     out = []
     for sel, text in (((own == 0) & (extra > 0), "launched no GPU work on their own thread while other threads of "
                        "their process launched work inside them; `--threads process` gives them that work"),
@@ -527,8 +527,8 @@ def _linked(frames: TraceFrames, ranges: Sequence[str], domains: Sequence[str], 
     quiet = np.isin(names[1], sorted(QUIET_CALLS))
     host_calls = range_calls(frames, table, ~quiet[names[0]] if quiet.any() else None)
     recorded = range_recording(frames, table, names)
-    other_work = _other_thread_work(frames, launch, table, member_range, threads)
-    elsewhere = _other_thread_warnings(table, member_range, other_work, domains)
+    own_work, other_work = _other_thread_work(frames, launch, table, member_range, threads)
+    elsewhere = _other_thread_warnings(table, own_work, other_work, domains)
     mode = _graph_trace_mode(frames, launch)
     memory.drop(_read_once(frames))
     memory.narrow()
