@@ -22,6 +22,7 @@ import argparse
 import gzip
 import json
 import os
+import re
 import shutil
 import statistics
 import sys
@@ -37,6 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import graph_truth as gt  # noqa: E402
 
 
+#: torch.compile's (Inductor's) Triton kernels, whose launches Inductor wraps in a record function of
+#: the kernel's name under the profiler (gapscope.trace.kineto.INDUCTOR_KERNEL's pattern).
+INDUCTOR_KERNEL = re.compile(r"triton_[a-z]{3}_fused")
 #: The kernel launch calls whose traced duration is recorded (the ones the model reads).
 LAUNCH_CALLS = frozenset({"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx"})
 
@@ -169,19 +173,22 @@ def main() -> int:
         launches = sum(1 for e in ev if "LaunchKernel" in e.name or e.name == "cuLaunchKernel"
                        or "LaunchCooperative" in e.name)
         calls = sum(1 for e in ev if e.name.startswith(("cuda", "cu")))
+        inductor = sum(1 for e in ev if e.device_type == torch.autograd.DeviceType.CPU
+                       and INDUCTOR_KERNEL.match(e.name))
         u, t = statistics.median(un), statistics.median(tr)
         call = statistics.median([c for c in call_us if c] or [0])
         row = {"untraced_step_s": un, "traced_step_s": tr, "untraced_median_s": u,
                "traced_median_s": t, "ops_per_step": ops / args.steps,
                "launches_per_step": launches / args.steps, "api_calls_per_step": calls / args.steps,
                "launch_call_us": call_us, "cpu_ops_per_step": cats["cpu_op"] / args.steps,
-               "python_functions_per_step": cats["python_function"] / args.steps}
+               "python_functions_per_step": cats["python_function"] / args.steps,
+               "inductor_launches_per_step": inductor / args.steps}
         row["per_op_us"] = (t - u) / max(1, row["ops_per_step"]) * 1e6
         row["per_launch_us"] = (t - u) / max(1, row["launches_per_step"]) * 1e6
         result["cases"][name] = row
         print(f"{name:10s} untraced {u * 1e6:8.1f} us  traced {t * 1e6:8.1f} us  "
               f"ops {row['ops_per_step']:6.0f}  launches {row['launches_per_step']:5.0f}  "
-              f"api {row['api_calls_per_step']:5.0f}  call {call:5.2f} us  per op {row['per_op_us']:5.2f} us  "
+              f"api {row['api_calls_per_step']:5.0f}  inductor {row['inductor_launches_per_step']:4.0f}  call {call:5.2f} us  per op {row['per_op_us']:5.2f} us  "
               f"per launch {row['per_launch_us']:6.2f} us  rounds untraced "
               + " ".join(f"{x * 1e6:.0f}" for x in un) + " traced "
               + " ".join(f"{x * 1e6:.0f}" for x in tr), flush=True)

@@ -208,13 +208,18 @@ def pinned(cores: list[int]) -> list[str]:
 
 
 def profiler_cost(rec: Recorder, label: str, out_name: str, cases: str, pin: list[str], env: dict, cap: float,
-                  flags: tuple[str, ...] = ()) -> None:
+                  flags: tuple[str, ...] = (), trace_dir: str | None = None) -> None:
     """profiler_cost.py on ``cases`` (six alternated rounds of 10 steps, ``flags`` passed on),
-    pinned by ``pin``, written as ``out_name``; its command said in the provenance."""
+    pinned by ``pin``, written as ``out_name`` (``trace_dir``: each case's last traced pass kept in
+    that folder of the pack); its command said in the provenance."""
+    traces = ["--trace-dir", str(rec.pack / trace_dir)] if trace_dir else []
+    if trace_dir:
+        (rec.pack / trace_dir).mkdir(parents=True, exist_ok=True)
     cmd = pin + ["python3", str(HERE / "profiler_cost.py"), "--cases", cases, "--rounds", "6",
-                 "--steps", "10", *flags, "--out", str(rec.pack / out_name)]
+                 "--steps", "10", *flags, *traces, "--out", str(rec.pack / out_name)]
     if rec.run(label, cap, cmd, env):
-        rec.say(f"command {out_name}: " + shlex.join(cmd[:-1] + [out_name]))
+        said = cmd[:-1 - len(traces) - 1] + (["--trace-dir", trace_dir] if trace_dir else []) + ["--out", out_name]
+        rec.say(f"command {out_name}: " + shlex.join(said))
     rec.pack_up()
 
 
@@ -488,7 +493,8 @@ def main() -> int:
         workload(rec, "cnn_b32", env, p4)
     elif part == "v":
         p4 = pinned(ranked_cores(rec, env)[:4])
-        profiler_cost(rec, "profiler_cost_v", "profiler_cost_v.json", "compiled_b1,compiled_cnn,cnn_b1", p4, env, 200)
+        profiler_cost(rec, "profiler_cost_v", "profiler_cost_v.json", "compiled_b1,compiled_cnn,cnn_b1", p4, env, 200,
+                      trace_dir="cost_traces_v")
         workload(rec, "compiled_cnn", env, p4)
     elif part == "k":
         # What copies and event calls cost the profiler: probes that vary the copies' count and
