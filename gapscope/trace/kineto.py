@@ -505,6 +505,18 @@ def _unreadable(path: Path, exc: BaseException) -> GapscopeError:
                          f"truncated, or not a JSON (or gzipped JSON) trace (gapscope reads {READS})")
 
 
+def _inductor_launches(ev: _Events, launch_ids: list[int]) -> int:
+    """The eager launches of torch.compile's Triton code among the events: kernels of Inductor's
+    names (:data:`INDUCTOR_KERNEL`, one match per distinct name) that a kernel launch call of
+    ``launch_ids`` launched (a graph replay's launch no record function of Inductor's)."""
+    ids = [i for i, name in enumerate(ev.strings) if INDUCTOR_KERNEL.match(name)]
+    if not ids:
+        return 0
+    kernels = np.isin(ev.gpu["name_id"], ids) & (ev.gpu["kind"] == ActivityKind.KERNEL)
+    launches = ev.calls["corr"][np.isin(ev.calls["name_id"], launch_ids)]
+    return int(np.isin(ev.gpu["corr"][kernels], launches).sum())
+
+
 #: Words that already name a GPU's vendor (or a line of it) in a model name.
 _VENDOR_WORDS = re.compile(r"\b(NVIDIA|AMD|Intel|Tesla|Quadro|GeForce|TITAN|Radeon|Instinct)\b", re.IGNORECASE)
 
@@ -563,13 +575,14 @@ class Kineto:
         self.meta = self._meta(head, {})
 
     def _meta(self, head: dict[str, Any], gpus: dict[int, str], operators: int | None = None,
-              launch_calls: int | None = None, other_calls: int | None = None) -> TraceMeta:
+              launch_calls: int | None = None, other_calls: int | None = None,
+              inductor_launches: int | None = None) -> TraceMeta:
         schema = head.get("schemaVersion")
         schema = schema if isinstance(schema, (int, str)) and not isinstance(schema, bool) else None
         return TraceMeta(path=str(self.path), format=FORMAT, nsys_version=None,
                          export_schema=None if schema is None else str(schema),
                          tables=frozenset({"traceEvents"}), gpu_names=gpus, operators=operators,
-                         launch_calls=launch_calls, other_calls=other_calls)
+                         launch_calls=launch_calls, other_calls=other_calls, inductor_launches=inductor_launches)
 
     # -- the file ---------------------------------------------------------------------------
     @property
@@ -595,9 +608,11 @@ class Kineto:
             names = [events.strings[i] for i in ids.tolist()]
             by_base = list(zip(map(base_name, names), calls.tolist()))
             launch_calls = sum(n for b, n in by_base if b in KERNEL_LAUNCH_CALLS)
+            launch_ids = [i for i, (b, _) in zip(ids.tolist(), by_base) if b in KERNEL_LAUNCH_CALLS]
             graph_calls = sum(n for b, n in by_base if b in GRAPH_LAUNCH_CALLS)
             self.meta = self._meta(head, _gpu_names(head, events.gpu["device"], names), events.operators,
-                                   launch_calls, int(calls.sum()) - launch_calls - graph_calls)
+                                   launch_calls, int(calls.sum()) - launch_calls - graph_calls,
+                                   _inductor_launches(events, launch_ids))
         return self._events
 
     def _named(self) -> _Events:
@@ -720,15 +735,13 @@ class Kineto:
                        "Input Dims), which adds to its cost (0.1-0.7 us an operator, measured) beyond "
                        "what the predicted untraced time takes off (its torch.profiler calibration is "
                        "without them), so the predicted graph speedups may be high; see docs/metrics.md")
-        inductor = [i for i, name in enumerate(ev.strings) if INDUCTOR_KERNEL.match(name)]
-        if inductor:
-            n = int(np.isin(ev.gpu["name_id"], inductor).sum())
-            out.append(f"{n:,} kernel events of torch.compile's (Inductor's triton_*_fused kernels): "
-                       "under the profiler Inductor wraps each of their launches in a record function, "
-                       "a cost the predicted untraced time does not take off (its torch.profiler "
-                       "calibration is of eager operators; on one compiled decoder about 11 us a launch "
-                       "against the 3.3 us taken off), so the predicted graph speedups may be high; "
-                       "see docs/metrics.md")
+        n = self.meta.inductor_launches
+        if n:
+            out.append(f"{n:,} eager launches of torch.compile's Triton code (Inductor's triton_*_fused "
+                       "kernels): under the profiler Inductor wraps each in a record function, a cost the "
+                       "predicted untraced time does not take off (its torch.profiler calibration is of "
+                       "eager operators; on one compiled decoder about 11 us a launch against the 3.3 us "
+                       "taken off), so the predicted graph speedups may be high; see docs/metrics.md")
         if ev.cut_names:
             out.append(f"{ev.cut_names} event names longer than {MAX_NAME:,} characters were cut to that length")
         if ev.copy_kernels:
