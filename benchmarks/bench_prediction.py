@@ -20,11 +20,12 @@ as the model predicts them beside the same process's untraced repeats (which sid
 Then torch.profiler's cost itself: for each measurement of it in traces/truth
 (`*profiler_cost_*.json` that record their traced launch calls: traced and untraced passes of the
 same eager steps alternated in one process), the model's cost per step
-(gapscope.analysis.prediction.launch_cost_ns on the pass's operators, launches, other CUDA calls
-and traced launch call) beside the measured one (medians of the rounds, and the rounds' range).
-Part h's measurement is the calibration itself (the constants were fitted to it), part i's and
-part j's (the H200's host; its shapes and stack passes recorded with record_shapes and with_stack,
-which the model does not count) are not.
+(gapscope.analysis.prediction.launch_cost_ns on the pass's operators, launches, other CUDA calls,
+launches of Inductor's Triton code and traced launch call) beside the measured one (medians of the
+rounds, and the rounds' range). Part h's measurement is the calibration itself (the constants
+were fitted to it), and part v's compiled_b1 fitted the cost per Inductor launch; part i's, part
+j's (the H200's host; its shapes and stack passes recorded with record_shapes and with_stack,
+which the model does not count) and part v's other programs are not.
 Prints the tables; exits 0 (the numbers are the point, not a pass/fail).
 """
 
@@ -157,7 +158,8 @@ def sides(table: list[dict]) -> None:
 
 def tracer_cost(truth: Path) -> None:
     """torch.profiler's cost per step as the model computes it from each alternated measurement's
-    operators, launches and traced launch call, beside the cost measured."""
+    operators, launches, other calls, launches of torch.compile's Triton code and traced launch
+    call, beside the cost measured."""
     from gapscope.analysis.prediction import launch_cost_ns
     from gapscope.catalog import TRACERS
 
@@ -178,9 +180,11 @@ def tracer_cost(truth: Path) -> None:
             operators = c.get("cpu_ops_per_step", c["ops_per_step"])
             # the CUDA calls other than launches (event records, stream waits, copies)
             others = c["api_calls_per_step"] - c["launches_per_step"]
+            # the launches of torch.compile's Triton code, where the measurement counted them
+            inductor = c.get("inductor_launches_per_step", 0.0)
             model = c["launches_per_step"] * launch_cost_ns(
                 TRACERS["torch"], call * 1e3, operators / c["launches_per_step"], None, 1.0,
-                others / c["launches_per_step"]) / 1e3
+                others / c["launches_per_step"], inductor / c["launches_per_step"]) / 1e3
             rounds = [(t - u) * 1e6 for u, t in zip(c["untraced_step_s"], c["traced_step_s"])]
             cost = (c["traced_median_s"] - c["untraced_median_s"]) * 1e6
             errors.append(model / cost - 1)

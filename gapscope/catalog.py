@@ -249,7 +249,9 @@ class Tracer:
       ``reference_call_ns`` (None: the same on every host); on another host they scale with its
       traced launch call;
     * ``*_low``/``*_high``: the bounds of the prediction's range (the untraced call's; the
-      per-launch and per-operator cost as a multiple of its value)."""
+      per-launch and per-operator cost as a multiple of its value);
+    * ``per_inductor_launch_ns``: what it adds, on the same terms, per launch of torch.compile's
+      Triton code (a record function Inductor wraps each launch in while the tracer runs)."""
 
     name: str
     words: str
@@ -262,6 +264,7 @@ class Tracer:
     reference_call_ns: float | None
     cost_low: float
     cost_high: float
+    per_inductor_launch_ns: float = 0.0
 
 
 TRACERS: dict[str, Tracer] = {
@@ -271,8 +274,12 @@ TRACERS: dict[str, Tracer] = {
     # call lasts 4.27 us: traced and untraced passes alternated in one process on the H100 host
     # (traces/truth/h100_profiler_cost_h.json, 11 programs; each measured 0.89-1.58x the fit);
     # 0.275 us per other CUDA call: what the streams program's 320 event calls a step cost beyond
-    # its launches there (the same on two other hosts: 0.21-0.30 us).
-    "torch": Tracer("torch", "torch.profiler", None, None, None, 1_409.5, 881.5, 275.0, 4_271.2, 0.85, 1.6),
+    # its launches there (the same on two other hosts: 0.21-0.30 us); 6.4 us per launch of
+    # torch.compile's Triton code (Inductor's record function around it): what compiled_b1's 26
+    # such launches a step cost beyond the rest of the model, traced and untraced alternated on
+    # another H100 host (traces/truth/h100_profiler_cost_v.json; compiled_cnn there: 5.0 us).
+    "torch": Tracer("torch", "torch.profiler", None, None, None, 1_409.5, 881.5, 275.0, 4_271.2, 0.85, 1.6,
+                    6_400.0),
 }
 
 # ---------------------------------------------------------------------------------------------

@@ -845,7 +845,8 @@ def _trace_costs(w: Linked, lv: Levels, device_cols: dict[str, Any], range_cols:
     """What the prediction takes from the trace as a whole (gapscope.analysis.prediction): its
     tracer, its eager launch calls' durations, its GPU, the turnaround inside its replays, the
     one its graph-level replays measure against eager instances of the same range names, and
-    the framework operators and other CUDA calls its tracer recorded."""
+    the framework operators, other CUDA calls and launches of torch.compile's Triton code its
+    tracer recorded."""
     meta = w.frames.meta
     tracer = catalog.trace_format(meta.format).tracer if meta.format in catalog.FORMAT_NAMES else "nsys"
     gpu = next(iter(meta.gpu_names.values()), None) if meta.gpu_names else None
@@ -863,7 +864,7 @@ def _trace_costs(w: Linked, lv: Levels, device_cols: dict[str, Any], range_cols:
         range_name, eager & (graph_replays == 0), opaque, np.asarray(range_cols["gpu_span_ns"]),
         np.asarray(range_cols["busy_ns"]), copies, np.asarray(range_cols["kernels"])) if opaque.any() else float("nan")
     return prediction.trace_costs(tracer, lv.launch_rows, gpu, inside, bounds, meta.operators, meta.launch_calls,
-                                  meta.other_calls, graph_level)
+                                  meta.other_calls, graph_level, meta.inductor_launches)
 
 
 def run_analysis(

@@ -62,11 +62,15 @@ class TraceCosts:
     #: the turnaround per boundary that replays traced at graph level measure against the same
     #: range names' eager instances (:func:`opaque_replay_turnaround`; nan: none)
     graph_level_turnaround_ns: float = float("nan")
+    #: the launches of torch.compile's Triton code (Inductor's kernels) per kernel launch call
+    #: (0: none, or not counted)
+    inductor_per_launch: float = 0.0
 
     def inputs(self) -> dict[str, Any]:
         """The model's trace-wide inputs as the result's ``trace.prediction`` holds them
         (docs/schema.md), so that a reader can recompute each row's prediction: the tracer, its
-        traced launch call (ns, null: none), operators and other CUDA calls per launch call, the
+        traced launch call (ns, null: none), operators, other CUDA calls and launches of
+        torch.compile's Triton code per launch call, the
         turnaround measured inside the trace's replays (null: none traced at node level), the one
         its replays traced at graph level measure against eager instances of the same range names
         (null: none) and the GPU's calibration (turnaround, graph launch and its cost per node)."""
@@ -76,6 +80,7 @@ class TraceCosts:
         return {"tracer": self.tracer.name, "launch_call_ns": ns(self.launch_call_ns),
                 "operators_per_launch": round(self.operators_per_launch, 4),
                 "calls_per_launch": round(self.calls_per_launch, 4),
+                "inductor_per_launch": round(self.inductor_per_launch, 4),
                 "replay_turnaround_ns": ns(self.turnaround_ns),
                 "graph_level_turnaround_ns": ns(self.graph_level_turnaround_ns),
                 "gpu_turnaround_ns": self.gpu.turnaround_ns,
@@ -84,13 +89,14 @@ class TraceCosts:
 
 def trace_costs(tracer: str, launch_rows: list[Mapping], gpu: str | None, inside_ns: float,
                 inside_boundaries: float, operators: int | None = None, launch_calls: int | None = None,
-                other_calls: int | None = None, graph_level_ns: float = float("nan")) -> TraceCosts:
+                other_calls: int | None = None, graph_level_ns: float = float("nan"),
+                inductor_launches: int | None = None) -> TraceCosts:
     """The trace-wide inputs of the model from the trace's tracer (a key of catalog.TRACERS), its
     launch statistics (the result's ``launch`` rows), the GPU's name, the gap time and
     boundaries inside its replays, the framework operators the tracer recorded, its kernel
-    launch calls, captured ones included, and its other CUDA calls (None: the format records no
-    operators, or its calls are not counted), and the turnaround its graph-level replays measure
-    (:func:`opaque_replay_turnaround`)."""
+    launch calls, captured ones included, its other CUDA calls and its launches of torch.compile's
+    Triton code (None: the format records no operators, or its calls are not counted), and the
+    turnaround its graph-level replays measure (:func:`opaque_replay_turnaround`)."""
     # Every eager kernel launch's tracer cost adds to the span, so the mean call is what counts.
     # Calls longer than the stall threshold are stalls (a module load inside a first call), left
     # out of each API's mean; copy calls are left out (a copy from pageable memory returns when
@@ -106,8 +112,9 @@ def trace_costs(tracer: str, launch_rows: list[Mapping], gpu: str | None, inside
     # recorded too, so every launch call counts, not only those that launched work.
     per_launch = operators / launch_calls if operators and launch_calls else 0.0
     calls_per_launch = other_calls / launch_calls if other_calls and launch_calls else 0.0
+    inductor = inductor_launches / launch_calls if inductor_launches and launch_calls else 0.0
     return TraceCosts(catalog.TRACERS[tracer], launch, catalog.graph_costs(gpu), turnaround, per_launch,
-                      calls_per_launch, graph_level_ns)
+                      calls_per_launch, graph_level_ns, inductor_per_launch=inductor)
 
 
 def opaque_replay_turnaround(name: np.ndarray, eager: np.ndarray, opaque: np.ndarray, span: np.ndarray,
@@ -141,17 +148,20 @@ def behind_copies(memop_ns: np.ndarray, memop_gap_ns: np.ndarray) -> np.ndarray:
 
 
 def launch_cost_ns(tracer: Tracer, traced_call_ns: float, operators_per_launch: float,
-                   untraced_call_ns: float | None, factor: float = 1.0, calls_per_launch: float = 0.0) -> float:
+                   untraced_call_ns: float | None, factor: float = 1.0, calls_per_launch: float = 0.0,
+                   inductor_per_launch: float = 0.0) -> float:
     """What ``tracer`` added to the host per eager launch of a trace whose kernel launch calls
-    lasted ``traced_call_ns`` (mean) and which recorded ``operators_per_launch`` and
-    ``calls_per_launch`` other CUDA calls a launch: the traced call's excess over
-    ``untraced_call_ns`` (None: not counted), plus the tracer's cost per launch, per operator and
-    per other call times ``factor`` (its calibration's bound), scaled by the host's speed."""
+    lasted ``traced_call_ns`` (mean) and which recorded ``operators_per_launch``,
+    ``calls_per_launch`` other CUDA calls and ``inductor_per_launch`` launches of torch.compile's
+    Triton code a launch: the traced call's excess over ``untraced_call_ns`` (None: not counted),
+    plus the tracer's cost per launch, per operator, per other call and per Inductor launch times
+    ``factor`` (its calibration's bound), scaled by the host's speed."""
     inside = max(traced_call_ns - untraced_call_ns, 0.0) if untraced_call_ns is not None else 0.0
     # The tracer's own work per launch and per operator runs at the host's speed: where its
     # traced launch call lasts longer than the calibration host's, so does that work.
     scale = traced_call_ns / tracer.reference_call_ns if tracer.reference_call_ns and traced_call_ns > 0 else 1.0
-    own = tracer.per_launch_ns + operators_per_launch * tracer.per_op_ns + calls_per_launch * tracer.per_call_ns
+    own = (tracer.per_launch_ns + operators_per_launch * tracer.per_op_ns + calls_per_launch * tracer.per_call_ns
+           + inductor_per_launch * tracer.per_inductor_launch_ns)
     return inside + own * scale * factor
 
 
@@ -190,7 +200,7 @@ def predict(cols: Mapping[str, np.ndarray], cats: np.ndarray, one_off: np.ndarra
 
     def overhead(call_ns: float | None, factor: float) -> np.ndarray:
         return eager_launches * launch_cost_ns(tr, d, costs.operators_per_launch, call_ns, factor,
-                                               costs.calls_per_launch)
+                                               costs.calls_per_launch, costs.inductor_per_launch)
 
     host_side = c["launch"] + c["host"]
     device_floor = busy + c["pipeline"] + c["dependency"] + c["memop"]
