@@ -50,9 +50,10 @@ class TraceMeta:
     #: The CUDA calls it recorded other than kernel and graph launches (event records, stream
     #: waits, copies, synchronizations), each of which costs the tracer too; None as above.
     other_calls: int | None = None
-    #: The kernels of torch.compile's Triton code it recorded (Inductor's ``triton_*_fused``
-    #: kernels), each launch of which Inductor wraps in a record function of its own while the
-    #: profiler runs; None as above.
+    #: The eager launches of torch.compile's Triton code it recorded (Inductor's
+    #: ``triton_*_fused`` kernels launched by a kernel launch call, not by a graph replay), each
+    #: of which Inductor wraps in a record function of its own while the profiler runs; None as
+    #: above.
     inductor_launches: int | None = None
 
 

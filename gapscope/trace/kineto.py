@@ -508,7 +508,7 @@ def _unreadable(path: Path, exc: BaseException) -> GapscopeError:
 def _inductor_launches(ev: _Events, launch_ids: list[int]) -> int:
     """The eager launches of torch.compile's Triton code among the events: kernels of Inductor's
     names (:data:`INDUCTOR_KERNEL`, one match per distinct name) that a kernel launch call of
-    ``launch_ids`` launched (a graph replay's launch no record function of Inductor's)."""
+    ``launch_ids`` launched (a graph replay's kernels run inside no record function of Inductor's)."""
     ids = [i for i, name in enumerate(ev.strings) if INDUCTOR_KERNEL.match(name)]
     if not ids:
         return 0
