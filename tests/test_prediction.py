@@ -198,6 +198,10 @@ def test_opaque_replay_turnaround_by_hand():
     assert np.isnan(t([(0, 1, 0, 900, 800, 0, 1), (0, 0, 1, 900, 900, 0, 1)]))
 
 
+#: Inductor's kernel names, written here apart from the reader's pattern (gapscope.trace.kineto).
+INDUCTOR_NAME = re.compile(r"triton_[a-z]{3}_fused")
+
+
 def kineto_counts(path, stall_ns: int = 1_000_000) -> tuple[int, int, float, int, int]:
     """From a PyTorch profiler trace's JSON, read plainly: its operators (``cpu_op`` events), its
     kernel launch calls (inside a graph capture too), the traced launch call as the model takes
@@ -219,7 +223,7 @@ def kineto_counts(path, stall_ns: int = 1_000_000) -> tuple[int, int, float, int
     mean = sum(statistics.mean([d for d in v if d < stall_ns]) * len(v) for v in per_api.values()) / n
     others = sum(1 for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")
                  and e.get("name") not in KERNEL_LAUNCHES and e.get("name") not in ("cudaGraphLaunch", "cuGraphLaunch"))
-    inductor = sum(1 for e in events if e.get("cat") == "cpu_op" and re.match(r"triton_[a-z]{3}_fused", e["name"]))
+    inductor = sum(1 for e in events if e.get("cat") == "cpu_op" and INDUCTOR_NAME.match(e["name"]))
     return operators, len(calls), mean, others, inductor
 
 
@@ -371,7 +375,7 @@ def test_torch_profiler_traces_of_compiled_code_are_warned_of():
         with gzip.open(path) as f:
             events = json.load(f)["traceEvents"]
         return sum(1 for e in events if e.get("cat") == cat and e.get("ph") == "X"
-                   and re.match(r"triton_[a-z]{3}_fused", e["name"]))
+                   and INDUCTOR_NAME.match(e["name"]))
 
     compiled, plain = TRUTH / "h100_compiled_b1.pt.trace.json.gz", TRUTH / "h100_triton.pt.trace.json.gz"
     assert (inductor(compiled, "cpu_op"), inductor(compiled, "kernel")) == (416, 832)
