@@ -560,9 +560,10 @@ class BigGraph(Case):
         torch.cuda.synchronize()
 
 
-def hf_what(model: str, heads: str) -> str:
-    """What a Hugging Face decode case runs: ``model`` (its class) with ``heads`` (its attention)."""
-    return (f"Hugging Face {model} (random init: 4 layers, hidden 1024, {heads}, vocab 32,000, bf16), "
+def hf_what(model: str, heads: str, dims: str = "4 layers, hidden 1024", vocab: str = "32,000") -> str:
+    """What a Hugging Face decode case runs: ``model`` (its class) with ``heads`` (its attention),
+    ``dims`` (its layers and widths) and ``vocab`` (its vocabulary)."""
+    return (f"Hugging Face {model} (random init: {dims}, {heads}, vocab {vocab}, bf16), "
             "one token per step, batch 1, against a StaticCache of 256 (its forward, the next token's "
             "argmax, the position advanced on the device)")
 
@@ -582,6 +583,10 @@ class HFLlama(Case):
     #: is a size of its own), and any other settings of the architecture's config.
     HEAD_DIM = False
     CONFIG: dict = {}
+    #: On CUDA: hidden size, layers, attention heads, MLP width and vocabulary; and whether the
+    #: model is built on the device (a large one: no minutes of initialisation on the CPU).
+    DIMS = (1024, 4, 16, 1024 * 11 // 4, 32000)
+    BUILD_ON_DEVICE = False
 
     def setup(self) -> None:
         import transformers
@@ -591,15 +596,18 @@ class HFLlama(Case):
         torch.manual_seed(0)
         cuda = self.dev.type == "cuda"
         dt = torch.bfloat16 if cuda else torch.float32
-        hidden, layers = (1024, 4) if cuda else (64, 2)
-        heads = 16 if cuda else 4
+        hidden, layers, heads, width, vocab = self.DIMS if cuda else (64, 2, 4, 64 * 11 // 4, 512)
         extra = {"head_dim": hidden // heads} if self.HEAD_DIM else {}
-        cfg = config_class(vocab_size=32000 if cuda else 512, hidden_size=hidden,
-                           intermediate_size=hidden * 11 // 4, num_hidden_layers=layers,
+        cfg = config_class(vocab_size=vocab, hidden_size=hidden,
+                           intermediate_size=width, num_hidden_layers=layers,
                            num_attention_heads=heads,
                            num_key_value_heads=self.KV_HEADS[0] if cuda else self.KV_HEADS[1],
                            max_position_embeddings=512, **extra, **self.CONFIG)
-        self.model = model_class(cfg).to(self.dev, dt).eval()
+        if self.BUILD_ON_DEVICE and cuda:
+            with torch.device(self.dev):
+                self.model = model_class(cfg).to(dt).eval()
+        else:
+            self.model = model_class(cfg).to(self.dev, dt).eval()
         try:  # transformers 5: the cache is sized on its first update
             self.cache = StaticCache(config=cfg, max_cache_len=256)
         except TypeError:  # transformers 4
@@ -665,6 +673,22 @@ class HFPhi3(HFLlama):
     ARCH = ("Phi3Config", "Phi3ForCausalLM")
     KV_HEADS = (16, 4)
     CONFIG = {"pad_token_id": 0, "eos_token_id": 2}  # Phi-3's defaults (32,000) lie outside the vocabulary
+
+
+class HFLlama3Slice(HFLlama):
+    """A decode step of a real model's size (part w): Llama-3-8B's layer dimensions and
+    vocabulary, 4 of its 32 layers, so that the device's work a step (some 4 GB of weights read)
+    is about as long as the host's launches: the regime between launch-bound and amortized, where
+    the predicted speedup is neither large nor 1x. Recorded after the model was fixed."""
+
+    name = "hf_llama3_slice"
+    what = hf_what("LlamaForCausalLM", "32 heads of 128, 8 key-value heads",
+                   "4 of Llama-3-8B's 32 layers, hidden 4096, MLP 14,336", "128,256")
+
+    KV_HEADS = (8, 2)
+    DIMS = (4096, 4, 32, 14336, 128256)
+    CONFIG = {"rope_theta": 500000.0}
+    BUILD_ON_DEVICE = True
 
 
 class ConvNet(Case):
@@ -797,7 +821,7 @@ def make_cases(dev: torch.device) -> dict[str, Case]:
              Decode(dev, 256, 2048, "decode_b256"), TritonAdd(dev), OneOff(dev), Fallback(dev),
              Rerecord(dev), BigGraph(dev), HFLlama(dev), HFQwen2(dev), HFGemma(dev), HFPhi3(dev),
              CupyTiny(dev), CupyPyHost(dev), ConvNet(dev), TrainMLP(dev), ConvNet32(dev),
-             CompiledDecode(dev), CompiledConvNet(dev)]
+             CompiledDecode(dev), CompiledConvNet(dev), HFLlama3Slice(dev)]
     return {c.name: c for c in cases}
 
 

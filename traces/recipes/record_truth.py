@@ -32,6 +32,8 @@ PART u: two more the same way: compiled_b1 (decode_b1's step under torch.compile
 PART v: torch.profiler's cost on compiled programs (profiler_cost.py, traced and untraced passes
         alternated: compiled_b1, compiled_cnn, and cnn_b1 eager beside them), then
         compiled_cnn (cnn_b1's step under torch.compile) recorded as part g recorded hf_llama.
+PART w: hf_llama3_slice (a decode step of a real model's size: Llama-3-8B's layer dimensions and
+        vocabulary, 4 of its layers; device and host work about equal) as part g recorded hf_llama.
 PART m: launches through the driver API (cuLaunchKernel: CuPy, Triton) under nsys: cupy_tiny on the
         host's four fastest cores twice and on its four slowest once, cupy_pyhost and triton, and
         tiny (the runtime API's calibration program) beside them, each at node level in its own
@@ -496,6 +498,11 @@ def main() -> int:
         profiler_cost(rec, "profiler_cost_v", "profiler_cost_v.json", "compiled_b1,compiled_cnn,cnn_b1", p4, env, 200,
                       trace_dir="cost_traces_v")
         workload(rec, "compiled_cnn", env, p4)
+    elif part == "w":
+        # A decode step of a real model's size (graph_truth.py's hf_llama3_slice: Llama-3-8B's
+        # layers and vocabulary, 4 layers), recorded after the model was fixed, as part g recorded
+        # hf_llama: the regime where the device's work is about as long as the host's.
+        workload(rec, "hf_llama3_slice", env, pinned(ranked_cores(rec, env)[:4]))
     elif part == "k":
         # What copies and event calls cost the profiler: probes that vary the copies' count and
         # size and the event calls' kind, beside the suite's copies, streams and tiny, twice.
