@@ -336,6 +336,32 @@ def graph_costs(gpu: str | None) -> GraphCosts:
     return GPU_GRAPH_COSTS[-1][1]
 
 # ---------------------------------------------------------------------------------------------
+# Libraries by their kernels (docs/metrics.md, "Steady state": what a one-off stall ended in)
+
+#: A library and the lower-case substrings that name its kernels; the first library whose
+#: substring a kernel's name holds is the kernel's (Triton before cuBLAS: Inductor's matmuls are
+#: named ``triton_..._mm``, cuBLAS's kernels ``nvjet_...``, ``..._gemm...``, ``gemv...``).
+KERNEL_LIBRARIES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("cuDNN", ("cudnn", "nchwtonhwc", "nhwctonchw")),  # and its layout transforms around convolutions
+    ("Triton", ("triton_",)),
+    ("NCCL", ("nccl",)),
+    ("FlashAttention", ("flash_fwd", "flash_bwd")),
+    ("cuBLAS", ("cublas", "nvjet", "gemm", "gemv")),
+)
+#: A kernel of none of those libraries (a library the answer does not name).
+OTHER_KERNELS = "other kernels"
+
+
+def kernel_library(name: str) -> str:
+    """The library of the kernel called ``name`` (KERNEL_LIBRARIES), else OTHER_KERNELS."""
+    text = name.lower()
+    for library, marks in KERNEL_LIBRARIES:
+        if any(m in text for m in marks):
+            return library
+    return OTHER_KERNELS
+
+
+# ---------------------------------------------------------------------------------------------
 # Stream kinds (docs/metrics.md, "Gap attribution": the legacy default stream's implicit
 # synchronization)
 

@@ -71,7 +71,7 @@ DOMAINS: dict[str, tuple[float, float, str]] = {
 INTEGERS = ("device", "stream", "pid", "thread", "id", "rank")
 TEXTS = ("name", "label", "api", "eager", "graph", "category", "before", "after", "launched_by", "domain",
          "path", "file", "nsys_version", "export_schema", "graph_trace", "format", "reading", "verdict",
-         "threads", "gapscope_version", "scope", "measured_against")
+         "threads", "gapscope_version", "scope", "measured_against", "one_off_libraries")
 #: A field of another name ending so holds a number too (a figure of a newer gapscope's result).
 NUMBER_SUFFIXES = ("_ns", "_count", "_kernels", "_replays", "_fraction", "_speedup")
 #: Fields of a row that renderers of a saved analysis read, per section.

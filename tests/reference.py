@@ -492,6 +492,21 @@ def range_acts(trace: Trace, rng: dict, process: bool = False) -> list[dict]:
             and rng["start"] <= trace.calls[a["call"]][0] <= rng["end"]]
 
 
+def longest_gaps_end_in(path, name: str, n: int) -> list[tuple[int, str]]:
+    """(length, name of the kernel ending it) of the ``n`` longest gaps between the kernels that
+    the range called ``name`` launched, longest first: a plain walk over Trace's kernels
+    in start order."""
+    trace, names = Trace(str(path)), activity_names(str(path))
+    rng = next(r for r in ranges(str(path)) if r["name"] == name)
+    kernels = sorted((a for a in range_acts(trace, rng) if a["kind"] == "kernel"), key=lambda a: a["start"])
+    gaps, busy_until = [], None
+    for a in kernels:
+        if busy_until is not None and a["start"] > busy_until:
+            gaps.append((a["start"] - busy_until, names[a["i"]]))
+        busy_until = a["end"] if busy_until is None else max(busy_until, a["end"])
+    return sorted(gaps, reverse=True)[:n]
+
+
 # ------------------------------------------------------------------ nsys parquetdir / arrowdir
 
 

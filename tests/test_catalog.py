@@ -92,3 +92,22 @@ def test_the_id_layout():
 def test_the_gpu_calibration_falls_back_to_a_default():
     assert catalog.graph_costs("NVIDIA H200").turnaround_ns == 260.0
     assert catalog.graph_costs(None) == catalog.graph_costs("AMD Instinct MI300X") == catalog.GPU_GRAPH_COSTS[-1][1]
+
+
+@pytest.mark.parametrize("name, library", [
+    ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x64_4x1x1_cga1x1x1_kernel0_0", "cuDNN"),
+    ("nchwToNhwcKernel", "cuDNN"),
+    ("triton_red_fused__to_copy_add_embedding_mean_mul_pow_rsqrt_0", "Triton"),
+    ("triton_tem_fused_mm_0", "Triton"),
+    ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "NCCL"),
+    ("flash_fwd_kernel", "FlashAttention"),
+    ("nvjet_sm90_tst_64x8_64x16_4x2_h_bz_TNT", "cuBLAS"),
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1", "cuBLAS"),
+    ("gemv2T_kernel_val", "cuBLAS"),
+    ("Kernel2", catalog.OTHER_KERNELS),
+    ("vectorized_elementwise_kernel", catalog.OTHER_KERNELS),
+])
+def test_a_kernels_library_is_the_first_whose_mark_its_name_holds(name, library):
+    """The kernel names of the shipped traces' one-off stalls (and a few of each library), by
+    hand: a name's library is the first of KERNEL_LIBRARIES whose mark it holds, any case."""
+    assert catalog.kernel_library(name) == library

@@ -317,6 +317,10 @@ def test_the_first_use_stalls_of_the_oneoff_program_are_one_off():
     state, which is then the tiny adds' own launch-bound loop."""
     row = name_row(result(TRUTH / "oneoff.sqlite"), "eager")
     assert (row["one_off_stalls"], row["gpu_span_ns"] - row["steady_span_ns"]) == (2, row["one_off_ns"])
+    # The two stalls ended in cuDNN's layout transform before its first convolution and in
+    # cuBLAS's CUTLASS kernel, whose short name (Kernel2) names no library: cuDNN is named.
+    ended_in = [name for _, name in reference.longest_gaps_end_in(TRUTH / "oneoff.sqlite", "eager", 2)]
+    assert (ended_in, row["one_off_libraries"]) == (["nchwToNhwcKernel", "Kernel2"], "cuDNN")
     assert row["one_off_by_category_ns"]["setup"] == row["gap_by_category_ns"]["setup"] == 168_020_202
     assert (row["verdict"], row["reading"]) == ("launch_bound", "launch-bound: graphs ~5.9x")
 

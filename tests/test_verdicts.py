@@ -12,7 +12,7 @@ import re
 import pytest
 
 import reference
-from gapscope.analysis import analyze
+from gapscope.analysis import analyze, answer
 from gapscope.analysis.verdicts import verdict
 from paths import TRACES
 
@@ -107,6 +107,22 @@ def test_torch_compile_warmup_is_a_stall_not_a_launch_gap(hf):
     dev = hf.devices[0]
     assert dev["gap_by_category_ns"] == ref(path).device(0)
     assert (dev["verdict"], dev["gap_by_category_ns"]["stall"]) == ("stall", 18_628_650_163)
+
+
+def test_one_off_stalls_are_named_by_the_library_of_the_kernel_they_ended_in(hf):
+    """The eager generate()'s two one-off stalls (cuDNN planning its attention on first use)
+    ended in cuDNN's kernels, so the row and the answer name cuDNN; the third longest gap is
+    under the 1 ms stall threshold, so there are no others."""
+    path = TRACES / "hf_generate_compile.sqlite"
+    (g1, k1), (g2, k2), (g3, _) = reference.longest_gaps_end_in(path, "generate_eager", 3)
+    assert (g1, g2) == (72_897_408, 67_297_201) and g3 < 1_000_000
+    assert k1.startswith("cudnn_generated_") and k2.startswith("cudnn_generated_")
+    eager = row(hf, "generate_eager")
+    assert (eager["one_off_stalls"], eager["one_off_ns"], eager["one_off_libraries"]) == (2, g1 + g2, "cuDNN")
+    entry = next(e for e in hf.answer if e["name"] == "generate_eager")
+    assert "one-off gaps left out: 140 ms (2 long stalls, before cuDNN kernels)" in answer.lines(entry)[-1]
+    # Ranges without one-off stalls name none.
+    assert row(hf, "generate_compiled")["one_off_libraries"] is None
 
 
 def test_cccl_ranges_keep_their_domain_and_fold_in_the_table(hf):

@@ -28,7 +28,7 @@ from gapscope.text import name as display_name
 _TIMELINE = ("kernels", "gpu_span_ns", "busy_ns", "gap_ns", "gap_fraction", "gap_count", "gap_p50_ns",
              "gap_max_ns", "kernel_median_ns", "graph_kernels", "graph_replays", "graph_ceiling_speedup",
              "graph_predicted_speedup", "graph_predicted_low", "graph_predicted_high", "steady_span_ns",
-             "one_off_ns", "one_off_stalls", "verdict", "reading")
+             "one_off_ns", "one_off_stalls", "one_off_libraries", "verdict", "reading")
 #: The fields of a row each summary keeps, by result section: a field a row lacks is left out,
 #: so one added here shows wherever a result has it.
 ROW_FIELDS: dict[str, tuple[str, ...]] = {

@@ -23,7 +23,7 @@ TITLE = "The answer: would CUDA Graphs pay? (steady state, predicted untraced)"
 #: The fields of an answer entry taken from its row, as they are.
 _ROW_FIELDS = ("verdict", "reading", "gap_fraction", "graph_predicted_speedup", "graph_predicted_low",
                "graph_predicted_high", "graph_ceiling_speedup", "eager_untraced_ns", "graph_predicted_ns",
-               "steady_span_ns", "one_off_ns", "one_off_stalls", "eager_instances", "replayed_instances",
+               "steady_span_ns", "one_off_ns", "one_off_stalls", "one_off_libraries", "eager_instances", "replayed_instances",
                "eager_instance_span_ns", "replayed_instance_span_ns", "first_eager_instance",
                "graph_recordings", "recording_ns", "recording_instances", "first_recording_instance",
                "last_recording_instance", "other_thread_work")
@@ -159,8 +159,10 @@ def lines(entry: Mapping[str, Any]) -> list[str]:
     one_off = entry.get("one_off_ns") or 0
     if one_off > 0:
         stalls = entry.get("one_off_stalls") or 0
-        notes.append(f"one-off gaps left out: {_ns(one_off)}" + (f" ({stalls} long stall{'s' if stalls != 1 else ''})"
-                                                                if stalls else " (setup)"))
+        libraries = entry.get("one_off_libraries")
+        before = f", before {libraries} kernels" if stalls and isinstance(libraries, str) else ""
+        notes.append(f"one-off gaps left out: {_ns(one_off)}" + (f" ({stalls} long stall{'s' if stalls != 1 else ''}"
+                                                                f"{before})" if stalls else " (setup)"))
     if notes:
         out.append("  " + "; ".join(notes))
     elsewhere = entry.get("other_thread_work") or 0

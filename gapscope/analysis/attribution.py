@@ -55,7 +55,7 @@ from gapscope.analysis.keys import (
 )
 from gapscope.analysis.metrics import ActivityArrays, GapList
 from gapscope.trace.cuda_api import QUIET_CALLS, base_name, call_role
-from gapscope.trace.frames import TraceFrames
+from gapscope.trace.frames import ActivityKind, TraceFrames
 
 
 class IdleCategory(enum.IntEnum):
@@ -556,47 +556,73 @@ def setup_sums(gaps: GapList, n_rows: int) -> np.ndarray:
 @dataclass(frozen=True)
 class LongStalls:
     """The long stall gaps of a level: those whose largest category is stall and that last the
-    stall threshold or longer, each with its row, length and time per category. Few in any
-    trace (a loop's host stretches are microseconds), so held as a list."""
+    stall threshold or longer, each with its row, length, time per category and the activity
+    that ended it. Few in any trace (a loop's host stretches are microseconds), so held as a
+    list."""
 
     row: np.ndarray
     length: np.ndarray
     split: np.ndarray  # (gaps, N_CATEGORIES)
+    next_act: np.ndarray  # the activity ending each gap (an index of the activity frame)
 
     @classmethod
     def of(cls, gaps: GapList, stall_threshold_ns: int) -> "LongStalls":
         idx = np.flatnonzero((gaps.split.category == IdleCategory.STALL) & (gaps.length >= max(stall_threshold_ns, 1)))
         return cls(gaps.row[idx].astype(np.int64), gaps.length[idx].astype(np.int64),
-                   gaps.split.matrix(idx, gaps.length))
+                   gaps.split.matrix(idx, gaps.length), gaps.next_act[idx].astype(np.int64))
 
     @classmethod
     def concat(cls, parts: list["LongStalls"]) -> "LongStalls":
         if not parts:
-            return cls(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, N_CATEGORIES), np.int64))
-        return cls(np.concatenate([p.row for p in parts]), np.concatenate([p.length for p in parts]),
-                   np.concatenate([p.split for p in parts]))
+            empty = np.zeros(0, np.int64)
+            return cls(empty, empty, np.zeros((0, N_CATEGORIES), np.int64), empty)
+        return cls(*(np.concatenate([getattr(p, f) for p in parts])
+                     for f in ("row", "length", "split", "next_act")))
 
     def regrouped(self, group: np.ndarray) -> "LongStalls":
         """The same gaps, each row mapped through ``group`` (range pairs to ranges, ...)."""
-        return LongStalls(np.asarray(group)[self.row], self.length, self.split)
+        return LongStalls(np.asarray(group)[self.row], self.length, self.split, self.next_act)
 
-    def one_off(self, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
-        """(one-off time per (row, category), one-off long stalls per row): a row's long stalls
-        repeat when at least REPEATS of them last within a factor of 2 of their median length
-        (a sleep, a batch loaded each step); those are its steady state's, every other long
-        stall of it is one-off (first use of a library, a compile)."""
-        out = np.zeros((n_rows, N_CATEGORIES), dtype=np.int64)
-        count = np.zeros(n_rows, dtype=np.int64)
+    def once(self) -> np.ndarray:
+        """Which of the gaps are one-off: a row's long stalls repeat when at least REPEATS of them
+        last within a factor of 2 of their median length (a sleep, a batch loaded each step);
+        those are its steady state's, every other long stall of it is one-off (first use of a
+        library, a compile)."""
         if self.row.size == 0:
-            return out, count
+            return np.zeros(0, dtype=bool)
         frame = pd.DataFrame({"row": self.row, "length": self.length})
         median = frame.groupby("row")["length"].transform("median").to_numpy(np.float64)
         near = (self.length >= median / 2) & (self.length <= median * 2)
         repeating = pd.Series(near).groupby(self.row).transform("sum").to_numpy() >= REPEATS
-        once = ~(near & repeating)
+        return ~(near & repeating)
+
+    def one_off(self, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
+        """(one-off time per (row, category), one-off long stalls per row) (:meth:`once`)."""
+        out = np.zeros((n_rows, N_CATEGORIES), dtype=np.int64)
+        count = np.zeros(n_rows, dtype=np.int64)
+        once = self.once()
         np.add.at(out, self.row[once], self.split[once])
         np.add.at(count, self.row[once], 1)
         return out, count
+
+    def libraries(self, n_rows: int, frames: TraceFrames) -> np.ndarray:
+        """Per row, the libraries (catalog.KERNEL_LIBRARIES, in its order, joined by ", ") of the
+        kernels its one-off long stalls ended in: what the stalls most likely were (a library's
+        plans chosen and modules loaded on first use, a compile before its first kernel); None
+        where no such stall ended in a known library's kernel."""
+        out = np.full(n_rows, None, dtype=object)
+        once = self.once()
+        ended_by, rows = self.next_act[once], self.row[once]
+        kernel = frames.activities["kind"].to_numpy()[ended_by] == ActivityKind.KERNEL
+        found: dict[int, set[str]] = {}
+        for row, name in zip(rows[kernel].tolist(), frames.activity_names(ended_by[kernel])):
+            library = catalog.kernel_library(name)
+            if library != catalog.OTHER_KERNELS:
+                found.setdefault(row, set()).add(library)
+        order = [name for name, _ in catalog.KERNEL_LIBRARIES]
+        for row, libraries in found.items():
+            out[row] = ", ".join(sorted(libraries, key=order.index))
+        return out
 
 
 #: How many long stalls of about one length make them a row's steady state.

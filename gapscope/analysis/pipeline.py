@@ -232,12 +232,14 @@ def _with_categories(columns: dict[str, Any], sums: np.ndarray) -> None:
 
 
 def _with_prediction(columns: dict[str, Any], sums: np.ndarray, setup: np.ndarray, stalls: LongStalls,
-                     costs: prediction.TraceCosts) -> None:
+                     costs: prediction.TraceCosts, frames: TraceFrames) -> None:
     """A section's steady state (its one-off gaps: every setup gap and the long stalls that do
-    not repeat, attribution.LongStalls.one_off), its predicted CUDA Graph speedup and its graph
-    ceiling (gapscope.analysis.prediction), for every row at once."""
+    not repeat, attribution.LongStalls.one_off, with the libraries whose kernels they ended
+    in), its predicted CUDA Graph speedup and its graph ceiling
+    (gapscope.analysis.prediction), for every row at once."""
     n = len(sums)
     stalled, columns["one_off_stalls"] = stalls.one_off(n)
+    columns["one_off_libraries"] = stalls.libraries(n, frames)
     one_off = np.asarray(setup, dtype=np.int64) + stalled
     columns["one_off_by_category_ns"] = Nested(CATEGORY_LABELS, one_off)
     instances = np.asarray(columns["count"]) if "count" in columns else np.ones(n)
@@ -835,7 +837,7 @@ def _with_all_categories(w: Linked, lv: Levels, range_name: np.ndarray, range_co
             (name_cols, by_name(range_cats), by_name(range_setup), range_stalls.regrouped(range_name)),
             (device_cols, lv.devices.categories, lv.devices.setup, lv.devices.long_stalls)):
         _with_categories(columns, cats)
-        _with_prediction(columns, cats, setup, stalls, costs)
+        _with_prediction(columns, cats, setup, stalls, costs, w.frames)
     _with_categories(stream_cols, lv.streams.categories)
     return costs
 
