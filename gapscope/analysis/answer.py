@@ -23,8 +23,8 @@ TITLE = "The answer: would CUDA Graphs pay? (steady state, predicted untraced)"
 #: The fields of an answer entry taken from its row, as they are.
 _ROW_FIELDS = ("verdict", "reading", "gap_fraction", "graph_predicted_speedup", "graph_predicted_low",
                "graph_predicted_high", "graph_ceiling_speedup", "eager_untraced_ns", "graph_predicted_ns",
-               "steady_span_ns", "one_off_ns", "one_off_stalls", "one_off_libraries", "eager_instances", "replayed_instances",
-               "eager_instance_span_ns", "replayed_instance_span_ns", "first_eager_instance",
+               "steady_span_ns", "one_off_ns", "one_off_stalls", "one_off_libraries", "eager_instances",
+               "replayed_instances", "eager_instance_span_ns", "replayed_instance_span_ns", "first_eager_instance",
                "graph_recordings", "recording_ns", "recording_instances", "first_recording_instance",
                "last_recording_instance", "other_thread_work")
 
