@@ -691,6 +691,18 @@ class HFLlama3Slice(HFLlama):
     BUILD_ON_DEVICE = True
 
 
+class HFLlama70BSlice(HFLlama3Slice):
+    """A decode step whose device work outlasts its host's (part w): Llama-3-70B's layer
+    dimensions and vocabulary, 2 of its 80 layers (some 5.5 GB of weights read a step), the
+    regime where a replay wins little and the prediction must say so."""
+
+    name = "hf_llama70b_slice"
+    what = hf_what("LlamaForCausalLM", "64 heads of 128, 8 key-value heads",
+                   "2 of Llama-3-70B's 80 layers, hidden 8192, MLP 28,672", "128,256")
+
+    DIMS = (8192, 2, 64, 28672, 128256)
+
+
 class ConvNet(Case):
     """A small residual convolutional network's inference at batch 1 (cuDNN convolutions): a
     workload of another kind than the decoders, recorded after the model and its calibration
@@ -821,7 +833,8 @@ def make_cases(dev: torch.device) -> dict[str, Case]:
              Decode(dev, 256, 2048, "decode_b256"), TritonAdd(dev), OneOff(dev), Fallback(dev),
              Rerecord(dev), BigGraph(dev), HFLlama(dev), HFQwen2(dev), HFGemma(dev), HFPhi3(dev),
              CupyTiny(dev), CupyPyHost(dev), ConvNet(dev), TrainMLP(dev), ConvNet32(dev),
-             CompiledDecode(dev), CompiledConvNet(dev), HFLlama3Slice(dev)]
+             CompiledDecode(dev), CompiledConvNet(dev), HFLlama3Slice(dev),
+             HFLlama70BSlice(dev)]
     return {c.name: c for c in cases}
 
 

@@ -34,6 +34,8 @@ PART v: torch.profiler's cost on compiled programs (profiler_cost.py, traced and
         compiled_cnn (cnn_b1's step under torch.compile) recorded as part g recorded hf_llama.
 PART w: hf_llama3_slice (a decode step of a real model's size: Llama-3-8B's layer dimensions and
         vocabulary, 4 of its layers; device and host work about equal) as part g recorded hf_llama.
+PART w2: hf_llama70b_slice (Llama-3-70B's layer dimensions and vocabulary, 2 of its layers: the
+        device's work longer than the host's) the same way.
 PART m: launches through the driver API (cuLaunchKernel: CuPy, Triton) under nsys: cupy_tiny on the
         host's four fastest cores twice and on its four slowest once, cupy_pyhost and triton, and
         tiny (the runtime API's calibration program) beside them, each at node level in its own
@@ -503,6 +505,10 @@ def main() -> int:
         # layers and vocabulary, 4 layers), recorded after the model was fixed, as part g recorded
         # hf_llama: the regime where the device's work is about as long as the host's.
         workload(rec, "hf_llama3_slice", env, pinned(ranked_cores(rec, env)[:4]))
+    elif part == "w2":
+        # The same with Llama-3-70B's layers (graph_truth.py's hf_llama70b_slice, 2 layers): the
+        # device's work longer than the host's, a replay's win small.
+        workload(rec, "hf_llama70b_slice", env, pinned(ranked_cores(rec, env)[:4]))
     elif part == "k":
         # What copies and event calls cost the profiler: probes that vary the copies' count and
         # size and the event calls' kind, beside the suite's copies, streams and tiny, twice.
