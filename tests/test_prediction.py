@@ -100,6 +100,7 @@ def assert_the_reference_model(row, r, trace, attr, one_off) -> None:
     (TRUTH / "h100_hf_qwen2_1.sqlite", "eager"),
     (TRUTH / "h100_cupy_tiny_p4.sqlite", "eager"),
     (TRUTH / "h100_triton_p4.sqlite", "eager"),
+    (TRUTH / "h100_hf_llama70b_slice_1.sqlite", "eager"),
     (TRACES / "hf_generate_compile.sqlite", "compile_warmup"),
     (TRACES / "hf_generate_compile.sqlite", "generate_eager"),
 ])
@@ -408,8 +409,9 @@ def test_predictions_against_untraced_measurements():
     names (H200: decode_b1 +27 %, the torch.profiler trace of sync +33 %; H100: decode_b1_p4_1
     +25 %, tiny_graphlevel_p4 -30 %, cupy_tiny_p4 -15.1 %, the torch.profiler trace of hf_llama
     +48 %): the torch.profiler traces of compiled code among them (compiled_b1, +9 %;
-    compiled_cnn, recorded after the Inductor cost was fitted, +14 %); and the ceiling is never
-    below the trace's own replay. train_mlp's traces are
+    compiled_cnn, recorded after the Inductor cost was fitted, +14 %), and the two decode steps of
+    real models' sizes recorded after that (parts w and w2: Llama-3-8B's and Llama-3-70B's layers,
+    where a replay wins 1.1-5x); and the ceiling is never below the trace's own replay. train_mlp's traces are
     analyzed with ``threads="process"``, as their warning asks (autograd's thread launches the
     backward pass)."""
     timings = json.loads((TRUTH / "timings.json").read_text())["traces"]
@@ -430,6 +432,8 @@ def test_predictions_against_untraced_measurements():
     assert outside == ["decode_b1.sqlite", "h100_cupy_tiny_p4.sqlite", "h100_decode_b1_p4_1.sqlite",
                        "h100_hf_llama.pt.trace.json.gz", "h100_tiny_graphlevel_p4.sqlite", "sync.pt.trace.json.gz"]
     assert {"h100_compiled_b1.pt.trace.json.gz", "h100_compiled_cnn.pt.trace.json.gz"} <= set(timings)
+    assert {f"h100_hf_{model}_slice{kind}" for model in ("llama3", "llama70b")
+            for kind in ("_1.sqlite", "_graphlevel.sqlite", ".pt.trace.json.gz")} <= set(timings)
 
 
 def test_graph_coverage_of_the_compare_baseline():
