@@ -177,6 +177,11 @@ WARMUP_NS = 100_000_000
 LAUNCH_SCALE_NS = 100_000
 #: A row is a graph replay when more than this share of its kernels came from graph launches.
 GRAPH_SHARE = 0.5
+#: The host's speed varied during the recording (a warning: docs/metrics.md, "Steady state") when a
+#: range name's eager instances of the same work, at least HOST_SPEED_INSTANCES of them, have an
+#: upper quartile of steady span at least HOST_SPEED_SPREAD times their lower quartile.
+HOST_SPEED_SPREAD = 1.5
+HOST_SPEED_INSTANCES = 8
 #: The modes a range instance runs in, as `gapscope compare` names them (docs/ci.md, "Modes"):
 #: replayed (more than GRAPH_SHARE of its kernels from graph launches) or eager, and one-off
 #: when it holds one-off gaps (setup, a long stall that does not repeat), else steady.

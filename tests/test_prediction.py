@@ -12,6 +12,7 @@ import re
 import statistics
 from functools import cache
 
+import pandas as pd
 import pytest
 import reference
 from paths import TRACES
@@ -324,6 +325,38 @@ def test_the_first_use_stalls_of_the_oneoff_program_are_one_off():
     assert (ended_in, row["one_off_libraries"]) == (["nchwToNhwcKernel", "Kernel2"], "cuDNN")
     assert row["one_off_by_category_ns"]["setup"] == row["gap_by_category_ns"]["setup"] == 168_020_202
     assert (row["verdict"], row["reading"]) == ("launch_bound", "launch-bound: graphs ~5.9x")
+
+
+def eager_step_host_gaps(path) -> list[int]:
+    """The launch and host gap time of each eager ``step`` (those inside the ``eager`` range), by
+    the reference's attribution of each step's own kernels."""
+    trace, attr, ranges = ref(path)
+    eager = next(x for x in ranges if x["name"] == "eager")
+    steps = [x for x in ranges if x["name"] == "step" and eager["start"] <= x["start"] <= eager["end"]]
+    cats = [attr.categories(reference.range_acts(trace, x)) for x in steps]
+    return [c["launch"] + c["host"] for c in cats]
+
+
+@pytest.mark.parametrize("name, warned", [("h100_cnn_b32_1.sqlite", True), ("h100_hf_llama70b_slice_1.sqlite", True),
+                                          ("h100_hf_llama_1.sqlite", False), ("decode_b1.sqlite", False)])
+def test_a_host_whose_speed_varied_during_the_recording_is_warned_of(name, warned):
+    """The 16 eager steps of each trace run the same kernels; where their launch and host gap time
+    (the reference's, per step) has an upper quartile at least 1.5x its lower one, the host's
+    speed changed during the recording: gapscope warns with those quartiles, and is silent where
+    it did not (docs/metrics.md, "Steady state")."""
+    from gapscope.render.units import fmt_ns
+
+    host = pd.Series(eager_step_host_gaps(TRUTH / name), dtype="float64")
+    q1, q3 = host.quantile(0.25), host.quantile(0.75)
+    assert len(host) == 16 and (q3 >= 1.5 * q1) == warned
+    said = [w for w in result(TRUTH / name).warnings if w.startswith("the host's speed varied")]
+    if warned:
+        assert len(said) == 1
+        assert f"the 16 eager instances of 'step'" in said[0]
+        assert f"spent {fmt_ns(q1)}-{fmt_ns(q3)} in launch and host gaps between their quartiles " \
+               f"({fmt_ns(host.min())}-{fmt_ns(host.max())} in all)" in said[0]
+    else:
+        assert said == []
 
 
 def test_a_sleep_every_step_is_the_steady_state_not_one_off():

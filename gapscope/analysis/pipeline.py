@@ -278,6 +278,44 @@ def _with_coverage(range_cols: dict[str, Any], name_cols: dict[str, Any], range_
         name_cols[field] = group_medians(span, mask, range_name, n_names)
 
 
+def _host_speed_warnings(range_cols: dict[str, Any], name_cols: dict[str, Any], range_name: np.ndarray
+                         ) -> list[str]:
+    """A warning per launch- or host-bound range name (the program's own, not a library's) whose
+    eager instances of the same work (its most common kernel count, at least MIN_KERNELS) varied
+    in steady host-side gap time (launch and host) as catalog.HOST_SPEED_SPREAD says: the host's
+    speed changed during the recording, and the prediction takes the recorded speed as the
+    untraced program's (docs/metrics.md, "Steady state"). None without attribution."""
+    from gapscope.render.units import fmt_ns  # the warning's words, as the answer's (analysis.answer)
+
+    if "one_off_by_category_ns" not in range_cols:
+        return []
+    _, eager = _instance_kinds(range_cols)
+    kernels = np.asarray(range_cols["kernels"])
+    bound = np.isin(np.asarray(name_cols["verdict"], dtype=object), ("launch_bound", "host_bound"))
+    counted = eager & (kernels >= catalog.MIN_KERNELS) & bound[range_name]
+    steady = range_cols["gap_by_category_ns"].values - range_cols["one_off_by_category_ns"].values
+    host_side = steady[:, [CATEGORY_NAMES.index("launch"), CATEGORY_NAMES.index("host")]].sum(axis=1)
+    frame = pd.DataFrame({"name": range_name[counted], "kernels": kernels[counted],
+                          "host": host_side[counted].astype(np.float64)})
+    sizes = frame.groupby(["name", "kernels"]).size()
+    work = sizes[sizes >= catalog.HOST_SPEED_INSTANCES].reset_index(name="n").sort_values(
+        ["name", "n", "kernels"], ascending=[True, False, True]).drop_duplicates("name")
+    if work.empty:
+        return []
+    same = frame.merge(work[["name", "kernels"]])
+    out = []
+    for (code, kernels_each), host in same.groupby(["name", "kernels"])["host"]:
+        q1, q3 = host.quantile(0.25), host.quantile(0.75)
+        if q3 < catalog.HOST_SPEED_SPREAD * q1 or is_library_domain(name_cols["domain"][code]):
+            continue
+        out.append(f"the host's speed varied during the recording: the {len(host)} eager instances of "
+                   f"{name_cols['name'][code]!r} with {kernels_each:,} kernels each spent {fmt_ns(q1)}-{fmt_ns(q3)} "
+                   f"in launch and host gaps between their quartiles ({fmt_ns(host.min())}-{fmt_ns(host.max())} "
+                   "in all); its predicted speedup takes the recorded host speed as the untraced program's "
+                   "(docs/metrics.md, \"Steady state\")")
+    return out
+
+
 def _named(rf: pd.DataFrame, domains: Sequence[str]) -> tuple[int, str]:
     """(how many ranges, their names with counts, up to four) of some ranges; libraries' own
     ranges (XLA's compile passes, ...) are left out unless domains were asked for."""
@@ -734,7 +772,8 @@ def _sections(w: Linked, m: Memberships, lv: Levels, range_stats: pd.DataFrame, 
               member_range: np.ndarray) -> dict[str, Any]:
     """Step 4: the result's row sections as columns (gapscope.analysis.rows), ``ranges``,
     ``by_name``, ``devices`` and ``streams`` as RowTables, the ``payoff`` rows and the
-    prediction's trace-wide inputs (``costs``, None without attribution): each
+    prediction's trace-wide inputs (``costs``, None without attribution), the warnings of a host
+    whose speed varied during the recording (``host_speed``): each
     section's keys and STATS, its graph replays, its gap categories and graph ceiling (with
     attribution), its verdicts and its communication figures."""
     range_keys = w.table.frame[["id", "name", "domain", "pid", "thread", "start_ns", "end_ns", "depth"]].copy()
@@ -756,10 +795,11 @@ def _sections(w: Linked, m: Memberships, lv: Levels, range_stats: pd.DataFrame, 
         payoff = measured_pairs(RowTable(name_cols))
     for columns in (range_cols, name_cols, device_cols):
         _with_verdicts(columns, w.graph_trace == "graph")
+    host_speed = _host_speed_warnings(range_cols, name_cols, range_name) if w.n_ranges else []
     communication.with_fields(comm, w.acts, m.act, m.pair, range_name, (range_cols, name_cols, device_cols))
     return {"ranges": RowTable(range_cols, w.n_ranges), "by_name": RowTable(name_cols, len(name_keys)),
             "devices": RowTable(device_cols, w.n_dev), "streams": RowTable(stream_cols, w.n_str), "payoff": payoff,
-            "costs": costs}
+            "costs": costs, "host_speed": host_speed}
 
 
 def _with_kernel_counts(w: Linked, m: Memberships, range_name: np.ndarray, member_range: np.ndarray,
@@ -934,7 +974,7 @@ def run_analysis(
     sections = _sections(w, members, lv, range_stats, name_stats, range_name, name_keys, comm, member_range)
     # 5. The result, built once.
     trace = _trace_fields(frames, w.graph_trace, start_ns)
-    costs = sections.pop("costs")
+    costs, host_speed = sections.pop("costs"), sections.pop("host_speed")
     if costs is not None:  # the prediction's trace-wide inputs (with attribution)
         trace["prediction"] = costs.inputs()
     result = AnalysisResult(
@@ -943,7 +983,8 @@ def run_analysis(
                  "threads": threads, "normalize_names": normalize,
                  "stall_threshold_ns": int(stall_threshold_ns) if attribution else None,
                  **({"window": placed.to_dict()} if placed is not None else {})},
-        warnings=_warnings(frames, w.launch, w.table, w.graph_trace, w.elsewhere, windowed=placed is not None),
+        warnings=_warnings(frames, w.launch, w.table, w.graph_trace, w.elsewhere, windowed=placed is not None)
+        + host_speed,
         **sections, launch=lv.launch_rows, top_gaps=lv.top_gaps,
         answer=answer.build(sections["by_name"], sections["devices"], sections["payoff"], lv.launch_rows, trace),
     )
